@@ -1,0 +1,301 @@
+"""What the sync and asyncio locks share: argument checks, key layout, holder info, replies.
+
+Nothing in here talks to Redis; :mod:`django_redis_coord.lock` and
+:mod:`django_redis_coord.asyncio.lock` do, each in its own ``do_*`` methods.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
+
+from .exceptions import InvalidLockArgument, InvalidLockArgumentType
+from .keys import KeySet, encode_name, keys_for
+
+Number = Union[int, float]
+
+#: How long a queued waiter stays in the queue without refreshing its place (ms).  A waiter that
+#: dies is skipped once this lapses; a live one refreshes three times per lease.
+DEFAULT_WAITER_LEASE = 2.0
+#: How long the fence counter and holder metadata outlive the last hold of a name (ms).
+META_RETENTION_MS = 24 * 3600 * 1000
+#: Drift allowance for the local validity deadline: a fixed part plus a fraction of the TTL.
+DRIFT_FIXED = 0.002
+DRIFT_FACTOR = 0.01
+
+_HOSTNAME = socket.gethostname()
+
+
+def check_number(name: str, value: object, *, allow_none: bool, positive: bool, lock_name: object) -> None:
+    """Refuse a non-numeric, negative (or, when ``positive``, zero) timing argument."""
+    if value is None:
+        if allow_none:
+            return
+        raise InvalidLockArgumentType(f"{name} must be a number, not None", lock_name=lock_name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidLockArgumentType(
+            f"{name} must be a number of seconds, not {type(value).__name__}", lock_name=lock_name
+        )
+    if value != value or value in (float("inf"), float("-inf")):
+        raise InvalidLockArgument(f"{name} must be finite, got {value!r}", lock_name=lock_name)
+    if positive and value <= 0:
+        raise InvalidLockArgument(f"{name} must be greater than 0, got {value!r}", lock_name=lock_name)
+    if value < 0:
+        raise InvalidLockArgument(f"{name} must not be negative, got {value!r}", lock_name=lock_name)
+
+
+def to_ms(seconds: Number) -> int:
+    """Whole milliseconds, never rounding a positive duration down to zero."""
+    return max(1, int(round(seconds * 1000)))
+
+
+def encode_token(token: Union[str, bytes], lock_name: object) -> bytes:
+    if isinstance(token, str):
+        token = token.encode()
+    if not isinstance(token, (bytes, bytearray)) or not token:
+        raise InvalidLockArgument("token must be a non-empty str or bytes", lock_name=lock_name)
+    return bytes(token)
+
+
+def as_bytes(value: Any) -> Optional[bytes]:
+    if value is None or value is False:
+        return None
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value)
+
+
+def new_token() -> bytes:
+    return secrets.token_hex(16).encode()
+
+
+def drift(timeout: Optional[Number]) -> float:
+    """Seconds subtracted from a hold's duration for the local validity deadline."""
+    return DRIFT_FIXED + (DRIFT_FACTOR * timeout if timeout else 0.0)
+
+
+@dataclass
+class Grant:
+    """Outcome of one acquire attempt."""
+
+    acquired: bool
+    fence: int = 0
+    #: Remaining time of the hold (when acquired) or of the current holder; -1 none, -2 no holder.
+    pttl: int = -2
+    provisional: bool = False
+    position: int = -1
+
+    @classmethod
+    def from_reply(cls, reply: Any) -> "Grant":
+        if int(reply[0]) == 1:
+            return cls(True, int(reply[1]), int(reply[2]), bool(int(reply[3])))
+        if len(reply) == 1:
+            return cls(False)
+        return cls(False, pttl=int(reply[1]), position=int(reply[2]))
+
+
+@dataclass(frozen=True)
+class HolderInfo:
+    """A live holder of a named lock (see :func:`django_redis_coord.holders`)."""
+
+    name: str
+    kind: str
+    token: bytes
+    fence: int
+    ttl_ms: Optional[int]
+    acquired_at_ms: Optional[int]
+    host: Optional[str]
+    pid: Optional[int]
+    thread: Optional[str]
+    label: Optional[str]
+    extra: dict
+    waiters: int
+
+    @property
+    def masked_token(self) -> str:
+        text = self.token.decode("utf-8", "replace")
+        return text[:4] + "…" if len(text) > 4 else "…"
+
+    @classmethod
+    def from_inspect(cls, name: bytes, kind: str, reply: Any) -> Optional["HolderInfo"]:
+        token, pttl, fence, info, since, waiters = reply[:6]
+        token = as_bytes(token)
+        if token is None:
+            return None
+        meta: dict = {}
+        if info:
+            try:
+                meta = json.loads(info)
+            except ValueError:
+                meta = {}
+        pttl = int(pttl)
+        return cls(
+            name=name.decode("utf-8", "replace"),
+            kind=kind,
+            token=token,
+            fence=int(fence or 0),
+            ttl_ms=pttl if pttl >= 0 else None,
+            acquired_at_ms=int(since) if since else None,
+            host=meta.pop("host", None),
+            pid=meta.pop("pid", None),
+            thread=meta.pop("thread", None),
+            label=meta.pop("label", None),
+            extra=meta,
+            waiters=int(waiters),
+        )
+
+
+class LockBase:
+    """Arguments, keys and local state common to :class:`Lock` and its asyncio twin."""
+
+    kind = "lock"
+    #: The registry of Lua scripts for this flavour of client (sync or asyncio).
+    scripts: Any = None
+
+    def __init__(
+        self,
+        redis: Any,
+        name: Union[str, bytes],
+        timeout: Optional[Number] = None,
+        sleep: Number = 0.1,
+        blocking: bool = True,
+        blocking_timeout: Optional[Number] = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        *,
+        label: Optional[str] = None,
+        auto_renew: bool = False,
+        on_lost: Optional[Callable[[Any], None]] = None,
+        reentrant: bool = False,
+        waiter_lease: Number = DEFAULT_WAITER_LEASE,
+    ) -> None:
+        raw = encode_name(name)
+        check_number("timeout", timeout, allow_none=True, positive=True, lock_name=name)
+        check_number("sleep", sleep, allow_none=False, positive=False, lock_name=name)
+        check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=name)
+        check_number("waiter_lease", waiter_lease, allow_none=False, positive=True, lock_name=name)
+        if timeout is not None and sleep > timeout:
+            raise InvalidLockArgument("'sleep' must be less than 'timeout'", lock_name=name)
+        if auto_renew and timeout is None:
+            raise InvalidLockArgument("auto_renew needs a timeout to renew", lock_name=name)
+        if label is not None and not isinstance(label, str):
+            raise InvalidLockArgumentType("label must be a str", lock_name=name)
+        self.redis = redis
+        self.name = name
+        self.timeout = timeout
+        self.sleep = sleep
+        self.blocking = blocking
+        self.blocking_timeout = blocking_timeout
+        self.thread_local = bool(thread_local)
+        self.raise_on_release_error = raise_on_release_error
+        self.label = label
+        self.auto_renew = auto_renew
+        self.on_lost = on_lost
+        self.reentrant = reentrant
+        self.waiter_lease = waiter_lease
+        self.keys: KeySet = keys_for(raw, b"lock")
+        self.member = b"lock:" + raw
+        self._ttl_ms = to_ms(timeout) if timeout is not None else 0
+        self._lease_ms = to_ms(waiter_lease)
+        self._info_head = {"host": _HOSTNAME, "label": label} if label else {"host": _HOSTNAME}
+
+    # -- arguments of the scripts ------------------------------------------------------------
+    def holder_info(self, worker: str) -> str:
+        return json.dumps({**self._info_head, "pid": os.getpid(), "thread": worker})
+
+    def acquire_keys(self, token: bytes) -> tuple:
+        k = self.keys
+        return (k.name, k.meta, k.queue, k.waiters, k.registry, k.wake(token))
+
+    def acquire_args(self, token: bytes, enqueue: bool, worker: str) -> tuple:
+        k = self.keys
+        return (
+            token,
+            self._ttl_ms,
+            1 if enqueue else 0,
+            self._lease_ms,
+            self.holder_info(worker),
+            self.member,
+            k.wake_prefix,
+            k.wake_suffix,
+            META_RETENTION_MS,
+        )
+
+    def release_keys(self) -> tuple:
+        k = self.keys
+        return (k.name, k.meta, k.queue, k.waiters, k.registry)
+
+    def release_args(self, token: bytes) -> tuple:
+        k = self.keys
+        return (token, self.member, k.wake_prefix, k.wake_suffix, META_RETENTION_MS)
+
+    def extend_keys(self) -> tuple:
+        k = self.keys
+        return (k.name, k.meta, k.registry)
+
+    def extend_args(self, token: bytes, ms: int, mode: str) -> tuple:
+        return (token, ms, mode, self.member, META_RETENTION_MS)
+
+    @property
+    def renew_ttl_ms(self) -> int:
+        """What the watchdog resets the TTL to on each renewal."""
+        return self._ttl_ms
+
+    def queue_renewal(self, pipe: Any, token: bytes) -> None:
+        """Add a renewal of the hold ``token`` to a pipeline (used by the watchdog)."""
+        script = self.scripts.get(self.redis, "lock_extend")
+        pipe.scripts.add(script)
+        keys = self.extend_keys()
+        pipe.evalsha(script.sha, len(keys), *keys, *self.extend_args(token, self._ttl_ms, "replace"))
+
+    def inspect_keys(self) -> tuple:
+        k = self.keys
+        return (k.name, k.meta, k.queue)
+
+    # -- waiting ------------------------------------------------------------------------------
+    @property
+    def refresh_interval(self) -> float:
+        """How often a queued waiter refreshes its place: a third of its lease, and at least four
+        times per lock timeout so that a handed-off hold's local deadline stays close to its TTL."""
+        interval = self.waiter_lease / 3.0
+        if self.timeout is not None:
+            interval = min(interval, max(0.01, self.timeout / 4.0))
+        return interval
+
+    @staticmethod
+    def wait_budget(grant: Grant, stop_at: Optional[float]) -> Optional[float]:
+        """Seconds until a waiter must look again by itself: the holder's expiry or its own deadline.
+
+        ``None`` means only the periodic refresh applies (holder without expiry, no deadline).
+        """
+        candidates = []
+        if grant.pttl >= 0:
+            candidates.append(grant.pttl / 1000.0)
+        elif grant.pttl == -2:
+            candidates.append(0.0)
+        if stop_at is not None:
+            candidates.append(max(0.0, stop_at - time.monotonic()))
+        return min(candidates) if candidates else None
+
+    @staticmethod
+    def parse_wake(payload: Any) -> tuple[int, bool]:
+        """A wake message is ``"<fence> <provisional>"``."""
+        if isinstance(payload, bytes):
+            payload = payload.decode()
+        fence, provisional = payload.split(" ")
+        return int(fence), provisional == "1"
+
+    def deadline_for(self, sent_at: float, pttl_ms: int) -> Optional[float]:
+        """Monotonic instant after which this hold may have ended: measured from the send instant."""
+        if pttl_ms < 0:
+            return None
+        ttl = pttl_ms / 1000.0
+        return sent_at + ttl - drift(ttl)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__module__}.{type(self).__qualname__} name={self.name!r} timeout={self.timeout!r}>"

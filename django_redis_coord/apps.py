@@ -1,0 +1,12 @@
+"""Django app configuration (never connects to Redis at start-up)."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class DjangoRedisCoordConfig(AppConfig):
+    name = "django_redis_coord"
+    label = "django_redis_coord"
+    verbose_name = "Redis coordination"
+    default_auto_field = "django.db.models.AutoField"

@@ -1,0 +1,312 @@
+"""The asyncio twin of :class:`django_redis_coord.lock.Lock`, over ``redis.asyncio``.
+
+Same names, arguments and behaviour.  One difference from redis-py's asyncio lock: the hold is
+kept per *task* (not per thread), so two tasks sharing one instance never release or extend each
+other's hold.  Pass ``thread_local=False`` to share one hold between tasks deliberately.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from types import SimpleNamespace, TracebackType
+from typing import Any, Optional, Type, Union
+
+from .. import watchdog as _watchdog
+from .._base import Grant, LockBase, Number, as_bytes, check_number, encode_token, new_token, to_ms
+from ..exceptions import (
+    InvalidLockArgument,
+    LockAcquireTimeout,
+    LockError,
+    LockLostError,
+    LockNotOwnedError,
+)
+from ..scripts import async_scripts
+
+__all__ = ["Lock"]
+
+
+def connection_pool_for(client: Any, key: bytes) -> Any:
+    """The connection pool of the node that serves ``key`` (plain clients have just one)."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        return pool
+    node = client.get_node_from_key(key)  # redis.asyncio.cluster.RedisCluster
+    return node  # a ClusterNode: acquire_connection()/release()
+
+
+async def blocking_pop(client: Any, key: bytes, budget: Optional[float], server_timeout: float) -> Any:
+    """BLPOP ``key`` for at most ``budget`` seconds (``None``: ``server_timeout``); see the sync twin."""
+    if budget is not None and budget <= 0:
+        return None
+    pool = connection_pool_for(client, key)
+    cluster_node = not hasattr(pool, "get_connection")
+    conn = pool.acquire_connection() if cluster_node else await pool.get_connection()
+    try:
+        wait = server_timeout + 1.0 if budget is None or budget >= server_timeout else budget
+        await conn.send_command("BLPOP", key, server_timeout)
+        try:
+            reply = await asyncio.wait_for(conn.read_response(), wait)
+        except asyncio.TimeoutError:
+            await conn.disconnect()
+            return None
+    except BaseException:
+        await conn.disconnect()
+        raise
+    finally:
+        if cluster_node:
+            pool.release(conn)
+        else:
+            await pool.release(conn)
+    return None if reply is None else reply[1]
+
+
+class _TaskLocal:
+    """Attribute storage private to the current asyncio task (or to the thread outside a loop)."""
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_by_task", weakref.WeakKeyDictionary())
+        object.__setattr__(self, "_outside", SimpleNamespace(token=None))
+
+    def _space(self) -> SimpleNamespace:
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:
+            task = None
+        if task is None:
+            return object.__getattribute__(self, "_outside")
+        by_task = object.__getattribute__(self, "_by_task")
+        space = by_task.get(task)
+        if space is None:
+            space = by_task[task] = SimpleNamespace(token=None)
+        return space
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._space(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._space(), name, value)
+
+    def __delattr__(self, name: str) -> None:
+        delattr(self._space(), name)
+
+    def space(self) -> SimpleNamespace:
+        """The namespace of the current task (what the watchdog keeps a reference to)."""
+        return self._space()
+
+
+class Lock(LockBase):
+    """Asyncio distributed lock with fencing tokens, FIFO waiting and an explicit loss signal."""
+
+    scripts = async_scripts
+
+    def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
+        super().__init__(redis, name, *args, **kwargs)
+        self.local: Any = _TaskLocal() if self.thread_local else SimpleNamespace(token=None)
+
+    def _state(self) -> Any:
+        local = self.local
+        return local.space() if isinstance(local, _TaskLocal) else local
+
+    @property
+    def fence(self) -> Optional[int]:
+        local = self._state()
+        return getattr(local, "fence", None) if local.token is not None else None
+
+    @property
+    def deadline(self) -> Optional[float]:
+        return getattr(self._state(), "deadline", None)
+
+    @property
+    def valid(self) -> bool:
+        local = self._state()
+        if local.token is None or getattr(local, "lost", False):
+            return False
+        deadline = getattr(local, "deadline", None)
+        return deadline is None or time.monotonic() < deadline
+
+    def ensure_valid(self) -> None:
+        if not self.valid:
+            raise LockLostError("The lock is no longer held", lock_name=self.name)
+
+    def _own(self, token: bytes, grant: Grant, sent_at: float) -> None:
+        local = self._state()
+        local.token = token
+        local.fence = grant.fence
+        local.deadline = self.deadline_for(sent_at, grant.pttl)
+        local.count = 1
+        local.lost = False
+        if self.auto_renew:
+            _watchdog.async_watchdog().register(self, local, token)
+
+    def _mark_lost(self, local: Any) -> None:
+        if getattr(local, "lost", False):
+            return
+        local.lost = True
+        callback = self.on_lost
+        if callback is not None:
+            result = callback(self)
+            if asyncio.iscoroutine(result):
+                asyncio.ensure_future(result)
+
+    async def __aenter__(self) -> "Lock":
+        if await self.acquire():
+            return self
+        raise LockAcquireTimeout("Unable to acquire lock within the time specified", lock_name=self.name)
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        try:
+            await self.release()
+        except LockError:
+            if self.raise_on_release_error:
+                raise
+            logging.getLogger("django_redis_coord").warning(
+                "Lock %r was no longer owned when exiting the context manager.", self.name
+            )
+
+    async def acquire(
+        self,
+        sleep: Optional[Number] = None,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[Number] = None,
+        token: Optional[Union[str, bytes]] = None,
+    ) -> bool:
+        """Acquire the lock; see :meth:`django_redis_coord.lock.Lock.acquire`."""
+        if sleep is not None:
+            check_number("sleep", sleep, allow_none=False, positive=False, lock_name=self.name)
+        if blocking is None:
+            blocking = self.blocking
+        if blocking_timeout is None:
+            blocking_timeout = self.blocking_timeout
+        check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=self.name)
+        local = self._state()
+        if self.reentrant and local.token is not None and getattr(local, "count", 0) > 0:
+            if token is not None and encode_token(token, self.name) != local.token:
+                raise InvalidLockArgument("a reentrant hold keeps its first token", lock_name=self.name)
+            local.count += 1
+            return True
+        token = encode_token(token, self.name) if token is not None else new_token()
+        stop_at = time.monotonic() + blocking_timeout if blocking and blocking_timeout is not None else None
+        task = asyncio.current_task()
+        worker = task.get_name() if task is not None else "asyncio"
+        sent_at = time.monotonic()
+        try:
+            grant = await self.do_acquire(token, blocking, worker)
+            while not grant.acquired:
+                if not blocking:
+                    return False
+                if stop_at is not None and time.monotonic() >= stop_at:
+                    sent_at = time.monotonic()
+                    grant = await self.do_cancel(token, worker)
+                    if not grant.acquired:
+                        return False
+                    break
+                budget = self.wait_budget(grant, stop_at)
+                sent_at = time.monotonic()
+                payload = await blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
+                if payload is not None:
+                    fence, provisional = self.parse_wake(payload)
+                    grant = Grant(True, fence, self._ttl_ms if self._ttl_ms else -1, provisional)
+                    break
+                sent_at = time.monotonic()
+                grant = await self.do_acquire(token, True, worker)
+        except asyncio.CancelledError:
+            # A cancelled waiter leaves the queue (and returns a hold it was just handed).
+            cleanup = asyncio.ensure_future(self._abandon(token, worker))
+            await asyncio.shield(cleanup)
+            raise
+        if grant.provisional:
+            await self.do_extend(token, 0, "persist")
+            grant.pttl = -1
+        self._own(token, grant, sent_at)
+        return True
+
+    async def _abandon(self, token: bytes, worker: str) -> None:
+        grant = await self.do_cancel(token, worker)
+        if grant.acquired:
+            await self.do_release(token)
+
+    async def do_acquire(self, token: bytes, enqueue: bool, worker: str) -> Grant:
+        script = self.scripts.get(self.redis, "lock_acquire")
+        reply = await script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis)
+        return Grant.from_reply(reply)
+
+    async def do_cancel(self, token: bytes, worker: str) -> Grant:
+        script = self.scripts.get(self.redis, "lock_cancel")
+        reply = await script(self.acquire_keys(token), self.acquire_args(token, False, worker), client=self.redis)
+        return Grant.from_reply(reply)
+
+    async def locked(self) -> bool:
+        return await self.redis.get(self.name) is not None
+
+    async def owned(self) -> bool:
+        token = self._state().token
+        if token is None:
+            return False
+        return as_bytes(await self.redis.get(self.name)) == token
+
+    async def release(self) -> None:
+        local = self._state()
+        token = local.token
+        if token is None:
+            raise LockError("Cannot release an unlocked lock", lock_name=self.name)
+        if self.reentrant and getattr(local, "count", 1) > 1:
+            local.count -= 1
+            return
+        lost = getattr(local, "lost", False)
+        if self.auto_renew:
+            _watchdog.async_watchdog().unregister(self, local)
+        try:
+            await self.do_release(token)
+        except LockNotOwnedError:
+            local.token = None
+            local.count = 0
+            raise
+        local.token = None
+        local.count = 0
+        if lost:
+            raise LockLostError("The lock was lost before it was released", lock_name=self.name)
+
+    async def do_release(self, token: bytes) -> None:
+        script = self.scripts.get(self.redis, "lock_release")
+        if int(await script(self.release_keys(), self.release_args(token), client=self.redis)) != 1:
+            raise LockNotOwnedError("Cannot release a lock that's no longer owned", lock_name=self.name)
+
+    async def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
+        check_number("additional_time", additional_time, allow_none=False, positive=True, lock_name=self.name)
+        local = self._state()
+        if local.token is None:
+            raise LockError("Cannot extend an unlocked lock", lock_name=self.name)
+        if self.timeout is None:
+            raise LockError("Cannot extend a lock with no timeout", lock_name=self.name)
+        sent_at = time.monotonic()
+        pttl = await self.do_extend(local.token, to_ms(additional_time), "replace" if replace_ttl else "add")
+        local.deadline = self.deadline_for(sent_at, pttl)
+        return True
+
+    async def do_extend(self, token: bytes, ms: int, mode: str) -> int:
+        script = self.scripts.get(self.redis, "lock_extend")
+        pttl = int(await script(self.extend_keys(), self.extend_args(token, ms, mode), client=self.redis))
+        if pttl == -2:
+            raise LockNotOwnedError("Cannot extend a lock that's no longer owned", lock_name=self.name)
+        if pttl == -3:
+            raise LockError("Cannot extend a lock with no timeout", lock_name=self.name)
+        return pttl
+
+    async def reacquire(self) -> bool:
+        local = self._state()
+        if local.token is None:
+            raise LockError("Cannot reacquire an unlocked lock", lock_name=self.name)
+        if self.timeout is None:
+            raise LockError("Cannot reacquire a lock with no timeout", lock_name=self.name)
+        sent_at = time.monotonic()
+        pttl = await self.do_extend(local.token, self._ttl_ms, "replace")
+        local.deadline = self.deadline_for(sent_at, pttl)
+        return True

@@ -1,0 +1,54 @@
+"""Exception hierarchy.
+
+Every error a primitive raises about a lock is a :class:`redis.exceptions.LockError`, so code
+written for redis-py's ``Lock`` keeps catching it.  Bad arguments are also ``ValueError`` or
+``TypeError`` as Python code expects.
+"""
+
+from __future__ import annotations
+
+from redis.exceptions import LockError, LockNotOwnedError
+
+__all__ = [
+    "LockError",
+    "LockNotOwnedError",
+    "CoordError",
+    "InvalidLockArgument",
+    "InvalidLockArgumentType",
+    "LockLostError",
+    "LockAcquireTimeout",
+    "SemaphoreLimitNotSet",
+    "TransactionConflict",
+]
+
+
+class CoordError(LockError):
+    """Base class of the errors defined by django_redis_coord (a redis-py ``LockError``)."""
+
+
+class InvalidLockArgument(CoordError, ValueError):
+    """An argument has a value a lock cannot work with; nothing was written to Redis."""
+
+
+class InvalidLockArgumentType(InvalidLockArgument, TypeError):
+    """An argument has the wrong type; nothing was written to Redis."""
+
+
+class LockAcquireTimeout(CoordError):
+    """A context manager could not acquire the lock within ``blocking_timeout``."""
+
+
+class LockLostError(CoordError, LockNotOwnedError):
+    """The hold ended without a release: it expired, was taken over or could not be renewed."""
+
+
+class SemaphoreLimitNotSet(CoordError, TypeError):
+    """A semaphore was used before its limit was set (see ``set_max_size``)."""
+
+
+class TransactionConflict(CoordError):
+    """An optimistic (WATCH/MULTI/EXEC) transaction kept conflicting until its retries ran out."""
+
+    def __init__(self, message: str, attempts: int = 0, **kwargs: object) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.attempts = attempts

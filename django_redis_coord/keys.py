@@ -1,0 +1,127 @@
+"""Key layout: every key a primitive touches hashes to the Redis Cluster slot of its name.
+
+A primitive named ``name`` stores its main value at exactly ``name``.  Its side keys (metadata
+hash, wait queue, per-waiter wake lists) carry a hash tag equal to the part of ``name`` that
+Redis Cluster hashes, so they live in the same slot.  The per-slot registry of live holders is
+named with a canonical tag for that slot, which lets the listing service read every registry
+without scanning the keyspace.
+
+All side keys contain the reserved marker ``:dcoord:``; names containing it are refused so a
+primitive's name can never alias another primitive's side key.
+"""
+
+from __future__ import annotations
+
+import binascii
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .exceptions import InvalidLockArgument, InvalidLockArgumentType
+
+SLOTS = 16384
+MARKER = b":dcoord:"
+MAX_NAME_BYTES = 64 * 1024
+
+_slot_tags: list[bytes] | None = None
+
+
+def encode_name(name: object) -> bytes:
+    """Return ``name`` as bytes, refusing anything that is not a usable, non-empty str or bytes."""
+    if isinstance(name, str):
+        raw = name.encode("utf-8", "surrogatepass")
+    elif isinstance(name, (bytes, bytearray, memoryview)):
+        raw = bytes(name)
+    else:
+        raise InvalidLockArgumentType(
+            f"name must be str or bytes, not {type(name).__name__}", lock_name=name
+        )
+    if not raw:
+        raise InvalidLockArgument("name must not be empty", lock_name=name)
+    if len(raw) > MAX_NAME_BYTES:
+        raise InvalidLockArgument(
+            f"name is {len(raw)} bytes long; the limit is {MAX_NAME_BYTES}", lock_name=name
+        )
+    if MARKER in raw:
+        raise InvalidLockArgument(
+            f"name must not contain the reserved marker {MARKER.decode()!r}", lock_name=name
+        )
+    return raw
+
+
+def hash_part(key: bytes) -> bytes:
+    """The part of ``key`` Redis Cluster hashes: the first non-empty ``{...}`` tag, else all of it."""
+    start = key.find(b"{")
+    if start != -1:
+        end = key.find(b"}", start + 1)
+        if end > start + 1:
+            return key[start + 1 : end]
+    return key
+
+
+def key_slot(key: bytes) -> int:
+    """Redis Cluster slot of ``key`` (CRC16-XMODEM of the hashed part, modulo 16384)."""
+    return binascii.crc_hqx(hash_part(key), 0) % SLOTS
+
+
+def slot_tag(slot: int) -> bytes:
+    """A short tag (digits and letters only) whose own slot is ``slot``; stable across processes."""
+    global _slot_tags
+    if _slot_tags is None:
+        tags: list[bytes | None] = [None] * SLOTS
+        missing = SLOTS
+        for number in itertools.count():
+            tag = format(number, "x").encode()
+            slot_of_tag = binascii.crc_hqx(tag, 0) % SLOTS
+            if tags[slot_of_tag] is None:
+                tags[slot_of_tag] = tag
+                missing -= 1
+                if not missing:
+                    break
+        _slot_tags = tags  # type: ignore[assignment]
+    return _slot_tags[slot]  # type: ignore[index]
+
+
+def registry_key(slot: int) -> bytes:
+    """The sorted set listing live holders (member ``kind:name``, score expiry ms) of one slot."""
+    return b"{" + slot_tag(slot) + b"}" + MARKER + b"registry"
+
+
+@dataclass(frozen=True)
+class KeySet:
+    """Every key one named primitive uses, all in the slot of ``name``."""
+
+    name: bytes
+    slot: int
+    meta: bytes
+    queue: bytes
+    waiters: bytes
+    wake_prefix: bytes
+    wake_suffix: bytes
+    registry: bytes
+
+    def wake(self, token: bytes) -> bytes:
+        """The list a queued caller blocks on; a grant is pushed here."""
+        return self.wake_prefix + token + self.wake_suffix
+
+
+@lru_cache(maxsize=4096)
+def keys_for(name: bytes, kind: bytes = b"lock") -> KeySet:
+    """Compute (and cache) the key set of the primitive ``name`` of the given kind."""
+    tag = hash_part(name)
+    if tag == name and b"}" in name:
+        # The whole name is hashed but cannot sit inside braces: use the canonical tag of its slot.
+        tag = slot_tag(key_slot(name))
+    base = b"{" + tag + b"}" + MARKER + kind + b":"
+    suffix = b"" if tag == name else b":" + name
+    slot = key_slot(name)
+    return KeySet(
+        name=name,
+        slot=slot,
+        meta=base + b"meta" + suffix,
+        queue=base + b"queue" + suffix,
+        waiters=base + b"waiters" + suffix,
+        wake_prefix=base + b"wake:",
+        wake_suffix=suffix,
+        registry=registry_key(slot),
+    )

@@ -1,0 +1,300 @@
+"""The fenced Redis lock (sync), a drop-in superset of :class:`redis.lock.Lock`.
+
+* Acquire, release, extend and reacquire are one Lua script each (one round trip).
+* Every grant carries a fence token (``lock.fence``) that is strictly greater than any fence
+  issued before for the same name, even after the server restarted without persistence.
+* A blocking ``acquire`` never polls: it joins a FIFO queue and blocks on its own wake list;
+  the releasing script grants the lock to the queue head server-side.  A waiter also looks
+  again when the holder's TTL runs out, so a crashed holder is replaced promptly.
+* Optional watchdog renewal, an explicit loss signal and reentrancy.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace, TracebackType
+from typing import Any, Optional, Type, Union
+
+from ._base import Grant, LockBase, Number, check_number, encode_token, new_token, to_ms, as_bytes
+from .exceptions import (
+    InvalidLockArgument,
+    LockAcquireTimeout,
+    LockError,
+    LockLostError,
+    LockNotOwnedError,
+)
+from .scripts import sync_scripts
+from . import watchdog as _watchdog
+
+__all__ = ["Lock"]
+
+
+def connection_pool_for(client: Any, key: bytes) -> Any:
+    """The connection pool of the node that serves ``key`` (plain clients have just one)."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        return pool
+    node = client.get_node_from_key(key)  # redis.cluster.RedisCluster
+    return client.get_redis_connection(node).connection_pool
+
+
+def blocking_pop(client: Any, key: bytes, budget: Optional[float], server_timeout: float) -> Any:
+    """BLPOP ``key`` for at most ``budget`` seconds (``None``: ``server_timeout``).
+
+    The server's own BLPOP timeout can fire up to one ``hz`` tick (100 ms by default) late, so a
+    deadline shorter than ``server_timeout`` is kept on the client: the connection is dropped,
+    which unblocks the server side.  Returns the popped value or ``None``.
+    """
+    if budget is not None and budget <= 0:
+        return None
+    pool = connection_pool_for(client, key)
+    try:
+        conn = pool.get_connection()
+    except TypeError:  # redis-py < 6 needs a command name
+        conn = pool.get_connection("BLPOP")
+    try:
+        wait = server_timeout + 1.0 if budget is None or budget >= server_timeout else budget
+        conn.send_command("BLPOP", key, server_timeout)
+        if not conn.can_read(timeout=wait):
+            conn.disconnect()
+            return None
+        reply = conn.read_response()
+    except BaseException:
+        conn.disconnect()
+        raise
+    finally:
+        pool.release(conn)
+    return None if reply is None else reply[1]
+
+
+class Lock(LockBase):
+    """A distributed lock with fencing tokens, FIFO waiting and an explicit loss signal.
+
+    Takes redis-py's arguments (``timeout=None`` means no expiry, ``sleep`` is accepted for
+    compatibility: waiting does not poll) plus, keyword-only: ``label`` (shown to operators),
+    ``auto_renew`` (watchdog renewal at ``timeout / 3``), ``on_lost`` (called with the lock when
+    a hold is found lost), ``reentrant`` and ``waiter_lease``.
+    """
+
+    scripts = sync_scripts
+
+    def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
+        super().__init__(redis, name, *args, **kwargs)
+        self.local = threading.local() if self.thread_local else SimpleNamespace()
+        self.local.token = None
+
+    # -- local state (per thread unless thread_local=False) --------------------------------
+    def _state(self) -> Any:
+        local = self.local
+        if not hasattr(local, "token"):
+            local.token = None
+        return local
+
+    @property
+    def fence(self) -> Optional[int]:
+        """Fence token of the current hold (``None`` when not held by this thread)."""
+        local = self._state()
+        return getattr(local, "fence", None) if local.token is not None else None
+
+    @property
+    def deadline(self) -> Optional[float]:
+        """``time.monotonic()`` instant after which the hold may have ended (``None``: no expiry)."""
+        return getattr(self._state(), "deadline", None)
+
+    @property
+    def valid(self) -> bool:
+        """True while this thread holds the lock and its local deadline has not passed."""
+        local = self._state()
+        if local.token is None or getattr(local, "lost", False):
+            return False
+        deadline = getattr(local, "deadline", None)
+        return deadline is None or time.monotonic() < deadline
+
+    def ensure_valid(self) -> None:
+        """Raise :class:`LockLostError` unless the hold is still valid."""
+        if not self.valid:
+            raise LockLostError("The lock is no longer held", lock_name=self.name)
+
+    def _own(self, token: bytes, grant: Grant, sent_at: float) -> None:
+        local = self._state()
+        local.token = token
+        local.fence = grant.fence
+        local.deadline = self.deadline_for(sent_at, grant.pttl)
+        local.count = 1
+        local.lost = False
+        if self.auto_renew:
+            _watchdog.sync_watchdog().register(self, local, token)
+
+    def _mark_lost(self, local: Any) -> None:
+        """Called by the watchdog when a hold could not be renewed in time."""
+        if getattr(local, "lost", False):
+            return
+        local.lost = True
+        callback = self.on_lost
+        if callback is not None:
+            callback(self)
+
+    # -- context manager ---------------------------------------------------------------------
+    def __enter__(self) -> "Lock":
+        if self.acquire():
+            return self
+        raise LockAcquireTimeout("Unable to acquire lock within the time specified", lock_name=self.name)
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        try:
+            self.release()
+        except LockError:
+            if self.raise_on_release_error:
+                raise
+            import logging
+
+            logging.getLogger("django_redis_coord").warning(
+                "Lock %r was no longer owned when exiting the context manager.", self.name
+            )
+
+    # -- public API ----------------------------------------------------------------------------
+    def acquire(
+        self,
+        sleep: Optional[Number] = None,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[Number] = None,
+        token: Optional[Union[str, bytes]] = None,
+    ) -> bool:
+        """Acquire the lock; returns True once held, False when ``blocking`` is off or time ran out.
+
+        A blocking call queues in FIFO order and is woken by the releasing holder, or when the
+        holder's TTL ends, or at ``blocking_timeout`` (honoured on the client's monotonic clock).
+        """
+        if sleep is not None:
+            check_number("sleep", sleep, allow_none=False, positive=False, lock_name=self.name)
+        if blocking is None:
+            blocking = self.blocking
+        if blocking_timeout is None:
+            blocking_timeout = self.blocking_timeout
+        check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=self.name)
+        local = self._state()
+        if self.reentrant and local.token is not None and getattr(local, "count", 0) > 0:
+            if token is not None and encode_token(token, self.name) != local.token:
+                raise InvalidLockArgument("a reentrant hold keeps its first token", lock_name=self.name)
+            local.count += 1
+            return True
+        token = encode_token(token, self.name) if token is not None else new_token()
+        stop_at = time.monotonic() + blocking_timeout if blocking and blocking_timeout is not None else None
+        worker = threading.current_thread().name
+        sent_at = time.monotonic()
+        grant = self.do_acquire(token, blocking, worker)
+        while not grant.acquired:
+            if not blocking:
+                return False
+            if stop_at is not None and time.monotonic() >= stop_at:
+                sent_at = time.monotonic()
+                grant = self.do_cancel(token, worker)
+                if not grant.acquired:
+                    return False
+                break
+            budget = self.wait_budget(grant, stop_at)
+            sent_at = time.monotonic()
+            payload = blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
+            if payload is not None:
+                fence, provisional = self.parse_wake(payload)
+                grant = Grant(True, fence, self._ttl_ms if self._ttl_ms else -1, provisional)
+                # The grant was made server-side before our BLPOP returned: measure from our send.
+                break
+            sent_at = time.monotonic()
+            grant = self.do_acquire(token, True, worker)
+        if grant.provisional:
+            self.do_extend(token, 0, "persist")
+            grant.pttl = -1
+        self._own(token, grant, sent_at)
+        return True
+
+    def do_acquire(self, token: bytes, enqueue: bool, worker: str) -> Grant:
+        script = self.scripts.get(self.redis, "lock_acquire")
+        reply = script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis)
+        return Grant.from_reply(reply)
+
+    def do_cancel(self, token: bytes, worker: str) -> Grant:
+        script = self.scripts.get(self.redis, "lock_cancel")
+        reply = script(self.acquire_keys(token), self.acquire_args(token, False, worker), client=self.redis)
+        return Grant.from_reply(reply)
+
+    def locked(self) -> bool:
+        """True when anyone holds the lock."""
+        return self.redis.get(self.name) is not None
+
+    def owned(self) -> bool:
+        """True when the lock is held with this thread's token (checked in Redis)."""
+        token = self._state().token
+        if token is None:
+            return False
+        return as_bytes(self.redis.get(self.name)) == token
+
+    def release(self) -> None:
+        """Release the lock (the outermost hold, for a reentrant lock); raises if not held."""
+        local = self._state()
+        token = local.token
+        if token is None:
+            raise LockError("Cannot release an unlocked lock", lock_name=self.name)
+        if self.reentrant and getattr(local, "count", 1) > 1:
+            local.count -= 1
+            return
+        lost = getattr(local, "lost", False)
+        if self.auto_renew:
+            _watchdog.sync_watchdog().unregister(self, local)
+        # Keep the token until Redis answered: a connection error must leave a way to retry.
+        self.do_release(token)
+        local.token = None
+        local.count = 0
+        if lost:
+            raise LockLostError("The lock was lost before it was released", lock_name=self.name)
+
+    def do_release(self, token: bytes) -> None:
+        script = self.scripts.get(self.redis, "lock_release")
+        if int(script(self.release_keys(), self.release_args(token), client=self.redis)) != 1:
+            local = self._state()
+            local.token = None
+            local.count = 0
+            raise LockNotOwnedError("Cannot release a lock that's no longer owned", lock_name=self.name)
+
+    def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
+        """Add ``additional_time`` seconds to the remaining TTL (or set it, with ``replace_ttl``)."""
+        check_number("additional_time", additional_time, allow_none=False, positive=True, lock_name=self.name)
+        local = self._state()
+        if local.token is None:
+            raise LockError("Cannot extend an unlocked lock", lock_name=self.name)
+        if self.timeout is None:
+            raise LockError("Cannot extend a lock with no timeout", lock_name=self.name)
+        sent_at = time.monotonic()
+        pttl = self.do_extend(local.token, to_ms(additional_time), "replace" if replace_ttl else "add")
+        local.deadline = self.deadline_for(sent_at, pttl)
+        return True
+
+    def do_extend(self, token: bytes, ms: int, mode: str) -> int:
+        script = self.scripts.get(self.redis, "lock_extend")
+        pttl = int(script(self.extend_keys(), self.extend_args(token, ms, mode), client=self.redis))
+        if pttl == -2:
+            raise LockNotOwnedError("Cannot extend a lock that's no longer owned", lock_name=self.name)
+        if pttl == -3:
+            raise LockError("Cannot extend a lock with no timeout", lock_name=self.name)
+        return pttl
+
+    def reacquire(self) -> bool:
+        """Reset the TTL to ``timeout``."""
+        local = self._state()
+        if local.token is None:
+            raise LockError("Cannot reacquire an unlocked lock", lock_name=self.name)
+        if self.timeout is None:
+            raise LockError("Cannot reacquire a lock with no timeout", lock_name=self.name)
+        sent_at = time.monotonic()
+        pttl = self.do_extend(local.token, self._ttl_ms, "replace")
+        local.deadline = self.deadline_for(sent_at, pttl)
+        return True
+
+    def do_reacquire(self) -> bool:
+        return self.reacquire()

@@ -1,0 +1,80 @@
+-- Helpers shared by the lock scripts; this file is prepended to each of them when loaded.
+-- All times come from the server's TIME: now_ms for deadlines, now_us as the fence floor.
+
+local function server_now()
+  local t = redis.call('TIME')
+  local sec, usec = tonumber(t[1]), tonumber(t[2])
+  return sec * 1000 + math.floor(usec / 1000), sec * 1000000 + usec
+end
+
+local function int(n)
+  return string.format('%.0f', n)
+end
+
+-- The next fence for this name: above every fence issued before (the stored counter) and above
+-- the server clock in microseconds, so it keeps growing after a restart that lost the counter.
+local function next_fence(meta, now_us)
+  local last = tonumber(redis.call('HGET', meta, 'fence') or '0')
+  local fence = math.max(last + 1, now_us)
+  redis.call('HSET', meta, 'fence', int(fence))
+  return fence
+end
+
+-- Make `token` the holder of `name` for `ttl` ms (0 = no expiry) and record who holds it.
+local function grant_lock(name, meta, registry, member, token, ttl, info, now_ms, now_us, retention)
+  local fence = next_fence(meta, now_us)
+  redis.call('HSET', meta, 'token', token, 'info', info, 'since', int(now_ms), 'ttl', int(ttl))
+  if ttl > 0 then
+    redis.call('SET', name, token, 'PX', ttl)
+    redis.call('ZADD', registry, int(now_ms + ttl), member)
+    redis.call('PEXPIRE', meta, ttl + retention)
+  else
+    redis.call('SET', name, token)
+    redis.call('ZADD', registry, '+inf', member)
+    redis.call('PERSIST', meta)
+  end
+  redis.call('ZREMRANGEBYSCORE', registry, '-inf', '(' .. int(now_ms))
+  return fence
+end
+
+-- Parse a waiter record "ttl lease_until info".
+local function parse_waiter(data)
+  local a = string.find(data, ' ', 1, true)
+  local b = string.find(data, ' ', a + 1, true)
+  return tonumber(string.sub(data, 1, a - 1)), tonumber(string.sub(data, a + 1, b - 1)), string.sub(data, b + 1)
+end
+
+-- Grant the lock to the first queued waiter whose lease is still running, dropping the dead
+-- ones, and push the grant ("fence provisional") onto its wake list.  `except` (may be nil) is a
+-- token that must not be granted here (the caller itself).  Returns the granted token or nil.
+local function hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix,
+                        now_ms, now_us, retention, except)
+  while true do
+    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not head or head == except then
+      return nil
+    end
+    redis.call('ZREM', queue, head)
+    local data = redis.call('HGET', waiters, head)
+    redis.call('HDEL', waiters, head)
+    local wake = wake_prefix .. head .. wake_suffix
+    if data then
+      local ttl, lease_until, info = parse_waiter(data)
+      if lease_until >= now_ms then
+        local provisional = 0
+        local grant_ttl = ttl
+        if ttl == 0 then
+          -- A lock without expiry goes to a waiter for one lease only, until it claims it: a
+          -- waiter that died while queued must not hold the lock forever.
+          provisional = 1
+          grant_ttl = math.max(lease_until - now_ms, 1)
+        end
+        local fence = grant_lock(name, meta, registry, member, head, grant_ttl, info, now_ms, now_us, retention)
+        redis.call('RPUSH', wake, int(fence) .. ' ' .. provisional)
+        redis.call('PEXPIRE', wake, math.max(lease_until - now_ms, 1) + 60000)
+        return head
+      end
+    end
+    redis.call('DEL', wake)
+  end
+end

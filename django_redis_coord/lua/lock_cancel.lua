@@ -1,0 +1,22 @@
+-- Leave the wait queue (a blocking acquire gave up).  If the lock was handed to the caller in
+-- the meantime it keeps it; if the caller was at the head of a free lock, the next waiter gets it.
+-- KEYS and ARGV as for lock_acquire.lua.
+-- Returns {1, fence, pttl, provisional} when the caller holds the lock, else {0}.
+local name, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local token, lease = ARGV[1], tonumber(ARGV[4])
+local member, wake_prefix, wake_suffix, retention = ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
+local now_ms, now_us = server_now()
+
+redis.call('ZREM', queue, token)
+redis.call('HDEL', waiters, token)
+local granted = redis.call('LPOP', own_wake)
+redis.call('DEL', own_wake)
+if redis.call('GET', name) == token then
+  local provisional = 0
+  if granted and string.sub(granted, -1) == '1' then provisional = 1 end
+  return {1, tonumber(redis.call('HGET', meta, 'fence')), redis.call('PTTL', name), provisional}
+end
+if redis.call('EXISTS', name) == 0 then
+  hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, now_ms, now_us, retention, nil)
+end
+return {0}

@@ -1,0 +1,31 @@
+-- Change the expiry of a lock held with ARGV[1].
+-- KEYS[1] name   KEYS[2] meta hash   KEYS[3] registry
+-- ARGV[1] token   ARGV[2] milliseconds   ARGV[3] "add" (to the remaining time), "replace" or
+-- "persist" (no expiry)   ARGV[4] registry member   ARGV[5] metadata retention ms
+-- Returns the new remaining time in ms (-1: no expiry), -2 when the caller does not hold the
+-- lock, -3 when asked to add time to a lock that has no expiry.
+local name, meta, registry = KEYS[1], KEYS[2], KEYS[3]
+local token, ms, mode, member, retention = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5])
+if redis.call('GET', name) ~= token then
+  return -2
+end
+local now_ms = server_now()
+if mode == 'persist' then
+  redis.call('PERSIST', name)
+  redis.call('PERSIST', meta)
+  redis.call('HSET', meta, 'ttl', '0')
+  redis.call('ZADD', registry, '+inf', member)
+  return -1
+end
+local new_ttl = ms
+if mode == 'add' then
+  local pttl = redis.call('PTTL', name)
+  if pttl < 0 then
+    return -3
+  end
+  new_ttl = pttl + ms
+end
+redis.call('PEXPIRE', name, new_ttl)
+redis.call('PEXPIRE', meta, new_ttl + retention)
+redis.call('ZADD', registry, int(now_ms + new_ttl), member)
+return new_ttl

@@ -1,0 +1,42 @@
+"""Helpers for tests that run several OS processes against one redis-server."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from typing import Any, Callable, Iterable
+
+CTX = multiprocessing.get_context("fork")
+
+
+def run_processes(target: Callable[..., Any], args_list: Iterable[tuple], timeout: float = 60.0) -> list[Any]:
+    """Run ``target(*args, results)`` in one process per ``args`` tuple; return what each put.
+
+    Each process puts exactly one result on the queue; an exception in a child is re-raised here.
+    """
+    queue = CTX.Queue()
+    procs = [CTX.Process(target=_wrap, args=(target, args, queue)) for args in args_list]
+    for proc in procs:
+        proc.start()
+    results = []
+    deadline = time.monotonic() + timeout
+    for _ in procs:
+        remaining = max(0.1, deadline - time.monotonic())
+        ok, value = queue.get(timeout=remaining)
+        if not ok:
+            for proc in procs:
+                proc.kill()
+            raise AssertionError(f"child process failed: {value}")
+        results.append(value)
+    for proc in procs:
+        proc.join(10)
+    return results
+
+
+def _wrap(target: Callable[..., Any], args: tuple, queue: Any) -> None:
+    try:
+        queue.put((True, target(*args)))
+    except BaseException as exc:  # pragma: no cover - reported to the parent
+        import traceback
+
+        queue.put((False, "".join(traceback.format_exception(exc))))

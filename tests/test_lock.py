@@ -1,0 +1,251 @@
+"""The core Lock: redis-py compatibility, fencing, metadata, mutual exclusion across processes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+from redis.exceptions import LockError, LockNotOwnedError
+
+from django_redis_coord import (
+    IdentityLock,
+    InvalidLockArgument,
+    InvalidLockArgumentType,
+    Lock,
+    LockAcquireTimeout,
+    lock_holder,
+)
+from django_redis_coord.keys import key_slot, keys_for
+
+from .procs import run_processes
+
+
+def test_raw_token_is_stored_at_exactly_the_name(redis_client):
+    lock = Lock(redis_client, "orders")
+    assert lock.acquire(blocking=False)
+    assert redis_client.get("orders") == lock.local.token
+    assert redis_client.pttl("orders") == -1  # timeout=None: no expiry, as in redis-py
+    lock.release()
+    assert redis_client.get("orders") is None
+
+
+def test_every_key_hashes_to_the_slot_of_the_name(redis_client):
+    for name in ["orders", "user:{42}:cart", "a}b", "x{}y", "{}", "é{ü}"]:
+        lock = Lock(redis_client, name, timeout=5)
+        assert lock.acquire(blocking=False)
+        slot = key_slot(name.encode())
+        touched = redis_client.keys("*")
+        assert touched, name
+        for key in touched:
+            assert key_slot(key) == slot, (name, key)
+        ks = keys_for(name.encode())
+        assert key_slot(ks.wake(b"token")) == slot
+        lock.release()
+        redis_client.flushall()
+
+
+def test_extend_adds_to_the_remaining_ttl_or_replaces_it(redis_client):
+    lock = Lock(redis_client, "ext", timeout=10)
+    lock.acquire()
+    assert lock.extend(10)
+    assert 19000 < redis_client.pttl("ext") <= 20000
+    assert lock.extend(5, replace_ttl=True)
+    assert 4000 < redis_client.pttl("ext") <= 5000
+    assert lock.reacquire()
+    assert 9000 < redis_client.pttl("ext") <= 10000
+    lock.release()
+
+
+def test_extend_and_reacquire_errors_match_redis_py(redis_client):
+    no_ttl = Lock(redis_client, "nottl")
+    with pytest.raises(LockError):
+        no_ttl.extend(1)
+    no_ttl.acquire()
+    with pytest.raises(LockError):
+        no_ttl.extend(1)
+    with pytest.raises(LockError):
+        no_ttl.reacquire()
+    no_ttl.release()
+    lock = Lock(redis_client, "gone", timeout=10)
+    lock.acquire()
+    redis_client.delete("gone")
+    with pytest.raises(LockNotOwnedError):
+        lock.extend(1)
+    with pytest.raises(LockNotOwnedError):
+        lock.release()
+
+
+def test_works_as_lock_class_of_redis_lock(redis_client):
+    lock = redis_client.lock("via-client", lock_class=Lock, timeout=5, blocking_timeout=0.1)
+    assert isinstance(lock, Lock)
+    with lock:
+        assert lock.owned() and lock.locked()
+        assert lock.fence > 0
+        other = redis_client.lock("via-client", lock_class=Lock, timeout=5, blocking_timeout=0.1)
+        assert other.acquire() is False
+    assert not lock.locked()
+
+
+def test_release_by_a_non_holder_is_refused(redis_client):
+    holder = Lock(redis_client, "mine", timeout=10)
+    holder.acquire()
+    intruder = Lock(redis_client, "mine", timeout=10)
+    intruder.local.token = b"not-the-token"
+    with pytest.raises(LockNotOwnedError):
+        intruder.release()
+    assert holder.owned()
+    with pytest.raises(LockError):
+        Lock(redis_client, "mine").release()  # never acquired at all
+    holder.release()
+
+
+def test_context_manager_raises_when_it_cannot_acquire(redis_client):
+    first = Lock(redis_client, "cm", timeout=5)
+    first.acquire()
+    with pytest.raises(LockAcquireTimeout) as info:
+        with Lock(redis_client, "cm", timeout=5, blocking_timeout=0.05):
+            pass
+    assert isinstance(info.value, LockError)
+    first.release()
+
+
+def test_non_blocking_and_blocking_timeout(redis_client):
+    first = Lock(redis_client, "bt", timeout=5)
+    first.acquire()
+    second = Lock(redis_client, "bt", timeout=5)
+    assert second.acquire(blocking=False) is False
+    started = time.monotonic()
+    assert second.acquire(blocking_timeout=0.2) is False
+    assert 0.2 <= time.monotonic() - started < 0.6
+    first.release()
+    assert second.acquire(blocking=False)
+    second.release()
+
+
+def test_fence_grows_with_every_grant(redis_client):
+    fences = []
+    for _ in range(20):
+        lock = Lock(redis_client, "fenced", timeout=5)
+        lock.acquire()
+        fences.append(lock.fence)
+        lock.release()
+    assert fences == sorted(fences) and len(set(fences)) == len(fences)
+    assert Lock(redis_client, "fenced").fence is None
+
+
+def test_fence_stays_monotonic_across_a_server_kill_and_restart(redis_servers):
+    (server,) = redis_servers(1)
+    client = server.client()
+    before = []
+    for _ in range(5):
+        lock = Lock(client, "restart", timeout=5)
+        lock.acquire()
+        before.append(lock.fence)
+        lock.release()
+    server.restart()  # SIGKILL, no persistence: the stored counter is gone
+    client = server.client()
+    assert client.dbsize() == 0
+    lock = Lock(client, "restart", timeout=5)
+    lock.acquire()
+    assert lock.fence > max(before)
+    lock.release()
+
+
+def test_holder_metadata(redis_client):
+    lock = Lock(redis_client, "meta", timeout=30, label="nightly report")
+    lock.acquire()
+    holder = lock_holder(redis_client, "meta")
+    assert holder is not None
+    assert holder.token == lock.local.token and holder.fence == lock.fence
+    assert holder.label == "nightly report"
+    import os
+    import socket
+    import threading
+
+    assert holder.pid == os.getpid() and holder.host == socket.gethostname()
+    assert holder.thread == threading.current_thread().name
+    server_ms = int(redis_client.time()[0]) * 1000
+    assert abs(holder.acquired_at_ms - server_ms) < 5000
+    assert 25000 < holder.ttl_ms <= 30000
+    assert holder.masked_token != holder.token.decode()
+    lock.release()
+    assert lock_holder(redis_client, "meta") is None
+
+
+BAD_INPUTS = [
+    (dict(name=""), InvalidLockArgument),
+    (dict(name=b""), InvalidLockArgument),
+    (dict(name=42), InvalidLockArgumentType),
+    (dict(name=None), InvalidLockArgumentType),
+    (dict(name="ok", timeout=0), InvalidLockArgument),
+    (dict(name="ok", timeout=-1), InvalidLockArgument),
+    (dict(name="ok", timeout="10"), InvalidLockArgumentType),
+    (dict(name="ok", timeout=float("nan")), InvalidLockArgument),
+    (dict(name="ok", blocking_timeout=-0.5), InvalidLockArgument),
+    (dict(name="ok", timeout=1, sleep=2), InvalidLockArgument),
+    (dict(name="ok", auto_renew=True), InvalidLockArgument),
+    (dict(name="x:dcoord:y"), InvalidLockArgument),
+]
+
+
+@pytest.mark.parametrize("kwargs,error", BAD_INPUTS)
+def test_bad_input_is_a_typed_error_and_writes_nothing(redis_client, kwargs, error):
+    kwargs = dict(kwargs)
+    name = kwargs.pop("name")
+    with pytest.raises(error) as info:
+        Lock(redis_client, name, **kwargs).acquire()
+    assert isinstance(info.value, LockError)
+    assert redis_client.dbsize() == 0
+
+
+def test_bad_acquire_arguments_write_nothing(redis_client):
+    lock = Lock(redis_client, "args", timeout=5)
+    with pytest.raises(InvalidLockArgument):
+        lock.acquire(blocking_timeout=-1)
+    with pytest.raises(InvalidLockArgumentType):
+        lock.acquire(blocking_timeout="soon")
+    with pytest.raises(InvalidLockArgument):
+        lock.acquire(token="")
+    assert redis_client.dbsize() == 0
+
+
+def test_identity_lock_seed_transcript(redis_server):
+    client = redis.Redis(host=redis_server.host, port=redis_server.port, decode_responses=True)
+    client.flushall()
+    lock = IdentityLock(client, "test-lock")
+    assert lock.acquire("peter", 3600) is True
+    assert lock.release("tom") is False
+    assert lock.release("peter") is True
+    assert lock.acquire("peter", 3600) is True
+    assert lock.acquire("tom", 3600) is False
+    assert 3590 < client.ttl("test-lock") <= 3600
+    assert client.get("test-lock") == "peter"
+
+
+# -- several processes ---------------------------------------------------------------------
+def _contend(url: str, name: str, rounds: int) -> list[tuple[int, int, int]]:
+    client = redis.Redis.from_url(url)
+    spans = []
+    for _ in range(rounds):
+        lock = Lock(client, name, timeout=10)
+        lock.acquire()
+        start = time.monotonic_ns()
+        # An unprotected read-modify-write: loses updates unless the lock excludes others.
+        value = int(client.get(name + ":counter") or 0)
+        time.sleep(0.0005)
+        client.set(name + ":counter", value + 1)
+        end = time.monotonic_ns()
+        spans.append((start, end, lock.fence))
+        lock.release()
+    return spans
+
+
+def test_mutual_exclusion_and_fence_order_across_processes(redis_client, redis_url):
+    results = run_processes(_contend, [(redis_url, "shared", 40)] * 4)
+    spans = sorted(span for result in results for span in result)
+    assert len(spans) == 160
+    for earlier, later in zip(spans, spans[1:]):
+        assert earlier[1] <= later[0], "two processes held the lock at the same time"
+        assert earlier[2] < later[2], "fences must grow in grant order"
+    assert int(redis_client.get("shared:counter")) == 160
