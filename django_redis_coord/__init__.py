@@ -23,7 +23,7 @@ from .exceptions import (
 )
 from .holders import HolderInfo, holders, lock_holder
 from .identity import IdentityLock
-from .lock import Lock
+from .locks import Lock
 
 __version__ = "0.1.0"
 
@@ -45,11 +45,27 @@ __all__ = [
 ]
 
 # Names served lazily, so that importing the core never imports Django (or optional modules).
-_LAZY: dict[str, str] = {}
+# Planned names and the module that defines each (see the issues); a missing module raises
+# AttributeError like any unknown name.
+_LAZY: dict[str, str] = {
+    # core (no Django)
+    "Semaphore": ".semaphores",
+    "optimistic": ".transactions",
+    "Redlock": ".redlock",
+    # Django glue
+    "locked": ".decorators",
+    "lock": ".shortcuts",
+    "semaphore": ".shortcuts",
+    "fenced_update": ".fencing",
+}
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(module, __name__), name)
+    try:
+        target = import_module(module, __name__)
+    except ModuleNotFoundError as exc:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r} ({exc})") from None
+    return getattr(target, name)

@@ -1,6 +1,6 @@
 """What the sync and asyncio locks share: argument checks, key layout, holder info, replies.
 
-Nothing in here talks to Redis; :mod:`django_redis_coord.lock` and
+Nothing in here talks to Redis; :mod:`django_redis_coord.locks` and
 :mod:`django_redis_coord.asyncio.lock` do, each in its own ``do_*`` methods.
 """
 

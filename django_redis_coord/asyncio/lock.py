@@ -1,4 +1,4 @@
-"""The asyncio twin of :class:`django_redis_coord.lock.Lock`, over ``redis.asyncio``.
+"""The asyncio twin of :class:`django_redis_coord.locks.Lock`, over ``redis.asyncio``.
 
 Same names, arguments and behaviour.  One difference from redis-py's asyncio lock: the hold is
 kept per *task* (not per thread), so two tasks sharing one instance never release or extend each
@@ -178,7 +178,7 @@ class Lock(LockBase):
         blocking_timeout: Optional[Number] = None,
         token: Optional[Union[str, bytes]] = None,
     ) -> bool:
-        """Acquire the lock; see :meth:`django_redis_coord.lock.Lock.acquire`."""
+        """Acquire the lock; see :meth:`django_redis_coord.locks.Lock.acquire`."""
         if sleep is not None:
             check_number("sleep", sleep, allow_none=False, positive=False, lock_name=self.name)
         if blocking is None:
