@@ -39,8 +39,12 @@ def ensure_venv() -> None:
         return
     print("Installing django_redis_coord[dev] into .venv ...", flush=True)
     pip = [str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "--upgrade", "pip", "setuptools", "wheel"], check=True)
-    subprocess.run([*pip, "-e", f"{ROOT}[dev]"], check=True, cwd=ROOT)
+    for args in (["--upgrade", "pip", "setuptools", "wheel"], ["-e", f"{ROOT}[dev]"]):
+        # Build back-ends are chatty: show their output only when the install fails.
+        result = subprocess.run([*pip, *args], cwd=ROOT, capture_output=True, text=True)
+        if result.returncode:
+            sys.stdout.write(result.stdout + result.stderr)
+            sys.exit(f"pip install {' '.join(args)} failed")
     stamp.write_text(digest.hexdigest())
 
 

@@ -11,8 +11,9 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 from .exceptions import InvalidLockArgument, InvalidLockArgumentType
 from .keys import KeySet, encode_name, keys_for
@@ -91,7 +92,7 @@ class Grant:
     position: int = -1
 
     @classmethod
-    def from_reply(cls, reply: Any) -> "Grant":
+    def from_reply(cls, reply: Any) -> Grant:
         if int(reply[0]) == 1:
             return cls(True, int(reply[1]), int(reply[2]), bool(int(reply[3])))
         if len(reply) == 1:
@@ -122,7 +123,7 @@ class HolderInfo:
         return text[:4] + "…" if len(text) > 4 else "…"
 
     @classmethod
-    def from_inspect(cls, name: bytes, kind: str, reply: Any) -> Optional["HolderInfo"]:
+    def from_inspect(cls, name: bytes, kind: str, reply: Any) -> Optional[HolderInfo]:
         token, pttl, fence, info, since, waiters = reply[:6]
         token = as_bytes(token)
         if token is None:
@@ -186,7 +187,7 @@ class LockBase:
         if label is not None and not isinstance(label, str):
             raise InvalidLockArgumentType("label must be a str", lock_name=name)
         self.redis = redis
-        self.name = name
+        self.name: Any = name
         self.timeout = timeout
         self.sleep = sleep
         self.blocking = blocking

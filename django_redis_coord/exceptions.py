@@ -7,6 +7,8 @@ written for redis-py's ``Lock`` keeps catching it.  Bad arguments are also ``Val
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 from redis.exceptions import LockError, LockNotOwnedError
 
 __all__ = [
@@ -24,6 +26,9 @@ __all__ = [
 
 class CoordError(LockError):
     """Base class of the errors defined by django_redis_coord (a redis-py ``LockError``)."""
+
+    def __init__(self, message: Optional[str] = None, lock_name: Any = None) -> None:
+        super().__init__(message, lock_name=lock_name)
 
 
 class InvalidLockArgument(CoordError, ValueError):
@@ -49,6 +54,6 @@ class SemaphoreLimitNotSet(CoordError, TypeError):
 class TransactionConflict(CoordError):
     """An optimistic (WATCH/MULTI/EXEC) transaction kept conflicting until its retries ran out."""
 
-    def __init__(self, message: str, attempts: int = 0, **kwargs: object) -> None:
-        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, message: str, attempts: int = 0, lock_name: Any = None) -> None:
+        super().__init__(message, lock_name=lock_name)
         self.attempts = attempts

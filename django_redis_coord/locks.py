@@ -14,9 +14,10 @@ from __future__ import annotations
 import threading
 import time
 from types import SimpleNamespace, TracebackType
-from typing import Any, Optional, Type, Union
+from typing import Any, Optional, Union
 
-from ._base import Grant, LockBase, Number, check_number, encode_token, new_token, to_ms, as_bytes
+from . import watchdog as _watchdog
+from ._base import Grant, LockBase, Number, as_bytes, check_number, encode_token, new_token, to_ms
 from .exceptions import (
     InvalidLockArgument,
     LockAcquireTimeout,
@@ -25,7 +26,6 @@ from .exceptions import (
     LockNotOwnedError,
 )
 from .scripts import sync_scripts
-from . import watchdog as _watchdog
 
 __all__ = ["Lock"]
 
@@ -136,14 +136,14 @@ class Lock(LockBase):
             callback(self)
 
     # -- context manager ---------------------------------------------------------------------
-    def __enter__(self) -> "Lock":
+    def __enter__(self) -> Lock:
         if self.acquire():
             return self
         raise LockAcquireTimeout("Unable to acquire lock within the time specified", lock_name=self.name)
 
     def __exit__(
         self,
-        exc_type: Optional[Type[BaseException]],
+        exc_type: Optional[type[BaseException]],
         exc_value: Optional[BaseException],
         traceback: Optional[TracebackType],
     ) -> None:

@@ -7,12 +7,12 @@ kind of client, sync or asyncio.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
 
-@lru_cache(maxsize=None)
+@cache
 def script_text(name: str) -> str:
     """The full source of script ``name`` (``lua/<name>.lua`` prefixed with ``lua/common.lua``)."""
     folder = resources.files(__package__) / "lua"

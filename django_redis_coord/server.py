@@ -15,9 +15,10 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from importlib import util as importlib_util
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 __all__ = ["RedisServer", "find_redis_server", "RedisServerNotFound"]
 
@@ -101,7 +102,7 @@ class RedisServer:
             *self.extra_args,
         ]
 
-    def start(self, timeout: float = 10.0) -> "RedisServer":
+    def start(self, timeout: float = 10.0) -> RedisServer:
         if self.process is not None and self.process.poll() is None:
             return self
         log = open(os.path.join(self.workdir, "redis.log"), "ab")
@@ -164,7 +165,7 @@ class RedisServer:
         self.process = None
         self.paused = False
 
-    def restart(self) -> "RedisServer":
+    def restart(self) -> RedisServer:
         """Kill the server and start a new, empty one on the same port."""
         self.kill()
         return self.start()
@@ -196,7 +197,7 @@ class RedisServer:
 
         return redis.asyncio.Redis(host=self.host, port=self.port, **kwargs)
 
-    def __enter__(self) -> "RedisServer":
+    def __enter__(self) -> RedisServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

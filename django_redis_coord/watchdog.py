@@ -254,7 +254,7 @@ class AsyncWatchdog:
         self._changed.set()
 
 
-_async_watchdogs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncWatchdog]" = weakref.WeakKeyDictionary()
+_async_watchdogs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncWatchdog] = weakref.WeakKeyDictionary()
 
 
 def async_watchdog() -> AsyncWatchdog:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 CTX = multiprocessing.get_context("fork")
 

@@ -12,7 +12,7 @@ import logging
 import time
 import weakref
 from types import SimpleNamespace, TracebackType
-from typing import Any, Optional, Type, Union
+from typing import Any, Optional, Union
 
 from .. import watchdog as _watchdog
 from .._base import Grant, LockBase, Number, as_bytes, check_number, encode_token, new_token, to_ms
@@ -151,14 +151,14 @@ class Lock(LockBase):
             if asyncio.iscoroutine(result):
                 asyncio.ensure_future(result)
 
-    async def __aenter__(self) -> "Lock":
+    async def __aenter__(self) -> Lock:
         if await self.acquire():
             return self
         raise LockAcquireTimeout("Unable to acquire lock within the time specified", lock_name=self.name)
 
     async def __aexit__(
         self,
-        exc_type: Optional[Type[BaseException]],
+        exc_type: Optional[type[BaseException]],
         exc_value: Optional[BaseException],
         traceback: Optional[TracebackType],
     ) -> None:
