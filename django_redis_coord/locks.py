@@ -209,10 +209,16 @@ class Lock(LockBase):
             sent_at = time.monotonic()
             grant = self.do_acquire(token, True, worker)
         if grant.provisional:
-            self.do_extend(token, 0, "persist")
-            grant.pttl = -1
+            sent_at = time.monotonic()
+            grant.pttl = self.claim(token)
         self._own(token, grant, sent_at)
         return True
+
+    def claim(self, token: bytes) -> int:
+        """Turn a provisional hand-off (two waiter leases long) into the full hold."""
+        if self._ttl_ms:
+            return self.do_extend(token, self._ttl_ms, "replace")
+        return self.do_extend(token, 0, "persist")
 
     def do_acquire(self, token: bytes, enqueue: bool, worker: str) -> Grant:
         script = self.scripts.get(self.redis, "lock_acquire")

@@ -223,10 +223,16 @@ class Lock(LockBase):
             await asyncio.shield(cleanup)
             raise
         if grant.provisional:
-            await self.do_extend(token, 0, "persist")
-            grant.pttl = -1
+            sent_at = time.monotonic()
+            grant.pttl = await self.claim(token)
         self._own(token, grant, sent_at)
         return True
+
+    async def claim(self, token: bytes) -> int:
+        """Turn a provisional hand-off (two waiter leases long) into the full hold."""
+        if self._ttl_ms:
+            return await self.do_extend(token, self._ttl_ms, "replace")
+        return await self.do_extend(token, 0, "persist")
 
     async def _abandon(self, token: bytes, worker: str) -> None:
         grant = await self.do_cancel(token, worker)

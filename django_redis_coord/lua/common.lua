@@ -23,7 +23,7 @@ end
 -- Make `token` the holder of `name` for `ttl` ms (0 = no expiry) and record who holds it.
 local function grant_lock(name, meta, registry, member, token, ttl, info, now_ms, now_us, retention)
   local fence = next_fence(meta, now_us)
-  redis.call('HSET', meta, 'token', token, 'info', info, 'since', int(now_ms), 'ttl', int(ttl))
+  redis.call('HSET', meta, 'token', token, 'info', info, 'since', int(now_ms), 'ttl', int(ttl), 'claim', '0')
   if ttl > 0 then
     redis.call('SET', name, token, 'PX', ttl)
     redis.call('ZADD', registry, int(now_ms + ttl), member)
@@ -37,15 +37,18 @@ local function grant_lock(name, meta, registry, member, token, ttl, info, now_ms
   return fence
 end
 
--- Parse a waiter record "ttl lease_until info".
+-- Parse a waiter record "ttl lease_until lease info" (ms, ms, ms, JSON).
 local function parse_waiter(data)
   local a = string.find(data, ' ', 1, true)
   local b = string.find(data, ' ', a + 1, true)
-  return tonumber(string.sub(data, 1, a - 1)), tonumber(string.sub(data, a + 1, b - 1)), string.sub(data, b + 1)
+  local c = string.find(data, ' ', b + 1, true)
+  return tonumber(string.sub(data, 1, a - 1)), tonumber(string.sub(data, a + 1, b - 1)),
+         tonumber(string.sub(data, b + 1, c - 1)), string.sub(data, c + 1)
 end
 
 -- Grant the lock to the first queued waiter whose lease is still running, dropping the dead
--- ones, and push the grant ("fence provisional") onto its wake list.  `except` (may be nil) is a
+-- ones, and push the grant ("fence provisional") onto its wake list.  A provisional grant must
+-- be claimed by the waiter (lock_extend.lua) to get its full TTL.  `except` (may be nil) is a
 -- token that must not be granted here (the caller itself).  Returns the granted token or nil.
 local function hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix,
                         now_ms, now_us, retention, except)
@@ -59,17 +62,18 @@ local function hand_off(name, meta, queue, waiters, registry, member, wake_prefi
     redis.call('HDEL', waiters, head)
     local wake = wake_prefix .. head .. wake_suffix
     if data then
-      local ttl, lease_until, info = parse_waiter(data)
+      local ttl, lease_until, lease, info = parse_waiter(data)
       if lease_until >= now_ms then
         local provisional = 0
         local grant_ttl = ttl
-        if ttl == 0 then
-          -- A lock without expiry goes to a waiter for one lease only, until it claims it: a
-          -- waiter that died while queued must not hold the lock forever.
+        if ttl == 0 or ttl > 2 * lease then
+          -- A long (or endless) hold goes to a waiter for two leases only, until it claims the
+          -- rest: a waiter that died while queued stalls the queue for a bounded time.
           provisional = 1
-          grant_ttl = math.max(lease_until - now_ms, 1)
+          grant_ttl = 2 * lease
         end
         local fence = grant_lock(name, meta, registry, member, head, grant_ttl, info, now_ms, now_us, retention)
+        if provisional == 1 then redis.call('HSET', meta, 'claim', '1') end
         redis.call('RPUSH', wake, int(fence) .. ' ' .. provisional)
         redis.call('PEXPIRE', wake, math.max(lease_until - now_ms, 1) + 60000)
         return head

@@ -1,6 +1,6 @@
 -- Acquire a lock, or join (and refresh a place in) its FIFO wait queue.
 -- KEYS[1] name (holds the raw token)   KEYS[2] meta hash   KEYS[3] queue zset (token -> arrival)
--- KEYS[4] waiters hash (token -> "ttl lease_until info")   KEYS[5] registry zset   KEYS[6] own wake list
+-- KEYS[4] waiters hash (token -> "ttl lease_until lease info")   KEYS[5] registry zset   KEYS[6] own wake list
 -- ARGV[1] token   ARGV[2] ttl ms (0 = no expiry)   ARGV[3] "1" to queue when busy, "0" not to
 -- ARGV[4] waiter lease ms   ARGV[5] holder info (JSON)   ARGV[6] registry member
 -- ARGV[7] wake key prefix   ARGV[8] wake key suffix   ARGV[9] metadata retention ms
@@ -14,10 +14,9 @@ local now_ms, now_us = server_now()
 local current = redis.call('GET', name)
 if current == token then
   -- Handed to us while we were not blocked on our wake list.
-  local granted = redis.call('LPOP', own_wake)
   redis.call('DEL', own_wake)
   local provisional = 0
-  if granted and string.sub(granted, -1) == '1' then provisional = 1 end
+  if redis.call('HGET', meta, 'claim') == '1' then provisional = 1 end
   return {1, tonumber(redis.call('HGET', meta, 'fence')), redis.call('PTTL', name), provisional}
 end
 redis.call('DEL', own_wake)
@@ -41,7 +40,7 @@ end
 if not redis.call('ZSCORE', queue, token) then
   redis.call('ZADD', queue, redis.call('HINCRBY', meta, 'seq', 1), token)
 end
-redis.call('HSET', waiters, token, int(ttl) .. ' ' .. int(now_ms + lease) .. ' ' .. info)
+redis.call('HSET', waiters, token, int(ttl) .. ' ' .. int(now_ms + lease) .. ' ' .. int(lease) .. ' ' .. info)
 for _, key in ipairs({queue, waiters}) do
   if redis.call('PTTL', key) < 2 * lease then redis.call('PEXPIRE', key, 2 * lease) end
 end

@@ -9,11 +9,10 @@ local now_ms, now_us = server_now()
 
 redis.call('ZREM', queue, token)
 redis.call('HDEL', waiters, token)
-local granted = redis.call('LPOP', own_wake)
 redis.call('DEL', own_wake)
 if redis.call('GET', name) == token then
   local provisional = 0
-  if granted and string.sub(granted, -1) == '1' then provisional = 1 end
+  if redis.call('HGET', meta, 'claim') == '1' then provisional = 1 end
   return {1, tonumber(redis.call('HGET', meta, 'fence')), redis.call('PTTL', name), provisional}
 end
 if redis.call('EXISTS', name) == 0 then

@@ -10,6 +10,7 @@ if redis.call('GET', name) ~= token then
   return -2
 end
 local now_ms = server_now()
+redis.call('HSET', meta, 'claim', '0')
 if mode == 'persist' then
   redis.call('PERSIST', name)
   redis.call('PERSIST', meta)

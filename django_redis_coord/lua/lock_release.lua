@@ -14,7 +14,7 @@ if current ~= token then
 end
 local now_ms, now_us = server_now()
 redis.call('DEL', name)
-redis.call('HDEL', meta, 'token', 'info', 'since', 'ttl')
+redis.call('HDEL', meta, 'token', 'info', 'since', 'ttl', 'claim')
 redis.call('ZREM', registry, member)
 hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, now_ms, now_us, retention, nil)
 return 1
