@@ -1,0 +1,1 @@
+"""Benchmarks: see benchmarks/README.md (run with ``python3 dev.py bench``)."""

@@ -1,0 +1,422 @@
+"""Shared machinery of the benchmark modules: the run context, report sections and measuring helpers.
+
+See benchmarks/README.md for how a ``bench_*.py`` module plugs in.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import multiprocessing
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from django_redis_coord.server import RedisServer
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+FORK = multiprocessing.get_context("fork")
+
+OPS = {
+    ">=": lambda a, b: a >= b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    "<": lambda a, b: a < b,
+    "==": lambda a, b: a == b,
+}
+
+
+# -- report sections ---------------------------------------------------------------------------
+@dataclass
+class Check:
+    """A target: ``value op target`` (e.g. ``0.97 >= 0.95``), met or missed."""
+
+    label: str
+    value: float
+    op: str
+    target: float
+
+    @property
+    def passed(self) -> bool:
+        if self.value is None or (isinstance(self.value, float) and math.isnan(self.value)):
+            return False
+        return bool(OPS[self.op](self.value, self.target))
+
+    @property
+    def mark(self) -> str:
+        return "✅" if self.passed else "❌"
+
+    def line(self) -> str:
+        return f"{self.mark} {self.label}: {fmt(self.value)} (target {self.op} {fmt(self.target)})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "value": self.value, "op": self.op, "target": self.target, "passed": self.passed}
+
+
+@dataclass
+class Section:
+    """What one benchmark module returns: figures, target checks and Markdown blocks in order."""
+
+    name: str
+    title: str
+    figures: dict[str, float] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)
+    blocks: list[str] = field(default_factory=list)
+    plots: list[str] = field(default_factory=list)
+    pending_plots: list[tuple[str, Any]] = field(default_factory=list)
+    echo: bool = True
+
+    def figure(self, key: str, value: float, label: str = "") -> float:
+        """Record a named figure (printed now, written to the JSON report)."""
+        self.figures[key] = value
+        if label:
+            self.labels[key] = label
+        if self.echo:
+            print(f"  {key:<48} {fmt(value):>12}  {label}", flush=True)
+        return value
+
+    def check(self, label: str, value: float, op: str, target: float) -> Check:
+        """Record a target; it is shown with a met/missed mark in the report and on stdout."""
+        if op not in OPS:
+            raise ValueError(f"unknown comparison {op!r}")
+        item = Check(label, value, op, target)
+        self.checks.append(item)
+        if self.echo:
+            print(f"  {item.line()}", flush=True)
+        return item
+
+    def text(self, markdown: str) -> None:
+        self.blocks.append(markdown.strip("\n"))
+
+    def heading(self, title: str, level: int = 2) -> None:
+        self.blocks.append("#" * level + " " + title)
+
+    def table(self, headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+        """Append a Markdown table (numbers are formatted with :func:`fmt`); returns it."""
+        lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
+        for row in rows:
+            lines.append("| " + " | ".join(cell if isinstance(cell, str) else fmt(cell) for cell in row) + " |")
+        markdown = "\n".join(lines)
+        self.blocks.append(markdown)
+        if self.echo:
+            print("\n" + markdown + "\n", flush=True)
+        return markdown
+
+    def plot(self, filename: str, figure: Any, caption: str = "") -> None:
+        """Save a matplotlib figure beside the report (when it is written) and link it."""
+        self.pending_plots.append((filename, figure))
+        self.plots.append(filename)
+        self.blocks.append(f"![{caption or filename}]({filename})")
+
+    def checks_markdown(self) -> str:
+        if not self.checks:
+            return ""
+        rows = ["| target | value | goal | |", "| --- | --- | --- | --- |"]
+        for item in self.checks:
+            rows.append(f"| {item.label} | {fmt(item.value)} | {item.op} {fmt(item.target)} | {item.mark} |")
+        return "\n".join(rows)
+
+
+def fmt(value: Any) -> str:
+    """Compact number formatting for tables and stdout."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "–"
+        if math.isinf(value):
+            return "∞"
+        magnitude = abs(value)
+        if magnitude >= 1000:
+            return f"{value:,.0f}"
+        if magnitude >= 100:
+            return f"{value:.0f}"
+        if magnitude >= 10:
+            return f"{value:.1f}"
+        if magnitude >= 1:
+            return f"{value:.2f}"
+        return f"{value:.3f}"
+    return str(value)
+
+
+# -- the run context ---------------------------------------------------------------------------
+class Context:
+    """Everything a module's ``run(ctx)`` gets: the private server, sizes, output folder."""
+
+    def __init__(self, server: RedisServer, *, quick: bool = False, results_dir: Optional[Path] = None,
+                 verbose: bool = True) -> None:
+        self.server = server
+        self.quick = quick
+        self.results_dir = Path(results_dir or RESULTS_DIR)
+        self.verbose = verbose
+        self._extra: list[RedisServer] = []
+
+    def client(self, **kwargs: Any) -> Any:
+        return self.server.client(**kwargs)
+
+    def flush(self) -> None:
+        client = self.client()
+        try:
+            client.flushall()
+            client.config_resetstat()
+        finally:
+            client.close()
+
+    def size(self, full: Any, quick: Any) -> Any:
+        return quick if self.quick else full
+
+    def extra_servers(self, count: int) -> list[RedisServer]:
+        servers = [RedisServer(binary=self.server.binary).start() for _ in range(count)]
+        self._extra.extend(servers)
+        return servers
+
+    def log(self, message: str) -> None:
+        if self.verbose:
+            print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+    def close(self) -> None:
+        for server in self._extra:
+            server.cleanup()
+        self._extra.clear()
+
+    def redis_version(self) -> str:
+        client = self.client()
+        try:
+            return str(client.info("server").get("redis_version", "?"))
+        finally:
+            client.close()
+
+
+# -- measuring helpers ---------------------------------------------------------------------------
+def commandstats(client: Any) -> dict[str, int]:
+    """``{command: calls}`` from INFO commandstats (lower-case names, e.g. ``evalsha``, ``set``)."""
+    stats = client.info("commandstats")
+    out: dict[str, int] = {}
+    for key, value in stats.items():
+        name = key[len("cmdstat_"):] if key.startswith("cmdstat_") else key
+        calls = value.get("calls", 0) if isinstance(value, dict) else 0
+        out[name] = int(calls)
+    return out
+
+
+IGNORED_COMMANDS = frozenset({"info", "config|resetstat", "config", "flushall", "script|load", "script",
+                              "client|setinfo", "client", "hello", "ping", "select", "time"})
+
+
+def commands_delta(before: dict[str, int], after: dict[str, int], ignore: frozenset = IGNORED_COMMANDS) -> int:
+    """Commands executed between two :func:`commandstats` snapshots, leaving out bookkeeping commands.
+
+    Commands run inside a Lua script are not counted by INFO commandstats under their own name in
+    Redis 7+ but are in Redis 6; scripted calls are therefore subtracted: only top-level client
+    commands (each EVAL/EVALSHA counting once) are totalled.
+    """
+    total = 0
+    for name, calls in after.items():
+        if name in ignore:
+            continue
+        total += calls - before.get(name, 0)
+    return total
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The ``p``-th percentile (0-100) with linear interpolation; NaN for no values."""
+    if not values:
+        return float("nan")
+    data = sorted(values)
+    if len(data) == 1:
+        return float(data[0])
+    rank = (len(data) - 1) * p / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(data) - 1)
+    return float(data[low] + (data[high] - data[low]) * (rank - low))
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    return {
+        "n": len(values),
+        "p50": percentile(values, 50),
+        "p90": percentile(values, 90),
+        "p99": percentile(values, 99),
+        "max": float(max(values)) if values else float("nan"),
+        "mean": float(statistics.fmean(values)) if values else float("nan"),
+    }
+
+
+def held_fraction(intervals: Iterable[tuple[int, int]], start: int, end: int) -> float:
+    """Length of the union of ``(start, end)`` intervals clipped to ``[start, end]``, over ``end - start``."""
+    if end <= start:
+        return float("nan")
+    covered = 0
+    cur_start: Optional[int] = None
+    cur_end = 0
+    for a, b in sorted(intervals):
+        a, b = max(a, start), min(b, end)
+        if b <= a:
+            continue
+        if cur_start is None or a > cur_end:
+            if cur_start is not None:
+                covered += cur_end - cur_start
+            cur_start, cur_end = a, b
+        else:
+            cur_end = max(cur_end, b)
+    if cur_start is not None:
+        covered += cur_end - cur_start
+    return covered / (end - start)
+
+
+def overlaps(holds: Iterable[tuple[int, int, Any]]) -> int:
+    """Number of holds ``(start, end, holder)`` that began before an earlier hold of another holder ended."""
+    count = 0
+    latest_end = -1
+    latest_holder: Any = None
+    for a, b, who in sorted(holds, key=lambda h: (h[0], h[1])):
+        if a < latest_end and who != latest_holder:
+            count += 1
+        if b > latest_end:
+            latest_end, latest_holder = b, who
+    return count
+
+
+def timed_rate(fn: Callable[[], Any], seconds: float, min_calls: int = 10) -> float:
+    """Call ``fn()`` repeatedly for about ``seconds``; return calls per second."""
+    calls = 0
+    started = time.perf_counter()
+    stop_at = started + seconds
+    while True:
+        for _ in range(min_calls):
+            fn()
+        calls += min_calls
+        now = time.perf_counter()
+        if now >= stop_at:
+            return calls / (now - started)
+
+
+def run_workers(target: Callable[..., Any], args_list: Iterable[tuple], timeout: float = 120.0) -> list[Any]:
+    """Run ``target(*args)`` in one forked OS process per ``args``; return their results in order."""
+    queue = FORK.Queue()
+    args_list = list(args_list)
+    procs = [FORK.Process(target=_worker_main, args=(index, target, args, queue), daemon=True)
+             for index, args in enumerate(args_list)]
+    for proc in procs:
+        proc.start()
+    results: list[Any] = [None] * len(procs)
+    deadline = time.monotonic() + timeout
+    try:
+        for _ in procs:
+            index, ok, value = queue.get(timeout=max(0.1, deadline - time.monotonic()))
+            if not ok:
+                raise RuntimeError(f"benchmark worker {index} failed:\n{value}")
+            results[index] = value
+    finally:
+        for proc in procs:
+            proc.join(max(0.1, min(5.0, deadline - time.monotonic())))
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+    return results
+
+
+def _worker_main(index: int, target: Callable[..., Any], args: tuple, queue: Any) -> None:
+    try:
+        queue.put((index, True, target(*args)))
+    except BaseException:
+        queue.put((index, False, traceback.format_exc()))
+
+
+def sleep_until_ns(instant_ns: int) -> None:
+    """Sleep until ``time.monotonic_ns()`` reaches ``instant_ns`` (one clock shared by all processes)."""
+    remaining = instant_ns - time.monotonic_ns()
+    if remaining > 0:
+        time.sleep(remaining / 1e9)
+
+
+def machine_info() -> dict[str, str]:
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        load = "?"
+    return {
+        "cpu": cpu or "?",
+        "cores": str(os.cpu_count()),
+        "load average": load,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+# -- reports -------------------------------------------------------------------------------------
+def write_report(section: Section, ctx: Context, *, started: float, error: Optional[str] = None) -> Path:
+    """Write ``<results>/<name>.md`` and ``<name>.json`` (and the section's plots); return the .md path."""
+    ctx.results_dir.mkdir(parents=True, exist_ok=True)
+    for filename, figure in section.pending_plots:
+        figure.savefig(ctx.results_dir / filename, dpi=110, bbox_inches="tight")
+        try:
+            import matplotlib.pyplot as plt
+
+            plt.close(figure)
+        except Exception:  # pragma: no cover - matplotlib missing means no plot was made
+            pass
+    section.pending_plots.clear()
+    info = machine_info()
+    info["redis-server"] = ctx.redis_version()
+    info["redis-py"] = _version("redis")
+    info["date"] = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    info["duration"] = f"{time.monotonic() - started:.1f} s"
+    info["mode"] = "quick (rough figures)" if ctx.quick else "full"
+    info["command"] = "python3 dev.py bench " + " ".join(sys.argv[1:])
+    lines = [f"# {section.title}", ""]
+    lines.append("| machine | |")
+    lines.append("| --- | --- |")
+    lines.extend(f"| {key} | {value} |" for key, value in info.items())
+    lines.append("")
+    if error:
+        lines += ["## Failed", "", "```", error.rstrip(), "```", ""]
+    if section.checks:
+        lines += ["## Targets", "", section.checks_markdown(), ""]
+    for block in section.blocks:
+        lines += [block, ""]
+    path = ctx.results_dir / f"{section.name}.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    payload = {
+        "title": section.title,
+        "machine": info,
+        "figures": section.figures,
+        "labels": section.labels,
+        "checks": [item.as_dict() for item in section.checks],
+        "plots": section.plots,
+        "error": error,
+    }
+    (ctx.results_dir / f"{section.name}.json").write_text(json.dumps(payload, indent=2, default=str) + "\n",
+                                                          encoding="utf-8")
+    return path
+
+
+def _version(package: str) -> str:
+    try:
+        from importlib.metadata import version
+
+        return version(package)
+    except Exception:
+        return "?"
