@@ -10,3 +10,11 @@ class DjangoRedisCoordConfig(AppConfig):
     label = "django_redis_coord"
     verbose_name = "Redis coordination"
     default_auto_field = "django.db.models.AutoField"
+
+    def ready(self) -> None:
+        from django.core.signals import setting_changed
+
+        from .conf import on_setting_changed
+
+        # Cached settings and the clients built from them follow override_settings.
+        setting_changed.connect(on_setting_changed, dispatch_uid="django_redis_coord.conf")

@@ -1,0 +1,583 @@
+"""The ``DJANGO_REDIS_COORD`` setting: defaults, validation and a cached reader.
+
+Settings are read through :func:`coord_settings`, never at import time, and the cached value is
+dropped whenever Django sends ``setting_changed`` for ``DJANGO_REDIS_COORD`` or ``CACHES`` (the
+receiver is connected in :meth:`DjangoRedisCoordConfig.ready`), so ``override_settings`` works.
+
+Example::
+
+    DJANGO_REDIS_COORD = {
+        "CACHE_ALIAS": "default",     # or "URL": "redis://127.0.0.1:6379/0"
+        "KEY_PREFIX": "shop",         # lock "orders" lives at the key "shop:orders"
+        "DEFAULT_TIMEOUT": 30,        # seconds a lock lives unless renewed
+    }
+
+:func:`settings_problems` reports what is wrong with a settings dict without raising; the
+system checks (``django_redis_coord.checks``) and :func:`coord_settings` share it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Optional, Union
+from urllib.parse import urlsplit
+
+__all__ = [
+    "DEFAULTS",
+    "SETTING_NAME",
+    "CoordSettings",
+    "Problem",
+    "coord_settings",
+    "clear_settings_cache",
+    "settings_problems",
+    "prefixed",
+    "unprefixed",
+    "REDIS_CACHE_BACKENDS",
+]
+
+SETTING_NAME = "DJANGO_REDIS_COORD"
+
+#: Every key of ``DJANGO_REDIS_COORD`` with its default value.
+DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {
+        # Where Redis is: at most one of CACHE_ALIAS, URL, SENTINEL (CLUSTER goes with URL or
+        # its own STARTUP_NODES).  With none of them, the "default" cache is used when it is a
+        # Redis cache.
+        "CACHE_ALIAS": None,
+        "URL": None,
+        "CLIENT_OPTIONS": MappingProxyType({}),
+        "SENTINEL": None,
+        "CLUSTER": None,
+        # Prepended to every name as "<KEY_PREFIX>:<name>".
+        "KEY_PREFIX": "",
+        # Lock lifetime in seconds for the factories and @locked (None: no expiry).
+        "DEFAULT_TIMEOUT": 60,
+        # Renew holds with the watchdog by default.
+        "AUTO_RENEW": False,
+        # Answer of @locked when the key is taken, and when Redis cannot be reached.
+        "CONTENTION_STATUS": 409,
+        "CONTENTION_HANDLER": None,
+        "UNAVAILABLE_STATUS": 503,
+        # Run the view without the lock when Redis cannot be reached (logged).
+        "FAIL_OPEN": False,
+        # Independent masters for Redlock: {"MASTERS": ["redis://a:6379/0", ...]}.
+        "REDLOCK": None,
+    }
+)
+
+#: Cache backends a connection can be taken from.
+REDIS_CACHE_BACKENDS = {
+    "django_redis.cache.RedisCache": "django-redis",
+    "django.core.cache.backends.redis.RedisCache": "django",
+}
+
+URL_SCHEMES = ("redis", "rediss", "unix")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the settings: a system-check id (``django_redis_coord.E0xx``)."""
+
+    id: str
+    msg: str
+    hint: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class CoordSettings:
+    """The validated ``DJANGO_REDIS_COORD`` with defaults filled in (read-only).
+
+    Attributes are the lower-case setting names; ``settings["KEY_PREFIX"]`` works too.
+    """
+
+    cache_alias: Optional[str]
+    url: Optional[str]
+    client_options: Mapping[str, Any]
+    sentinel: Optional[Mapping[str, Any]]
+    cluster: Optional[Mapping[str, Any]]
+    key_prefix: str
+    default_timeout: Optional[float]
+    auto_renew: bool
+    contention_status: int
+    contention_handler: Optional[Union[str, Callable[..., Any]]]
+    unavailable_status: int
+    fail_open: bool
+    redlock: Optional[Mapping[str, Any]]
+    #: Which source the connection comes from: "cache", "url", "sentinel" or "cluster".
+    source: str = field(default="url")
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in DEFAULTS:
+            raise KeyError(key)
+        return getattr(self, key.lower())
+
+    def prefixed(self, name: Union[str, bytes]) -> Union[str, bytes]:
+        """``name`` with ``KEY_PREFIX`` applied (see :func:`prefixed`)."""
+        return _apply_prefix(self.key_prefix, name)
+
+    def unprefixed(self, name: Union[str, bytes]) -> Union[str, bytes]:
+        """``name`` without ``KEY_PREFIX`` (unchanged when it does not carry the prefix)."""
+        return _strip_prefix(self.key_prefix, name)
+
+
+def _apply_prefix(prefix: str, name: Union[str, bytes]) -> Union[str, bytes]:
+    if not prefix:
+        return name
+    if isinstance(name, (bytes, bytearray)):
+        return prefix.encode() + b":" + bytes(name)
+    return f"{prefix}:{name}"
+
+
+def _strip_prefix(prefix: str, name: Union[str, bytes]) -> Union[str, bytes]:
+    if not prefix:
+        return name
+    if isinstance(name, (bytes, bytearray)):
+        head = prefix.encode() + b":"
+        return bytes(name)[len(head) :] if bytes(name).startswith(head) else name
+    head_s = prefix + ":"
+    return name[len(head_s) :] if name.startswith(head_s) else name
+
+
+def prefixed(name: Union[str, bytes]) -> Union[str, bytes]:
+    """Apply the configured ``KEY_PREFIX``: ``"orders"`` becomes ``"shop:orders"``."""
+    return _apply_prefix(coord_settings().key_prefix, name)
+
+
+def unprefixed(name: Union[str, bytes]) -> Union[str, bytes]:
+    """Remove the configured ``KEY_PREFIX`` from a name read back from Redis."""
+    return _strip_prefix(coord_settings().key_prefix, name)
+
+
+# -- validation --------------------------------------------------------------------------------
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _url_problem(key: str, url: object) -> Optional[Problem]:
+    if not isinstance(url, str) or not url:
+        return Problem(
+            "django_redis_coord.E006",
+            f"{SETTING_NAME}[{key!r}] must be a non-empty string URL, not {url!r}.",
+            'Use a URL such as "redis://127.0.0.1:6379/0", "rediss://host:6380/0" or "unix:///path/redis.sock".',
+        )
+    parts = urlsplit(url)
+    hint = 'Use a URL such as "redis://127.0.0.1:6379/0", "rediss://host:6380/0" or "unix:///path/redis.sock".'
+    if parts.scheme not in URL_SCHEMES:
+        return Problem(
+            "django_redis_coord.E006",
+            f"{SETTING_NAME}[{key!r}] has the scheme {parts.scheme or '(none)'!r}; expected one of "
+            f"{', '.join(URL_SCHEMES)}.",
+            hint,
+        )
+    if parts.scheme == "unix":
+        if not parts.path:
+            return Problem("django_redis_coord.E006", f"{SETTING_NAME}[{key!r}] names no socket path.", hint)
+        return None
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as exc:
+        return Problem("django_redis_coord.E006", f"{SETTING_NAME}[{key!r}] has a bad port: {exc}.", hint)
+    if not parts.hostname:
+        return Problem("django_redis_coord.E006", f"{SETTING_NAME}[{key!r}] names no host.", hint)
+    db = parts.path.lstrip("/")
+    if db and not db.isdigit():
+        return Problem(
+            "django_redis_coord.E006",
+            f"{SETTING_NAME}[{key!r}] has the database {db!r}; it must be a number.",
+            hint,
+        )
+    return None
+
+
+def _host_port_problem(key: str, node: object) -> Optional[Problem]:
+    """A node given as ``("host", port)`` or ``"host:port"``."""
+    if isinstance(node, str) and ":" in node:
+        host, _, port = node.rpartition(":")
+        if host and port.isdigit():
+            return None
+    elif isinstance(node, (list, tuple)) and len(node) == 2:
+        host, port = node
+        if isinstance(host, str) and host and isinstance(port, int) and not isinstance(port, bool):
+            return None
+    return Problem(
+        "django_redis_coord.E008" if key.startswith("SENTINEL") else "django_redis_coord.E009",
+        f"{SETTING_NAME}[{key!r}] contains {node!r}, which is not a node address.",
+        'Give each node as ("host", port) or "host:port".',
+    )
+
+
+def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -> list[Problem]:
+    """Everything wrong with the value of ``DJANGO_REDIS_COORD`` (never connects, never raises).
+
+    ``caches`` is the ``CACHES`` setting (read from Django's settings when omitted).
+    """
+    if caches is None:
+        from django.conf import settings
+
+        caches = getattr(settings, "CACHES", {}) or {}
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        return [
+            Problem(
+                "django_redis_coord.E001",
+                f"{SETTING_NAME} must be a dict, not {type(raw).__name__}.",
+                'For example: DJANGO_REDIS_COORD = {"URL": "redis://127.0.0.1:6379/0"}.',
+            )
+        ]
+    problems: list[Problem] = []
+    for key in raw:
+        if key not in DEFAULTS:
+            close = difflib.get_close_matches(str(key), list(DEFAULTS), n=1)
+            problems.append(
+                Problem(
+                    "django_redis_coord.E002",
+                    f"{SETTING_NAME} has an unknown key {key!r}.",
+                    f"Did you mean {close[0]!r}?" if close else f"Known keys: {', '.join(DEFAULTS)}.",
+                )
+            )
+    values = {**DEFAULTS, **{k: v for k, v in raw.items() if k in DEFAULTS}}
+
+    # -- connection source ----------------------------------------------------------------
+    cache_alias, url, sentinel, cluster = values["CACHE_ALIAS"], values["URL"], values["SENTINEL"], values["CLUSTER"]
+    sources = [name for name in ("CACHE_ALIAS", "URL", "SENTINEL") if values[name] is not None]
+    if len(sources) > 1:
+        problems.append(
+            Problem(
+                "django_redis_coord.E003",
+                f"{SETTING_NAME} sets more than one connection source: {', '.join(sources)}.",
+                "Keep exactly one of CACHE_ALIAS, URL and SENTINEL.",
+            )
+        )
+    if cache_alias is not None:
+        problems.extend(_cache_alias_problems(cache_alias, caches, explicit=True))
+    if url is not None:
+        problem = _url_problem("URL", url)
+        if problem:
+            problems.append(problem)
+    if sentinel is not None:
+        problems.extend(_sentinel_problems(sentinel))
+    if cluster is not None and cluster is not False:
+        problems.extend(_cluster_problems(cluster, values))
+    if not sources and not _cluster_has_nodes(cluster):
+        default = caches.get("default") if isinstance(caches, Mapping) else None
+        backend = default.get("BACKEND") if isinstance(default, Mapping) else None
+        if backend not in REDIS_CACHE_BACKENDS:
+            problems.append(
+                Problem(
+                    "django_redis_coord.E014",
+                    f"{SETTING_NAME} names no Redis server and the 'default' cache is not a Redis cache.",
+                    'Set "URL" (e.g. "redis://127.0.0.1:6379/0") or "CACHE_ALIAS" naming a Redis cache.',
+                )
+            )
+
+    options = values["CLIENT_OPTIONS"]
+    if not isinstance(options, Mapping):
+        problems.append(
+            Problem(
+                "django_redis_coord.E007",
+                f"{SETTING_NAME}['CLIENT_OPTIONS'] must be a dict of redis-py client arguments.",
+                'For example: {"socket_timeout": 5, "health_check_interval": 30}.',
+            )
+        )
+    else:
+        if options.get("decode_responses"):
+            problems.append(
+                Problem(
+                    "django_redis_coord.E007",
+                    f"{SETTING_NAME}['CLIENT_OPTIONS'] sets decode_responses, which lock tokens cannot use.",
+                    "Remove decode_responses: the locks read raw bytes.",
+                )
+            )
+        for name in ("socket_timeout", "socket_connect_timeout"):
+            value = options.get(name)
+            if value is not None and (not _is_number(value) or value <= 0):
+                problems.append(
+                    Problem(
+                        "django_redis_coord.E007",
+                        f"{SETTING_NAME}['CLIENT_OPTIONS'][{name!r}] must be a positive number of seconds, "
+                        f"not {value!r}.",
+                    )
+                )
+
+    # -- behaviour ------------------------------------------------------------------------
+    prefix = values["KEY_PREFIX"]
+    if not isinstance(prefix, str):
+        problems.append(
+            Problem("django_redis_coord.E010", f"{SETTING_NAME}['KEY_PREFIX'] must be a str, not {prefix!r}.")
+        )
+    elif any(part in prefix for part in ("{", "}", ":dcoord:")):
+        problems.append(
+            Problem(
+                "django_redis_coord.E010",
+                f"{SETTING_NAME}['KEY_PREFIX'] {prefix!r} contains '{{', '}}' or ':dcoord:'.",
+                "Braces would change the Redis Cluster slot of every name; use letters, digits, '-', '_', '.'.",
+            )
+        )
+    timeout = values["DEFAULT_TIMEOUT"]
+    if timeout is not None and (not _is_number(timeout) or timeout <= 0 or timeout == float("inf")):
+        problems.append(
+            Problem(
+                "django_redis_coord.E011",
+                f"{SETTING_NAME}['DEFAULT_TIMEOUT'] must be a positive number of seconds or None, not {timeout!r}.",
+                "Locks expire after this many seconds unless renewed; 30 or 60 are typical.",
+            )
+        )
+    if values["AUTO_RENEW"] and timeout is None:
+        problems.append(
+            Problem(
+                "django_redis_coord.E011",
+                f"{SETTING_NAME}['AUTO_RENEW'] needs a DEFAULT_TIMEOUT to renew.",
+                "Set DEFAULT_TIMEOUT to a number of seconds.",
+            )
+        )
+    for name in ("CONTENTION_STATUS", "UNAVAILABLE_STATUS"):
+        status = values[name]
+        if not isinstance(status, int) or isinstance(status, bool) or not 400 <= status <= 599:
+            problems.append(
+                Problem(
+                    "django_redis_coord.E012",
+                    f"{SETTING_NAME}[{name!r}] must be an HTTP error status (400-599), not {status!r}.",
+                    "409 (Conflict), 423 (Locked) or 429 (Too Many Requests) for contention; 503 when unavailable.",
+                )
+            )
+    for name in ("AUTO_RENEW", "FAIL_OPEN"):
+        if not isinstance(values[name], bool):
+            problems.append(
+                Problem("django_redis_coord.E013", f"{SETTING_NAME}[{name!r}] must be True or False.")
+            )
+    handler = values["CONTENTION_HANDLER"]
+    if handler is not None and not callable(handler):
+        if not isinstance(handler, str):
+            problems.append(
+                Problem(
+                    "django_redis_coord.E016",
+                    f"{SETTING_NAME}['CONTENTION_HANDLER'] must be a callable or its dotted path.",
+                )
+            )
+        else:
+            from django.utils.module_loading import import_string
+
+            try:
+                target = import_string(handler)
+            except ImportError as exc:
+                problems.append(
+                    Problem(
+                        "django_redis_coord.E016",
+                        f"{SETTING_NAME}['CONTENTION_HANDLER'] {handler!r} cannot be imported: {exc}.",
+                    )
+                )
+            else:
+                if not callable(target):
+                    problems.append(
+                        Problem("django_redis_coord.E016", f"{SETTING_NAME}['CONTENTION_HANDLER'] is not callable.")
+                    )
+    problems.extend(_redlock_problems(values["REDLOCK"]))
+    return problems
+
+
+def _cache_alias_problems(alias: object, caches: Mapping[str, Any], *, explicit: bool) -> list[Problem]:
+    if not isinstance(alias, str):
+        return [Problem("django_redis_coord.E004", f"{SETTING_NAME}['CACHE_ALIAS'] must be a str, not {alias!r}.")]
+    if alias not in caches:
+        known = ", ".join(repr(name) for name in caches) or "none"
+        return [
+            Problem(
+                "django_redis_coord.E004",
+                f"{SETTING_NAME}['CACHE_ALIAS'] is {alias!r}, which is not in CACHES.",
+                f"Configured cache aliases: {known}.",
+            )
+        ]
+    backend = caches[alias].get("BACKEND") if isinstance(caches[alias], Mapping) else None
+    if backend not in REDIS_CACHE_BACKENDS:
+        return [
+            Problem(
+                "django_redis_coord.E005",
+                f"The cache {alias!r} uses {backend!r}, which does not talk to Redis.",
+                "Point CACHE_ALIAS at a django_redis.cache.RedisCache or "
+                "django.core.cache.backends.redis.RedisCache cache, or set URL instead.",
+            )
+        ]
+    return []
+
+
+def _sentinel_problems(sentinel: object) -> list[Problem]:
+    hint = 'For example: {"SENTINELS": [("10.0.0.1", 26379)], "SERVICE_NAME": "mymaster", "DB": 0}.'
+    if not isinstance(sentinel, Mapping):
+        return [Problem("django_redis_coord.E008", f"{SETTING_NAME}['SENTINEL'] must be a dict.", hint)]
+    problems = []
+    unknown = set(sentinel) - {"SENTINELS", "SERVICE_NAME", "DB", "SENTINEL_KWARGS"}
+    if unknown:
+        problems.append(
+            Problem(
+                "django_redis_coord.E008",
+                f"{SETTING_NAME}['SENTINEL'] has unknown keys: {', '.join(sorted(map(str, unknown)))}.",
+                hint,
+            )
+        )
+    nodes = sentinel.get("SENTINELS")
+    if not isinstance(nodes, (list, tuple)) or not nodes:
+        problems.append(
+            Problem("django_redis_coord.E008", f"{SETTING_NAME}['SENTINEL']['SENTINELS'] must list sentinels.", hint)
+        )
+    else:
+        for node in nodes:
+            problem = _host_port_problem("SENTINEL", node)
+            if problem:
+                problems.append(problem)
+    service = sentinel.get("SERVICE_NAME")
+    if not isinstance(service, str) or not service:
+        problems.append(
+            Problem("django_redis_coord.E008", f"{SETTING_NAME}['SENTINEL']['SERVICE_NAME'] must be a str.", hint)
+        )
+    db = sentinel.get("DB", 0)
+    if not isinstance(db, int) or isinstance(db, bool) or db < 0:
+        problems.append(
+            Problem("django_redis_coord.E008", f"{SETTING_NAME}['SENTINEL']['DB'] must be a database number.", hint)
+        )
+    kwargs = sentinel.get("SENTINEL_KWARGS")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        problems.append(
+            Problem("django_redis_coord.E008", f"{SETTING_NAME}['SENTINEL']['SENTINEL_KWARGS'] must be a dict.", hint)
+        )
+    return problems
+
+
+def _cluster_has_nodes(cluster: object) -> bool:
+    return isinstance(cluster, Mapping) and bool(cluster.get("STARTUP_NODES"))
+
+
+def _cluster_problems(cluster: object, values: Mapping[str, Any]) -> list[Problem]:
+    hint = 'Set "CLUSTER": True with a seed "URL", or {"STARTUP_NODES": [("10.0.0.1", 7000), ...]}.'
+    if cluster is True:
+        cluster = {}
+    if not isinstance(cluster, Mapping):
+        return [Problem("django_redis_coord.E009", f"{SETTING_NAME}['CLUSTER'] must be True, False or a dict.", hint)]
+    problems = []
+    unknown = set(cluster) - {"STARTUP_NODES", "OPTIONS"}
+    if unknown:
+        problems.append(
+            Problem(
+                "django_redis_coord.E009",
+                f"{SETTING_NAME}['CLUSTER'] has unknown keys: {', '.join(sorted(map(str, unknown)))}.",
+                hint,
+            )
+        )
+    nodes = cluster.get("STARTUP_NODES")
+    if nodes is not None:
+        if not isinstance(nodes, (list, tuple)) or not nodes:
+            problems.append(
+                Problem("django_redis_coord.E009", f"{SETTING_NAME}['CLUSTER']['STARTUP_NODES'] must list nodes.", hint)
+            )
+        else:
+            for node in nodes:
+                problem = _host_port_problem("CLUSTER", node)
+                if problem:
+                    problems.append(problem)
+    elif values["URL"] is None:
+        problems.append(Problem("django_redis_coord.E009", f"{SETTING_NAME}['CLUSTER'] needs a URL or nodes.", hint))
+    if values["CACHE_ALIAS"] is not None or values["SENTINEL"] is not None:
+        problems.append(
+            Problem(
+                "django_redis_coord.E009",
+                f"{SETTING_NAME}['CLUSTER'] cannot be combined with CACHE_ALIAS or SENTINEL.",
+                hint,
+            )
+        )
+    options = cluster.get("OPTIONS")
+    if options is not None and not isinstance(options, Mapping):
+        problems.append(
+            Problem("django_redis_coord.E009", f"{SETTING_NAME}['CLUSTER']['OPTIONS'] must be a dict.", hint)
+        )
+    return problems
+
+
+def _redlock_problems(redlock: object) -> list[Problem]:
+    if redlock is None:
+        return []
+    hint = 'For example: {"MASTERS": ["redis://10.0.0.1:6379/0", "redis://10.0.0.2:6379/0", "redis://10.0.0.3:6379/0"]}.'
+    if not isinstance(redlock, Mapping):
+        return [Problem("django_redis_coord.E015", f"{SETTING_NAME}['REDLOCK'] must be a dict.", hint)]
+    masters = redlock.get("MASTERS")
+    if not isinstance(masters, (list, tuple)) or not masters:
+        return [Problem("django_redis_coord.E015", f"{SETTING_NAME}['REDLOCK']['MASTERS'] must list URLs.", hint)]
+    problems = []
+    for master in masters:
+        problem = _url_problem("REDLOCK", master)
+        if problem:
+            msg = problem.msg.replace("['REDLOCK']", "['REDLOCK']['MASTERS']")
+            problems.append(Problem("django_redis_coord.E015", msg, hint))
+    return problems
+
+
+# -- cached reader -----------------------------------------------------------------------------
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+@functools.cache
+def coord_settings() -> CoordSettings:
+    """The validated settings; raises ``ImproperlyConfigured`` listing every problem found."""
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    raw = getattr(settings, SETTING_NAME, None)
+    problems = settings_problems(raw, getattr(settings, "CACHES", {}) or {})
+    if problems:
+        lines = [f"{p.id}: {p.msg}" + (f" HINT: {p.hint}" if p.hint else "") for p in problems]
+        raise ImproperlyConfigured("\n".join(lines))
+    values = {**DEFAULTS, **(raw or {})}
+    cluster = values["CLUSTER"]
+    if cluster is True:
+        cluster = {}
+    elif cluster is False:
+        cluster = None
+    if cluster is not None:
+        source = "cluster"
+    elif values["SENTINEL"] is not None:
+        source = "sentinel"
+    elif values["URL"] is not None:
+        source = "url"
+    else:
+        source = "cache"
+    return CoordSettings(
+        cache_alias=values["CACHE_ALIAS"] or ("default" if source == "cache" else None),
+        url=values["URL"],
+        client_options=_freeze(values["CLIENT_OPTIONS"]),
+        sentinel=_freeze(values["SENTINEL"]),
+        cluster=_freeze(cluster),
+        key_prefix=values["KEY_PREFIX"],
+        default_timeout=values["DEFAULT_TIMEOUT"],
+        auto_renew=values["AUTO_RENEW"],
+        contention_status=values["CONTENTION_STATUS"],
+        contention_handler=values["CONTENTION_HANDLER"],
+        unavailable_status=values["UNAVAILABLE_STATUS"],
+        fail_open=values["FAIL_OPEN"],
+        redlock=_freeze(values["REDLOCK"]),
+        source=source,
+    )
+
+
+#: Functions called after the settings cache is cleared (the connection module registers its own).
+_on_clear: list[Callable[[], None]] = []
+
+
+def clear_settings_cache() -> None:
+    """Forget the cached settings (and the clients built from them)."""
+    coord_settings.cache_clear()
+    for callback in list(_on_clear):
+        callback()
+
+
+def on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    """``setting_changed`` receiver: the settings or the caches they may point at changed."""
+    if setting in (SETTING_NAME, "CACHES"):
+        clear_settings_cache()

@@ -1,0 +1,275 @@
+"""Redis clients built from ``DJANGO_REDIS_COORD`` (see :mod:`django_redis_coord.conf`).
+
+:func:`get_client` returns one pooled sync client per process; :func:`get_async_client` one
+``redis.asyncio`` client per event loop (asyncio connections belong to the loop that made them).
+Both come from the same settings:
+
+* ``CACHE_ALIAS`` (or, with no source set, the ``default`` cache): the client of a django-redis
+  cache (``django_redis.get_redis_connection``) or of Django's built-in ``RedisCache``.  The
+  asyncio client reuses that cache's connection parameters (host, port, db, password, TLS,
+  timeouts; Sentinel pools keep their sentinels and service name).
+* ``URL`` plus ``CLIENT_OPTIONS`` (redis-py keyword arguments).
+* ``SENTINEL``: ``{"SENTINELS": [(host, port), ...], "SERVICE_NAME": ..., "DB": 0,
+  "SENTINEL_KWARGS": {...}}``; the client talks to the current master.
+* ``CLUSTER``: ``True`` (the URL is a seed node) or ``{"STARTUP_NODES": [...], "OPTIONS": {...}}``.
+
+Nothing here runs at import time, and building a client never connects: the first command does.
+For the sources configured here (not a cache), ``socket_connect_timeout`` defaults to 5 s and
+``socket_timeout`` to 10 s so that a server that stops answering fails a request instead of
+hanging it; ``CLIENT_OPTIONS`` overrides both.
+
+>>> from django_redis_coord.connection import get_client   # doctest: +SKIP
+>>> get_client().ping()                                     # doctest: +SKIP
+True
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import weakref
+from collections.abc import Mapping
+from typing import Any, Optional, Union
+from urllib.parse import urlsplit, urlunsplit
+
+from . import conf
+from .conf import CoordSettings, coord_settings
+
+__all__ = [
+    "get_client",
+    "get_async_client",
+    "prefixed",
+    "unprefixed",
+    "describe_connection",
+    "reset_clients",
+    "DEFAULT_CLIENT_OPTIONS",
+]
+
+#: Client options applied under ``CLIENT_OPTIONS`` for the URL, Sentinel and Cluster sources.
+DEFAULT_CLIENT_OPTIONS: Mapping[str, Any] = {"socket_connect_timeout": 5.0, "socket_timeout": 10.0}
+
+_lock = threading.Lock()
+_sync_client: Optional[Any] = None
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+
+
+def prefixed(name: Union[str, bytes]) -> Union[str, bytes]:
+    """``name`` with the configured ``KEY_PREFIX`` (``"shop:orders"`` for ``"orders"``)."""
+    return conf.prefixed(name)
+
+
+def unprefixed(name: Union[str, bytes]) -> Union[str, bytes]:
+    """``name`` without the configured ``KEY_PREFIX``."""
+    return conf.unprefixed(name)
+
+
+def reset_clients() -> None:
+    """Forget the clients built so far; the next call builds new ones from the current settings."""
+    global _sync_client
+    with _lock:
+        _sync_client = None
+        _async_clients.clear()
+
+
+conf._on_clear.append(reset_clients)
+
+
+# -- sync ----------------------------------------------------------------------------------------
+def get_client() -> Any:
+    """The process's sync client (``redis.Redis`` or ``redis.cluster.RedisCluster``)."""
+    client = _sync_client
+    if client is not None:
+        return client
+    settings = coord_settings()
+    with _lock:
+        if _sync_client is None:
+            _set_sync(_build_sync(settings))
+        return _sync_client
+
+
+def _set_sync(client: Any) -> None:
+    global _sync_client
+    _sync_client = client
+
+
+def _options(settings: CoordSettings) -> dict[str, Any]:
+    return {**DEFAULT_CLIENT_OPTIONS, **settings.client_options}
+
+
+def _node(node: Any) -> tuple[str, int]:
+    if isinstance(node, str):
+        host, _, port = node.rpartition(":")
+        return host, int(port)
+    host, port = node
+    return host, int(port)
+
+
+def _cache_backend(alias: str) -> str:
+    from django.conf import settings as django_settings
+
+    return conf.REDIS_CACHE_BACKENDS[django_settings.CACHES[alias]["BACKEND"]]
+
+
+def _build_sync(settings: CoordSettings) -> Any:
+    if settings.source == "cache":
+        alias = settings.cache_alias or "default"
+        if _cache_backend(alias) == "django-redis":
+            from django_redis import get_redis_connection
+
+            return get_redis_connection(alias, write=True)
+        from django.core.cache import caches
+
+        return caches[alias]._cache.get_client(write=True)  # type: ignore[attr-defined]
+    if settings.source == "sentinel":
+        from redis.sentinel import Sentinel
+
+        sentinel_conf = settings.sentinel or {}
+        sentinel = Sentinel(
+            [_node(n) for n in sentinel_conf["SENTINELS"]],
+            sentinel_kwargs=dict(sentinel_conf.get("SENTINEL_KWARGS") or {}),
+            **_options(settings),
+        )
+        return sentinel.master_for(sentinel_conf["SERVICE_NAME"], db=sentinel_conf.get("DB", 0))
+    if settings.source == "cluster":
+        from redis.cluster import ClusterNode, RedisCluster
+
+        cluster = settings.cluster or {}
+        options = {**_options(settings), **(cluster.get("OPTIONS") or {})}
+        nodes = cluster.get("STARTUP_NODES")
+        if nodes:
+            return RedisCluster(startup_nodes=[ClusterNode(*_node(n)) for n in nodes], **options)
+        return RedisCluster.from_url(str(settings.url), **options)
+    import redis
+
+    return redis.Redis.from_url(str(settings.url), **_options(settings))
+
+
+# -- asyncio -------------------------------------------------------------------------------------
+def get_async_client() -> Any:
+    """The running event loop's ``redis.asyncio`` client (call it inside a coroutine)."""
+    loop = asyncio.get_running_loop()
+    client = _async_clients.get(loop)
+    if client is not None:
+        return client
+    settings = coord_settings()
+    # Built outside the lock: building never touches the network, and the sync client a cache
+    # source mirrors takes the same lock.
+    built = _build_async(settings)
+    with _lock:
+        return _async_clients.setdefault(loop, built)
+
+
+def _build_async(settings: CoordSettings) -> Any:
+    import redis.asyncio as aioredis
+
+    if settings.source == "cache":
+        return _mirror_async(get_client())
+    if settings.source == "sentinel":
+        from redis.asyncio.sentinel import Sentinel
+
+        sentinel_conf = settings.sentinel or {}
+        sentinel = Sentinel(
+            [_node(n) for n in sentinel_conf["SENTINELS"]],
+            sentinel_kwargs=dict(sentinel_conf.get("SENTINEL_KWARGS") or {}),
+            **_options(settings),
+        )
+        return sentinel.master_for(sentinel_conf["SERVICE_NAME"], db=sentinel_conf.get("DB", 0))
+    if settings.source == "cluster":
+        from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+        cluster = settings.cluster or {}
+        options = {**_options(settings), **(cluster.get("OPTIONS") or {})}
+        nodes = cluster.get("STARTUP_NODES")
+        if nodes:
+            return RedisCluster(startup_nodes=[ClusterNode(*_node(n)) for n in nodes], **options)
+        return RedisCluster.from_url(str(settings.url), **options)
+    return aioredis.Redis.from_url(str(settings.url), **_options(settings))
+
+
+#: Connection arguments that are objects of the sync library and cannot be handed to asyncio.
+_SYNC_ONLY = {"parser_class", "retry", "connection_pool", "redis_connect_func", "event_dispatcher", "command_packer"}
+
+
+def _accepted(cls: type) -> set[str]:
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        for param in inspect.signature(init).parameters.values():
+            if param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD) and param.name != "self":
+                names.add(param.name)
+    return names
+
+
+def _async_kwargs(kwargs: Mapping[str, Any], connection_class: type) -> dict[str, Any]:
+    accepted = _accepted(connection_class)
+    return {k: v for k, v in kwargs.items() if k in accepted and k not in _SYNC_ONLY}
+
+
+def _mirror_async(client: Any) -> Any:
+    """A ``redis.asyncio`` client with the connection parameters of the sync ``client``."""
+    import redis
+    import redis.asyncio as aioredis
+    from redis.sentinel import SentinelConnectionPool
+
+    pool = client.connection_pool
+    if isinstance(pool, SentinelConnectionPool):
+        from redis.asyncio.sentinel import Sentinel, SentinelManagedConnection
+
+        manager = pool.sentinel_manager
+        nodes = [
+            (s.connection_pool.connection_kwargs["host"], s.connection_pool.connection_kwargs.get("port", 26379))
+            for s in manager.sentinels
+        ]
+        kwargs = _async_kwargs(pool.connection_kwargs, SentinelManagedConnection)
+        sentinel = Sentinel(
+            nodes,
+            min_other_sentinels=manager.min_other_sentinels,
+            sentinel_kwargs=dict(manager.sentinel_kwargs or {}),
+        )
+        return sentinel.master_for(pool.service_name, **kwargs)
+    if issubclass(pool.connection_class, redis.UnixDomainSocketConnection):
+        connection_class: type = aioredis.UnixDomainSocketConnection
+    elif issubclass(pool.connection_class, redis.SSLConnection):
+        connection_class = aioredis.SSLConnection
+    else:
+        connection_class = aioredis.Connection
+    kwargs = _async_kwargs(pool.connection_kwargs, connection_class)
+    async_pool = aioredis.ConnectionPool(
+        connection_class=connection_class, max_connections=pool.max_connections, **kwargs
+    )
+    return aioredis.Redis(connection_pool=async_pool)
+
+
+# -- description ---------------------------------------------------------------------------------
+def _mask(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(":" + parts.password + "@", ":***@")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+def describe_connection(settings: Optional[CoordSettings] = None) -> str:
+    """Where the locks live, for people (passwords masked); never connects."""
+    settings = settings or coord_settings()
+    if settings.source == "cache":
+        from django.conf import settings as django_settings
+
+        alias = settings.cache_alias or "default"
+        location = django_settings.CACHES[alias].get("LOCATION")
+        if isinstance(location, (list, tuple)):
+            location = location[0] if location else ""
+        return f"cache {alias!r} ({_mask(str(location))})"
+    if settings.source == "sentinel":
+        sentinel_conf = settings.sentinel or {}
+        nodes = ", ".join("{}:{}".format(*_node(n)) for n in sentinel_conf.get("SENTINELS", ()))
+        return f"sentinel service {sentinel_conf.get('SERVICE_NAME')!r} via {nodes}"
+    if settings.source == "cluster":
+        nodes_conf = (settings.cluster or {}).get("STARTUP_NODES")
+        if nodes_conf:
+            return "cluster via " + ", ".join("{}:{}".format(*_node(n)) for n in nodes_conf)
+        return f"cluster via {_mask(settings.url or '')}"
+    return _mask(settings.url or "")
