@@ -68,6 +68,26 @@ def blocking_pop(client: Any, key: bytes, budget: Optional[float], server_timeou
     return None if reply is None else reply[1]
 
 
+class _SharedHold:
+    """Hold state shared by all threads (``thread_local=False``); ``.token`` as in redis-py."""
+
+    def __init__(self) -> None:
+        self.hold = SimpleNamespace(token=None)
+
+    @property
+    def token(self) -> Optional[bytes]:
+        return self.hold.token
+
+    @token.setter
+    def token(self, value: Optional[bytes]) -> None:
+        self.hold.token = value
+
+
+class _ThreadHold(_SharedHold, threading.local):
+    """Hold state private to each thread.  The per-thread ``hold`` namespace is a plain object,
+    so the watchdog thread can update the deadline of the thread that acquired."""
+
+
 class Lock(LockBase):
     """A distributed lock with fencing tokens, FIFO waiting and an explicit loss signal.
 
@@ -81,15 +101,12 @@ class Lock(LockBase):
 
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
-        self.local = threading.local() if self.thread_local else SimpleNamespace()
-        self.local.token = None
+        self.local = _ThreadHold() if self.thread_local else _SharedHold()
 
     # -- local state (per thread unless thread_local=False) --------------------------------
     def _state(self) -> Any:
-        local = self.local
-        if not hasattr(local, "token"):
-            local.token = None
-        return local
+        """This thread's hold: token, fence, deadline, count, lost (the watchdog updates it)."""
+        return self.local.hold
 
     @property
     def fence(self) -> Optional[int]:

@@ -1,0 +1,135 @@
+"""Watchdog renewal, the explicit loss signal and reentrancy."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from redis.exceptions import LockNotOwnedError
+
+from django_redis_coord import Lock, LockLostError
+from django_redis_coord.watchdog import sync_watchdog
+
+
+def _wait_for(predicate, timeout: float = 10.0) -> None:
+    stop_at = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < stop_at, "condition not reached in time"
+        time.sleep(0.01)
+
+
+def test_watchdog_keeps_a_lock_past_three_times_its_timeout(redis_client):
+    lock = Lock(redis_client, "renewed", timeout=0.5, auto_renew=True)
+    lock.acquire()
+    fence = lock.fence
+    time.sleep(1.8)
+    assert lock.owned() and lock.valid
+    assert redis_client.pttl("renewed") > 0
+    assert lock.fence == fence
+    lock.ensure_valid()
+    lock.release()
+    assert not redis_client.exists("renewed")
+    assert all(hold.owner is not lock for hold in list(sync_watchdog()._holds.values()))
+
+
+def test_without_watchdog_the_hold_expires_and_is_reported_invalid(redis_client):
+    lock = Lock(redis_client, "plain", timeout=0.3)
+    lock.acquire()
+    assert lock.valid
+    time.sleep(0.4)
+    assert not lock.valid
+    with pytest.raises(LockLostError):
+        lock.ensure_valid()
+    with pytest.raises(LockNotOwnedError):
+        lock.release()
+
+
+def test_one_watchdog_thread_renews_many_locks(redis_client):
+    locks = [Lock(redis_client, f"many:{i}", timeout=0.6, auto_renew=True) for i in range(25)]
+    for lock in locks:
+        lock.acquire()
+    redis_client.config_resetstat()
+    time.sleep(1.3)
+    renewals = redis_client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    assert all(lock.owned() for lock in locks)
+    # Each lock renews every 0.2 s: about 6 renewals each, batched per client in one pipeline.
+    assert 25 * 3 <= renewals <= 25 * 10, renewals
+    watchdogs = [t for t in threading.enumerate() if t.name == "dcoord-watchdog"]
+    assert len(watchdogs) == 1
+    for lock in locks:
+        lock.release()
+
+
+def test_loss_is_signalled_when_the_key_is_deleted(redis_client):
+    lost = threading.Event()
+    lock = Lock(redis_client, "deleted", timeout=0.6, auto_renew=True, on_lost=lambda lk: lost.set())
+    lock.acquire()
+    redis_client.delete("deleted")  # an operator, a FLUSHDB, an eviction ...
+    assert lost.wait(2.0)
+    assert not lock.valid
+    with pytest.raises(LockLostError):
+        lock.ensure_valid()
+    with pytest.raises(LockNotOwnedError):
+        lock.release()
+
+
+def test_loss_is_signalled_at_the_local_deadline_when_the_server_stops_answering(redis_servers):
+    (server,) = redis_servers(1)
+    client = server.client(socket_timeout=5)
+    lost_at: list[float] = []
+    lock = Lock(client, "paused", timeout=1.0, auto_renew=True, on_lost=lambda lk: lost_at.append(time.monotonic()))
+    lock.acquire()
+    deadline = lock.deadline
+    assert deadline is not None
+    server.pause()
+    try:
+        _wait_for(lambda: bool(lost_at), timeout=5)
+        # Declared at the deadline (send instant + TTL - drift), not at the next failed call.
+        assert deadline - 0.05 <= lost_at[0] <= deadline + 0.3 + lock.timeout / 3
+        assert not lock.valid
+    finally:
+        server.resume()
+    with pytest.raises(LockNotOwnedError):
+        lock.release()
+
+
+def test_renewal_stops_on_release(redis_client):
+    lock = Lock(redis_client, "stops", timeout=0.3, auto_renew=True)
+    lock.acquire()
+    lock.release()
+    redis_client.config_resetstat()
+    time.sleep(0.4)
+    assert redis_client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0) == 0
+
+
+def test_reentrant_hold_needs_no_round_trip_and_keeps_its_fence(redis_client):
+    lock = Lock(redis_client, "again", timeout=5, reentrant=True)
+    lock.acquire()
+    fence = lock.fence
+    redis_client.config_resetstat()
+    assert lock.acquire()
+    assert lock.acquire(blocking=False)
+    stats = redis_client.info("commandstats")
+    assert "cmdstat_evalsha" not in stats and "cmdstat_set" not in stats
+    assert lock.fence == fence
+    lock.release()
+    lock.release()
+    assert lock.owned()  # outermost hold still open
+    lock.release()
+    assert not redis_client.exists("again")
+    other = Lock(redis_client, "again", timeout=5, reentrant=True)
+    assert other.acquire(blocking=False)
+    assert other.fence > fence
+    other.release()
+
+
+def test_reentrancy_is_per_thread(redis_client):
+    lock = Lock(redis_client, "perthread", timeout=5, reentrant=True)
+    lock.acquire()
+    result: list[bool] = []
+    thread = threading.Thread(target=lambda: result.append(lock.acquire(blocking=False)))
+    thread.start()
+    thread.join()
+    assert result == [False]
+    lock.release()
