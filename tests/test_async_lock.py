@@ -1,0 +1,193 @@
+"""The asyncio Lock: same behaviour as the sync one, and task-safe."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from redis.exceptions import LockError, LockNotOwnedError
+
+from django_redis_coord import InvalidLockArgument, LockLostError
+from django_redis_coord.asyncio import Lock, async_lock_holder
+from django_redis_coord.keys import keys_for
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_basic_acquire_release_extend_and_fence(async_redis):
+    async def scenario():
+        client = async_redis()
+        lock = Lock(client, "a:basic", timeout=10)
+        assert await lock.acquire()
+        assert await client.get("a:basic") == lock.local.token
+        first = lock.fence
+        assert await lock.extend(10)
+        assert 19000 < await client.pttl("a:basic") <= 20000
+        assert await lock.reacquire()
+        holder = await async_lock_holder(client, "a:basic")
+        assert holder is not None and holder.fence == first
+        await lock.release()
+        assert await lock.acquire(blocking=False)
+        assert lock.fence > first
+        await lock.release()
+        await client.aclose()
+
+    run(scenario())
+
+
+def test_works_as_lock_class_of_the_asyncio_client(async_redis):
+    async def scenario():
+        client = async_redis()
+        lock = client.lock("a:class", lock_class=Lock, timeout=5)
+        async with lock:
+            assert await lock.owned() and await lock.locked()
+        assert not await lock.locked()
+        await client.aclose()
+
+    run(scenario())
+
+
+def test_two_tasks_sharing_an_instance_never_release_each_others_hold(async_redis):
+    async def scenario():
+        client = async_redis()
+        lock = Lock(client, "a:shared", timeout=10)
+        acquired = asyncio.Event()
+        done = asyncio.Event()
+
+        async def holder():
+            assert await lock.acquire()
+            acquired.set()
+            await done.wait()
+            await lock.release()
+
+        async def intruder():
+            await acquired.wait()
+            assert lock.local.token is None  # this task holds nothing
+            with pytest.raises(LockError):
+                await lock.release()
+            with pytest.raises(LockError):
+                await lock.extend(5)
+            assert not await lock.owned()
+            assert await lock.acquire(blocking=False) is False  # the other task holds it
+            done.set()
+
+        await asyncio.gather(holder(), intruder())
+        assert not await client.exists("a:shared")
+        await client.aclose()
+
+    run(scenario())
+
+
+def test_tasks_are_served_in_arrival_order(async_redis):
+    async def scenario():
+        client = async_redis()
+        holder = Lock(client, "a:fifo", timeout=10)
+        await holder.acquire()
+        order: list[int] = []
+
+        async def waiter(index: int):
+            lock = Lock(client, "a:fifo", timeout=10)
+            await lock.acquire()
+            order.append(index)
+            await asyncio.sleep(0.002)
+            await lock.release()
+
+        tasks = []
+        for index in range(5):
+            tasks.append(asyncio.ensure_future(waiter(index)))
+            while await client.zcard(keys_for(b"a:fifo").queue) < index + 1:
+                await asyncio.sleep(0.005)
+        await holder.release()
+        await asyncio.gather(*tasks)
+        assert order == list(range(5))
+        await client.aclose()
+
+    run(scenario())
+
+
+def test_expiry_wake_and_blocking_timeout(async_redis):
+    async def scenario():
+        client = async_redis()
+        crashed = Lock(client, "a:expiry", timeout=0.5)
+        await crashed.acquire()
+        expires_at = time.monotonic() + (await client.pttl("a:expiry")) / 1000
+        waiter = Lock(client, "a:expiry", timeout=10)
+        assert await waiter.acquire()
+        assert time.monotonic() - expires_at < 0.25
+        before = set(await client.keys("*"))
+        started = time.monotonic()
+        assert await Lock(client, "a:expiry").acquire(blocking_timeout=0.2) is False
+        assert 0.2 <= time.monotonic() - started < 0.35
+        assert set(await client.keys("*")) == before
+        await waiter.release()
+        await client.aclose()
+
+    run(scenario())
+
+
+def test_a_cancelled_waiter_leaves_the_queue(async_redis):
+    async def scenario():
+        client = async_redis()
+        holder = Lock(client, "a:cancel", timeout=10)
+        await holder.acquire()
+        task = asyncio.ensure_future(Lock(client, "a:cancel", timeout=10).acquire())
+        while await client.zcard(keys_for(b"a:cancel").queue) < 1:
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await client.zcard(keys_for(b"a:cancel").queue) == 0
+        await holder.release()
+        assert not await client.exists("a:cancel")
+        await client.aclose()
+
+    run(scenario())
+
+
+def test_watchdog_renews_and_signals_loss(async_redis):
+    async def scenario():
+        client = async_redis()
+        lock = Lock(client, "a:renew", timeout=0.4, auto_renew=True)
+        await lock.acquire()
+        await asyncio.sleep(1.3)
+        assert await lock.owned() and lock.valid
+        await lock.release()
+        lost = asyncio.Event()
+        doomed = Lock(client, "a:lost", timeout=0.4, auto_renew=True, on_lost=lambda lk: lost.set())
+        await doomed.acquire()
+        await client.delete("a:lost")
+        await asyncio.wait_for(lost.wait(), 2)
+        assert not doomed.valid
+        with pytest.raises(LockLostError):
+            doomed.ensure_valid()
+        with pytest.raises(LockNotOwnedError):
+            await doomed.release()
+        await client.aclose()
+
+    run(scenario())
+
+
+def test_reentrant_and_bad_input(async_redis):
+    async def scenario():
+        client = async_redis()
+        lock = Lock(client, "a:re", timeout=5, reentrant=True)
+        await lock.acquire()
+        fence = lock.fence
+        await lock.acquire()
+        assert lock.fence == fence
+        await lock.release()
+        assert await lock.owned()
+        await lock.release()
+        assert not await client.exists("a:re")
+        before = await client.dbsize()
+        with pytest.raises(InvalidLockArgument):
+            Lock(client, "", timeout=5)
+        with pytest.raises(InvalidLockArgument):
+            await Lock(client, "ok", timeout=5).acquire(blocking_timeout=-1)
+        assert await client.dbsize() == before
+        await client.aclose()
+
+    run(scenario())
