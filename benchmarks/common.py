@@ -420,3 +420,50 @@ def _version(package: str) -> str:
         return version(package)
     except Exception:
         return "?"
+
+
+# -- client-side command counting ----------------------------------------------------------------
+HANDSHAKE_COMMANDS = frozenset({"HELLO", "CLIENT", "AUTH", "SELECT", "PING", "READONLY"})
+_SENT: dict[str, int] = {}
+
+
+class _CountingPacker:
+    """Wraps a connection's command packer and counts each command packed (pipelines included)."""
+
+    def __init__(self, packer: Any) -> None:
+        self._packer = packer
+
+    def pack(self, *args: Any) -> Any:
+        head = args[0]
+        name = (head.decode() if isinstance(head, bytes) else str(head)).split(" ")[0].upper()
+        _SENT[name] = _SENT.get(name, 0) + 1
+        return self._packer.pack(*args)
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self._packer, item)
+
+
+def counting_client(host: str, port: int, **kwargs: Any) -> Any:
+    """A ``redis.Redis`` whose connections count the commands they send (see :func:`sent_commands`).
+
+    INFO commandstats also counts the commands a Lua script runs; this counts what clients send:
+    one EVALSHA is one command, one BLPOP is one command, whatever the server does for it.
+    """
+    import redis
+    from redis.connection import Connection
+
+    class CountingConnection(Connection):
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            self._command_packer = _CountingPacker(self._command_packer)
+
+    pool = redis.ConnectionPool(host=host, port=port, connection_class=CountingConnection, **kwargs)
+    return redis.Redis(connection_pool=pool)
+
+
+def sent_commands(reset: bool = False) -> dict[str, int]:
+    """Commands sent by :func:`counting_client` clients in this process (handshakes left out)."""
+    counts = {name: calls for name, calls in _SENT.items() if name not in HANDSHAKE_COMMANDS}
+    if reset:
+        _SENT.clear()
+    return counts

@@ -1,0 +1,516 @@
+"""Lock: uncontended speed, contention, crash-expiry handoff and handoff latency, next to the peers.
+
+Libraries compared (each on its own key of the one private redis-server):
+
+* ``raw`` — the floor: ``SET name token NX PX`` and a Lua compare-and-delete by EVALSHA; under
+  contention it polls every 0.5 ms;
+* ``redis-py`` — ``redis.lock.Lock`` (polls every ``sleep`` = 0.1 s; ``redis-py 1ms`` polls every 1 ms);
+* ``python-redis-lock`` — ``redis_lock.Lock`` (SET NX EX, waiters BLPOP a signal list pushed on release);
+* ``pottery`` — ``pottery.Redlock`` with one master (retries after a random 0–0.2 s);
+* ``ours`` — ``django_redis_coord.Lock`` (FIFO queue, server-side handoff to the head's wake list).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import signal
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from benchmarks.common import (
+    FORK,
+    Context,
+    Section,
+    commands_delta,
+    commandstats,
+    counting_client,
+    held_fraction,
+    overlaps,
+    percentile,
+    run_workers,
+    sent_commands,
+    sleep_until_ns,
+    timed_rate,
+)
+
+ALL = ("raw", "redis-py", "python-redis-lock", "pottery", "ours")
+CONTENDERS = ("raw", "redis-py", "redis-py 1ms", "python-redis-lock", "pottery", "ours")
+DESCRIPTIONS = {
+    "raw": "SET NX PX + Lua compare-and-delete (polls 0.5 ms when contended)",
+    "redis-py": "redis.lock.Lock, sleep=0.1 (default)",
+    "redis-py 1ms": "redis.lock.Lock, sleep=0.001",
+    "python-redis-lock": "redis_lock.Lock (BLPOP on a release signal)",
+    "pottery": "pottery.Redlock, one master",
+    "ours": "django_redis_coord.Lock",
+}
+
+# Targets (issue text): uncontended >= 0.95x the floor; at 4 processes held >= 0.80, wait p99 <= 8 ms,
+# fairness >= 0.95, <= 4 commands per acquisition, no overlap; crash-expiry handoff <= 50 ms.
+TARGET_RATIO = 0.95
+TARGET_HELD = 0.80
+TARGET_P99_MS = 8.0
+TARGET_FAIRNESS = 0.95
+TARGET_COMMANDS = 4.0
+TARGET_EXPIRY_MS = 50.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How long and how often each part runs."""
+
+    pair_seconds: float = 1.5          # per library per round
+    pair_rounds: int = 5               # interleaved rounds; medians are reported
+    contention_seconds: float = 4.0
+    contention_procs: tuple[int, ...] = (4, 16)
+    contention_rounds: int = 2         # rounds at the first process count (median + spread)
+    contenders: tuple[str, ...] = CONTENDERS
+    hold_s: float = 0.001
+    think_s: float = 0.001
+    expiry_libs: tuple[str, ...] = ALL
+    expiry_trials: int = 3
+    expiry_ttl: float = 1.0
+    handoff_libs: tuple[str, ...] = CONTENDERS
+    handoff_trials: int = 40
+    plots: bool = True
+
+
+FULL = Sizes()
+QUICK = Sizes(pair_seconds=0.2, pair_rounds=1, contention_seconds=0.6, contention_procs=(4,), contention_rounds=1,
+              expiry_libs=("redis-py", "ours"), expiry_trials=1, handoff_trials=5)
+
+
+# -- the libraries ---------------------------------------------------------------------------------
+class RawLock:
+    """The floor: one SET NX PX per attempt, one EVALSHA compare-and-delete per release."""
+
+    CAD = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+    def __init__(self, client: Any, name: str, ttl: float, poll: float = 0.0005) -> None:
+        self.client, self.name, self.poll = client, name, poll
+        self.px = int(ttl * 1000)
+        self.cad = client.register_script(self.CAD)
+        self.token = b""
+
+    def acquire(self, blocking: bool = True) -> bool:
+        token = secrets.token_hex(16).encode()
+        while not self.client.set(self.name, token, nx=True, px=self.px):
+            if not blocking:
+                return False
+            time.sleep(self.poll)
+        self.token = token
+        return True
+
+    def release(self) -> None:
+        if not self.cad(keys=[self.name], args=[self.token]):
+            raise RuntimeError("raw lock was not held at release")
+
+
+def make_lock(lib: str, client: Any, name: str, ttl: float) -> Any:
+    """A lock object of library ``lib`` on ``name`` with a ``ttl``-second expiry."""
+    if lib == "raw":
+        return RawLock(client, name, ttl)
+    if lib in ("redis-py", "redis-py 1ms"):
+        from redis.lock import Lock as RedisPyLock
+
+        return RedisPyLock(client, name, timeout=ttl, sleep=0.1 if lib == "redis-py" else 0.001)
+    if lib == "python-redis-lock":
+        import redis_lock
+
+        return redis_lock.Lock(client, name, expire=max(1, math.ceil(ttl)))
+    if lib == "pottery":
+        from pottery import Redlock
+
+        return Redlock(key=name, masters={client}, auto_release_time=ttl)
+    if lib == "ours":
+        from django_redis_coord import Lock
+
+        return Lock(client, name, timeout=ttl)
+    raise ValueError(f"unknown library {lib!r}")
+
+
+def lock_key(lib: str, name: str) -> str:
+    """The Redis key holding the token for ``lib``'s lock ``name``."""
+    if lib == "python-redis-lock":
+        return "lock:" + name
+    if lib == "pottery":
+        return "redlock:" + name
+    return name
+
+
+def key_name(lib: str) -> str:
+    return "bench:" + lib.replace(" ", "-")
+
+
+def warm_up(ctx: Context, libs: Sequence[str]) -> None:
+    """Load every library's scripts into the server (so no measured call pays a NOSCRIPT)."""
+    client = ctx.client()
+    for lib in libs:
+        lock = make_lock(lib, client, key_name(lib) + ":warm", 10.0)
+        for _ in range(3):
+            assert lock.acquire()
+            lock.release()
+    client.close()
+
+
+# -- 1. uncontended pairs --------------------------------------------------------------------------
+def measure_pairs(ctx: Context, sizes: Sizes) -> dict[str, list[float]]:
+    """Acquire+release pairs per second for each library, in ``pair_rounds`` rotated rounds."""
+    rates: dict[str, list[float]] = {lib: [] for lib in ALL}
+    ratios: dict[str, list[float]] = {lib: [] for lib in ALL}
+    client = ctx.client()
+    for round_no in range(sizes.pair_rounds):
+        order = list(ALL[round_no % len(ALL):] + ALL[:round_no % len(ALL)])
+        this_round: dict[str, float] = {}
+        for lib in order:
+            lock = make_lock(lib, client, key_name(lib), 10.0)
+
+            def pair(lock: Any = lock) -> None:
+                if not lock.acquire():
+                    raise RuntimeError("an uncontended acquire failed")
+                lock.release()
+
+            this_round[lib] = timed_rate(pair, sizes.pair_seconds)
+        for lib in ALL:
+            rates[lib].append(this_round[lib])
+            ratios[lib].append(this_round[lib] / this_round["raw"])
+        figures = ", ".join(f"{k} {v:.0f}" for k, v in this_round.items())
+        ctx.log(f"pairs/s round {round_no + 1}: {figures}")
+    client.close()
+    return {"rates": rates, "ratios": ratios}  # type: ignore[dict-item]
+
+
+# -- 2. contention -------------------------------------------------------------------------------------
+def contend(lib: str, host: str, port: int, name: str, start_ns: int, end_ns: int, hold_s: float,
+            think_s: float) -> dict[str, Any]:
+    """One contending process: acquire, hold, release, think, until ``end_ns``."""
+    sent_commands(reset=True)
+    client = counting_client(host, port)
+    lock = make_lock(lib, client, name, 10.0)
+    client.ping()
+    pid = os.getpid()
+    waits: list[int] = []
+    holds: list[tuple[int, int]] = []
+    sleep_until_ns(start_ns)
+    while time.monotonic_ns() < end_ns:
+        asked = time.monotonic_ns()
+        if not lock.acquire():
+            raise RuntimeError("a blocking acquire returned False")
+        got = time.monotonic_ns()
+        time.sleep(hold_s)
+        left = time.monotonic_ns()
+        lock.release()
+        waits.append(got - asked)
+        holds.append((got, left))
+        time.sleep(think_s)
+    return {"pid": pid, "waits": waits, "holds": holds, "sent": sent_commands()}
+
+
+def measure_contention(ctx: Context, lib: str, procs: int, sizes: Sizes) -> dict[str, Any]:
+    name = key_name(lib) + f":c{procs}"
+    admin = ctx.client()
+    before = commandstats(admin)
+    start_ns = time.monotonic_ns() + int(0.3e9 + procs * 0.02e9)
+    end_ns = start_ns + int(sizes.contention_seconds * 1e9)
+    args = [(lib, ctx.server.host, ctx.server.port, name, start_ns, end_ns, sizes.hold_s, sizes.think_s)
+            for _ in range(procs)]
+    results = run_workers(contend, args, timeout=sizes.contention_seconds + 120)
+    after = commandstats(admin)
+    admin.close()
+    window = (end_ns - start_ns) / 1e9
+    all_holds = [(a, b, r["pid"]) for r in results for a, b in r["holds"]]
+    in_window = [sum(1 for a, _ in r["holds"] if start_ns <= a < end_ns) for r in results]
+    waits_ms = [w / 1e6 for r in results for (a, _), w in zip(r["holds"], r["waits"]) if start_ns <= a < end_ns]
+    total = sum(len(r["holds"]) for r in results)
+    sent = sum(sum(r["sent"].values()) for r in results)
+    return {
+        "lib": lib,
+        "procs": procs,
+        "acq_per_s": sum(in_window) / window,
+        "held": held_fraction([(a, b) for a, b, _ in all_holds], start_ns, end_ns),
+        "p50": percentile(waits_ms, 50),
+        "p99": percentile(waits_ms, 99),
+        "max": max(waits_ms) if waits_ms else float("nan"),
+        "fairness": (min(in_window) / max(in_window)) if max(in_window) else 0.0,
+        "server_cmds": commands_delta(before, after) / total if total else float("nan"),
+        "sent_cmds": sent / total if total else float("nan"),
+        "overlaps": overlaps(all_holds),
+        "acquisitions": total,
+        "waits_ms": waits_ms,
+    }
+
+
+# -- 3. crash-expiry handoff -------------------------------------------------------------------------
+def crash_holder(lib: str, host: str, port: int, name: str, ttl: float, queue: Any) -> None:
+    """Acquire with a ``ttl``-second expiry, report, then wait to be SIGKILLed (never releasing)."""
+    import redis
+
+    lock = make_lock(lib, redis.Redis(host=host, port=port), name, ttl)
+    assert lock.acquire()
+    queue.put("held")
+    time.sleep(120)
+
+
+def expiry_waiter(lib: str, host: str, port: int, name: str, ttl: float, queue: Any) -> None:
+    """Block on the lock; once it is ours, report the server's TIME (ms)."""
+    import redis
+
+    client = redis.Redis(host=host, port=port)
+    lock = make_lock(lib, client, name, ttl)
+    queue.put("waiting")
+    assert lock.acquire()
+    sec, usec = client.time()
+    queue.put(sec * 1000.0 + usec / 1000.0)
+    lock.release()
+
+
+def measure_expiry(ctx: Context, lib: str, ttl: float, trial: int) -> float:
+    """Milliseconds from the crashed holder's TTL end (server clock) to the waiter owning the lock."""
+    name = key_name(lib) + f":x{trial}"
+    key = lock_key(lib, name)
+    host, port = ctx.server.host, ctx.server.port
+    queue = FORK.Queue()
+    holder = FORK.Process(target=crash_holder, args=(lib, host, port, name, ttl, queue), daemon=True)
+    holder.start()
+    waiter = None
+    try:
+        if queue.get(timeout=30) != "held":
+            raise RuntimeError("holder did not report")
+        admin = ctx.client()
+        pipe = admin.pipeline(transaction=True)
+        pipe.time()
+        pipe.pttl(key)
+        (sec, usec), pttl = pipe.execute()
+        if pttl < 0:
+            raise RuntimeError(f"{lib}: key {key!r} has no TTL ({pttl})")
+        expires_ms = sec * 1000.0 + usec / 1000.0 + pttl
+        waiter = FORK.Process(target=expiry_waiter, args=(lib, host, port, name, ttl, queue), daemon=True)
+        waiter.start()
+        if queue.get(timeout=30) != "waiting":
+            raise RuntimeError("waiter did not start")
+        time.sleep(min(0.2, ttl / 4))
+        os.kill(holder.pid, signal.SIGKILL)  # the holder crashes: nobody will ever release
+        owned_ms = float(queue.get(timeout=ttl + 30))
+        admin.close()
+        return owned_ms - expires_ms
+    finally:
+        for proc in (holder, waiter):
+            if proc is not None:
+                if proc.is_alive():
+                    proc.kill()
+                proc.join(5)
+
+
+# -- 4. handoff latency --------------------------------------------------------------------------------
+def handoff_side(role: str, lib: str, host: str, port: int, name: str, trials: int, barrier: Any) -> list[int]:
+    """Ping-pong between two processes; A releases while B is blocked. Returns instants (ns)."""
+    import redis
+
+    lock = make_lock(lib, redis.Redis(host=host, port=port), name, 10.0)
+    instants = []
+    for _ in range(trials):
+        if role == "A":
+            assert lock.acquire()
+            barrier.wait()
+            time.sleep(0.02)  # B is blocked in acquire by now
+            instants.append(time.monotonic_ns())
+            lock.release()
+            barrier.wait()
+        else:
+            barrier.wait()
+            assert lock.acquire()
+            instants.append(time.monotonic_ns())
+            lock.release()
+            barrier.wait()
+    return instants
+
+
+def measure_handoff(ctx: Context, lib: str, trials: int) -> list[float]:
+    name = key_name(lib) + ":h"
+    barrier = FORK.Barrier(2)
+    host, port = ctx.server.host, ctx.server.port
+    released, owned = run_workers(handoff_side, [("A", lib, host, port, name, trials, barrier),
+                                                 ("B", lib, host, port, name, trials, barrier)],
+                                  timeout=trials * 1.0 + 60)
+    return [(b - a) / 1e6 for a, b in zip(released, owned)]
+
+
+# -- the report ---------------------------------------------------------------------------------------
+def spread(values: Sequence[float]) -> str:
+    if len(values) < 2:
+        return "–"
+    return f"{min(values):.0f}–{max(values):.0f}"
+
+
+def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
+    sizes = sizes or (QUICK if ctx.quick else FULL)
+    section = Section("lock", "Lock benchmark: django_redis_coord.Lock next to redis-py, python-redis-lock, pottery")
+    section.text(__doc__.split("\n\n", 1)[1])
+    warm_up(ctx, sorted(set(ALL) | set(sizes.contenders)))
+    ctx.flush()
+
+    # 1. uncontended
+    ctx.log("uncontended acquire+release pairs")
+    pairs = measure_pairs(ctx, sizes)
+    section.heading("Uncontended acquire + release")
+    section.text(f"One client, pairs per second over {sizes.pair_seconds:g} s per library, {sizes.pair_rounds} "
+                 "rotated rounds; median of the rounds, and the median of each round's ratio to the floor "
+                 "measured in that same round.")
+    rows = []
+    for lib in ALL:
+        rate = statistics.median(pairs["rates"][lib])
+        ratio = statistics.median(pairs["ratios"][lib])
+        section.figure(f"pairs_per_s.{lib}", rate)
+        section.figure(f"pairs_ratio.{lib}", ratio)
+        rows.append([lib, rate, f"{1e6 / rate:.0f}", spread(pairs["rates"][lib]), f"{ratio:.2f}x",
+                     f"{min(pairs['ratios'][lib]):.2f}–{max(pairs['ratios'][lib]):.2f}"])
+    section.table(["library", "pairs/s (median)", "µs/pair", "pairs/s range", "x floor (median)", "x floor range"],
+                  rows)
+    section.check(f"uncontended ours >= {TARGET_RATIO}x floor", section.figures["pairs_ratio.ours"], ">=",
+                  TARGET_RATIO)
+
+    # 2. contention
+    section.heading("Contention")
+    section.text(f"N processes loop on one lock: acquire (blocking), hold {sizes.hold_s * 1000:g} ms, release, "
+                 f"think {sizes.think_s * 1000:g} ms, for {sizes.contention_seconds:g} s. *held* is the union of "
+                 "the hold intervals (time.monotonic_ns in each process, from acquire's return to release's call) "
+                 "over the wall time; *fairness* is the fewest / most acquisitions of any process; *cmds/acq* "
+                 "counts what the clients sent (one EVALSHA = 1) and *server cmds/acq* is the INFO commandstats "
+                 "delta, which also counts every command run inside a Lua script.")
+    contention: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    runs: list[tuple[str, int]] = []
+    for procs_index, procs in enumerate(sizes.contention_procs):
+        rounds = sizes.contention_rounds if procs_index == 0 else 1
+        for round_no in range(rounds):
+            order = list(sizes.contenders)
+            if round_no % 2:
+                order.reverse()
+            for lib in order:
+                runs.append((lib, procs))
+    for lib, procs in runs:
+        ctx.log(f"contention: {lib}, {procs} processes")
+        result = measure_contention(ctx, lib, procs, sizes)
+        contention.setdefault((lib, procs), []).append(result)
+        ctx.log(f"  {result['acq_per_s']:.0f} acq/s held {result['held']:.2f} p99 {result['p99']:.1f} ms "
+                f"fair {result['fairness']:.2f} cmds {result['sent_cmds']:.1f} overlaps {result['overlaps']}")
+    medians: dict[tuple[str, int], dict[str, Any]] = {}
+    for procs in sizes.contention_procs:
+        rows = []
+        for lib in sizes.contenders:
+            results = contention[(lib, procs)]
+            med = {key: statistics.median(r[key] for r in results)
+                   for key in ("acq_per_s", "held", "p50", "p99", "max", "fairness", "server_cmds", "sent_cmds")}
+            med["overlaps"] = max(r["overlaps"] for r in results)
+            med["waits_ms"] = [w for r in results for w in r["waits_ms"]]
+            medians[(lib, procs)] = med
+            for key in ("acq_per_s", "held", "p50", "p99", "max", "fairness", "sent_cmds", "server_cmds", "overlaps"):
+                section.figure(f"contention{procs}.{lib}.{key}", med[key])
+            held_range = spread([r["held"] * 100 for r in results]) if len(results) > 1 else "–"
+            rows.append([lib, med["acq_per_s"], med["held"], held_range, med["p50"], med["p99"], med["max"],
+                         med["fairness"], med["sent_cmds"], med["server_cmds"], med["overlaps"]])
+        rounds_note = f" (median of {sizes.contention_rounds} rounds)" if procs == sizes.contention_procs[0] and \
+            sizes.contention_rounds > 1 else ""
+        section.heading(f"{procs} processes{rounds_note}", level=3)
+        section.table(["library", "acq/s", "held", "held % range", "wait p50 ms", "wait p99 ms", "wait max ms",
+                       "fairness", "cmds/acq", "server cmds/acq", "overlaps"], rows)
+    first = sizes.contention_procs[0]
+    ours = medians[("ours", first)]
+    section.check(f"{first} processes: ours held fraction", ours["held"], ">=", TARGET_HELD)
+    section.check(f"{first} processes: ours wait p99 (ms)", ours["p99"], "<=", TARGET_P99_MS)
+    section.check(f"{first} processes: ours fairness", ours["fairness"], ">=", TARGET_FAIRNESS)
+    section.check(f"{first} processes: ours commands sent per acquisition", ours["sent_cmds"], "<=", TARGET_COMMANDS)
+    for procs in sizes.contention_procs:
+        for lib in sizes.contenders:
+            section.check(f"{procs} processes: {lib} overlapping holds", medians[(lib, procs)]["overlaps"], "==", 0)
+
+    # 3. crash-expiry
+    expiry: dict[str, list[float]] = {}
+    if sizes.expiry_libs:
+        section.heading("Crash-expiry handoff")
+        section.text(f"A holder acquires with a {sizes.expiry_ttl:g} s TTL and is SIGKILLed while a waiter is "
+                     "blocked; the delay runs from the TTL's end (server TIME + PTTL read right after the grant) "
+                     "to the waiter owning the lock (server TIME read right after its acquire returned).")
+        for lib in sizes.expiry_libs:
+            for trial in range(sizes.expiry_trials):
+                ctx.log(f"crash-expiry: {lib}, trial {trial + 1}")
+                expiry.setdefault(lib, []).append(measure_expiry(ctx, lib, sizes.expiry_ttl, trial))
+        rows = []
+        for lib in sizes.expiry_libs:
+            values = expiry[lib]
+            section.figure(f"expiry_ms.{lib}", statistics.median(values))
+            section.figure(f"expiry_ms_max.{lib}", max(values))
+            rows.append([lib, statistics.median(values), max(values), ", ".join(f"{v:.1f}" for v in values)])
+        section.table(["library", "delay ms (median)", "delay ms (max)", "trials ms"], rows)
+        if "ours" in expiry:
+            section.check("crash-expiry handoff, ours, worst trial (ms)", max(expiry["ours"]), "<=", TARGET_EXPIRY_MS)
+
+    # 4. handoff latency
+    handoff: dict[str, list[float]] = {}
+    if sizes.handoff_libs and sizes.handoff_trials:
+        section.heading("Handoff latency")
+        section.text(f"Two processes, {sizes.handoff_trials} handoffs each: A holds, B is blocked in acquire "
+                     "(20 ms later), A calls release; latency from that call to B's acquire returning.")
+        rows = []
+        for lib in sizes.handoff_libs:
+            ctx.log(f"handoff latency: {lib}")
+            values = handoff[lib] = measure_handoff(ctx, lib, sizes.handoff_trials)
+            section.figure(f"handoff_p50_ms.{lib}", percentile(values, 50))
+            rows.append([lib, percentile(values, 50), percentile(values, 90), max(values)])
+        section.table(["library", "p50 ms", "p90 ms", "max ms"], rows)
+
+    if sizes.plots:
+        plot_contention(section, sizes, medians, pairs, handoff)
+    return section
+
+
+def plot_contention(section: Section, sizes: Sizes, medians: dict[tuple[str, int], dict[str, Any]],
+                    pairs: dict[str, Any], handoff: dict[str, list[float]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    first = sizes.contention_procs[0]
+    fig, (ax_cdf, ax_held, ax_pairs) = plt.subplots(1, 3, figsize=(17, 4.8))
+    for lib in sizes.contenders:
+        waits = sorted(max(w, 1e-3) for w in medians[(lib, first)]["waits_ms"])
+        if waits:
+            ys = [(i + 1) / len(waits) for i in range(len(waits))]
+            ax_cdf.step(waits, ys, where="post", label=lib, linewidth=2.2 if lib == "ours" else 1.2)
+    ax_cdf.axvline(TARGET_P99_MS, color="grey", linestyle=":", linewidth=1)
+    ax_cdf.set_xscale("log")
+    ax_cdf.set_xlabel("wait for the lock (ms, log)")
+    ax_cdf.set_ylabel("fraction of acquisitions")
+    ax_cdf.set_title(f"Wait time CDF, {first} processes, hold 1 ms / think 1 ms")
+    ax_cdf.legend(fontsize=8, loc="lower right")
+    ax_cdf.grid(alpha=0.3)
+
+    width = 0.8 / len(sizes.contention_procs)
+    xs = range(len(sizes.contenders))
+    for index, procs in enumerate(sizes.contention_procs):
+        values = [medians[(lib, procs)]["held"] for lib in sizes.contenders]
+        ax_held.bar([x + index * width for x in xs], values, width, label=f"{procs} processes")
+    ax_held.axhline(TARGET_HELD, color="grey", linestyle=":", linewidth=1)
+    ax_held.set_xticks([x + width * (len(sizes.contention_procs) - 1) / 2 for x in xs])
+    ax_held.set_xticklabels(sizes.contenders, rotation=20, fontsize=8)
+    ax_held.set_ylim(0, 1)
+    ax_held.set_ylabel("fraction of time the lock is held")
+    ax_held.set_title("Lock utilisation under contention")
+    ax_held.legend(fontsize=8)
+
+    ratios = [statistics.median(pairs["ratios"][lib]) for lib in ALL]
+    ax_pairs.bar(range(len(ALL)), ratios, color=["#999999" if lib != "ours" else "#d62728" for lib in ALL])
+    ax_pairs.axhline(TARGET_RATIO, color="grey", linestyle=":", linewidth=1)
+    ax_pairs.set_xticks(range(len(ALL)))
+    ax_pairs.set_xticklabels(ALL, rotation=20, fontsize=8)
+    ax_pairs.set_ylabel("uncontended pairs/s, x the raw floor")
+    ax_pairs.set_title("Uncontended acquire+release")
+    fig.tight_layout()
+    section.plot("lock_contention.png", fig, "Wait-time CDF, held fraction and uncontended ratio per library")
+
+
+__all__ = ["run", "Sizes", "FULL", "QUICK", "make_lock"]
