@@ -1,0 +1,617 @@
+"""Who holds what: the live holders of locks and semaphore permits, for operators.
+
+One service shared by the ``locks`` management command and the admin page; it imports nothing
+from Django.  It never scans the keyspace (locks often share a database with a large cache):
+every grant records its holder in the registry of its Redis Cluster slot (see
+:func:`django_redis_coord.keys.registry_key`), so listing reads those 16384 small sorted sets and
+nothing else.
+
+* On a standalone server the registries are read by one static script that declares all of
+  them (``lua/registry_live.lua``); the command is packed once per process.  On a Redis Cluster,
+  each primary is asked for the registries of the slots it serves, in one pipeline per primary.
+* The details of the live entries (holder metadata, fence, remaining TTL, waiters) are then
+  fetched in one more round trip, each entry by its kind's read-only inspect script.
+* Expiry is judged by the server's clock, twice: the registry entry must not have expired, and
+  the holder's key must still exist when its details are read.
+
+>>> listing = HolderListing(client)                      # doctest: +SKIP
+>>> for holder in listing.holders(search="report"):     # doctest: +SKIP
+...     print(holder.name, holder.kind, holder.fence, holder.ttl_ms, holder.owner)
+reports:nightly lock 1764000000123456 27310 web-1 pid 4242 MainThread
+
+Force release (an operator's action) deletes the hold, moves the lock's fence counter past it so
+the old holder is fenced out, and hands the lock to the next live waiter::
+
+    result = listing.force_release("reports:nightly", expected_fence=holder.fence)
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Optional, Union
+
+from redis.exceptions import NoScriptError
+
+from ._base import META_RETENTION_MS, as_bytes
+from .exceptions import InvalidLockArgument
+from .keys import SLOTS, encode_name, keys_for, registry_key
+from .scripts import script_text, sync_scripts
+
+__all__ = [
+    "KINDS",
+    "HolderListing",
+    "LiveHolder",
+    "RegistryEntry",
+    "Waiter",
+    "ForceReleaseResult",
+    "holder_id",
+    "parse_holder_id",
+]
+
+#: Kinds of primitive the registry can hold, with a human title.
+KINDS: dict[str, str] = {"lock": "Lock", "sem": "Semaphore"}
+
+_LIVE_SCRIPT = "registry_live"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return str(value)
+
+
+def holder_id(kind: str, name: bytes) -> str:
+    """A URL-safe identifier of ``kind`` + raw ``name`` (any bytes round-trip)."""
+    return base64.urlsafe_b64encode(kind.encode() + b":" + name).decode().rstrip("=")
+
+
+def parse_holder_id(value: str) -> tuple[str, bytes]:
+    """Inverse of :func:`holder_id`; raises :class:`InvalidLockArgument` on garbage."""
+    try:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+    except (ValueError, TypeError):
+        raise InvalidLockArgument(f"not a holder id: {value!r}")
+    kind, sep, name = raw.partition(b":")
+    if not sep or kind.decode("ascii", "replace") not in KINDS or not name:
+        raise InvalidLockArgument(f"not a holder id: {value!r}")
+    return kind.decode(), name
+
+
+@dataclass(frozen=True)
+class RegistryEntry:
+    """One live registry entry: a primitive that had a holder when the registries were read."""
+
+    kind: str
+    raw_name: bytes
+    #: Expiry of the hold in server milliseconds, ``None`` for a hold without expiry.
+    expires_at_ms: Optional[int]
+    #: The server's clock (ms) when the registry was read.
+    server_now_ms: int
+
+    @property
+    def name(self) -> str:
+        return _text(self.raw_name)
+
+    @property
+    def id(self) -> str:
+        return holder_id(self.kind, self.raw_name)
+
+
+@dataclass(frozen=True)
+class LiveHolder:
+    """A live holder of a lock, or of one semaphore permit, with what operators need to know."""
+
+    kind: str
+    raw_name: bytes
+    token: bytes = field(repr=False)
+    fence: int
+    #: Remaining time of the hold in ms when it was read; ``None``: no expiry.
+    ttl_ms: Optional[int]
+    #: When the hold was granted, in server milliseconds since the epoch.
+    acquired_at_ms: Optional[int]
+    host: Optional[str] = None
+    pid: Optional[int] = None
+    thread: Optional[str] = None
+    label: Optional[str] = None
+    view: Optional[str] = None
+    extra: dict = field(default_factory=dict)
+    #: Callers queued for the primitive.
+    waiters: int = 0
+    #: Semaphores: permits in use and the limit (``None`` for a lock).
+    used: Optional[int] = None
+    limit: Optional[int] = None
+    #: The server's clock (ms) when the details were read.
+    server_now_ms: int = 0
+
+    @property
+    def name(self) -> str:
+        return _text(self.raw_name)
+
+    @property
+    def id(self) -> str:
+        return holder_id(self.kind, self.raw_name)
+
+    @property
+    def kind_title(self) -> str:
+        return KINDS.get(self.kind, self.kind)
+
+    @property
+    def masked_token(self) -> str:
+        """The first characters of the token only: enough to tell holders apart, not to forge one."""
+        text = _text(self.token)
+        return text[:4] + "…" if len(text) > 8 else "…"
+
+    @property
+    def owner(self) -> str:
+        """``host pid N thread`` (what is known of it), for tables."""
+        parts = [self.host or "?"]
+        if self.pid is not None:
+            parts.append(f"pid {self.pid}")
+        if self.thread:
+            parts.append(self.thread)
+        return " ".join(parts)
+
+    @property
+    def acquired_at(self) -> Optional[datetime]:
+        if self.acquired_at_ms is None:
+            return None
+        return datetime.fromtimestamp(self.acquired_at_ms / 1000.0, tz=timezone.utc)
+
+    @property
+    def held_for_ms(self) -> Optional[int]:
+        if self.acquired_at_ms is None or not self.server_now_ms:
+            return None
+        return max(0, self.server_now_ms - self.acquired_at_ms)
+
+    @property
+    def usage(self) -> Optional[str]:
+        """``"n/limit"`` for a semaphore permit, ``None`` for a lock."""
+        if self.used is None:
+            return None
+        return f"{self.used}/{self.limit if self.limit is not None else '?'}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (the token masked)."""
+        acquired = self.acquired_at
+        return {
+            "id": self.id,
+            "name": self.name,
+            "kind": self.kind,
+            "fence": self.fence,
+            "ttl_ms": self.ttl_ms,
+            "acquired_at": acquired.isoformat() if acquired else None,
+            "acquired_at_ms": self.acquired_at_ms,
+            "held_for_ms": self.held_for_ms,
+            "owner": {
+                "host": self.host,
+                "pid": self.pid,
+                "thread": self.thread,
+                "label": self.label,
+                "view": self.view,
+            },
+            "token": self.masked_token,
+            "waiters": self.waiters,
+            "used": self.used,
+            "limit": self.limit,
+            "extra": self.extra,
+        }
+
+
+@dataclass(frozen=True)
+class Waiter:
+    """A caller queued for a primitive (position 0 is served first)."""
+
+    position: int
+    token: bytes = field(repr=False)
+    #: The waiter's place lapses at this server instant unless it refreshes it (ms).
+    lease_until_ms: Optional[int]
+    host: Optional[str] = None
+    pid: Optional[int] = None
+    thread: Optional[str] = None
+    label: Optional[str] = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def masked_token(self) -> str:
+        text = _text(self.token)
+        return text[:4] + "…" if len(text) > 8 else "…"
+
+    def as_dict(self, server_now_ms: int) -> dict[str, Any]:
+        lease_ms = None if self.lease_until_ms is None else self.lease_until_ms - server_now_ms
+        return {
+            "position": self.position,
+            "token": self.masked_token,
+            "lease_ms": lease_ms,
+            "owner": {"host": self.host, "pid": self.pid, "thread": self.thread, "label": self.label},
+            "extra": self.extra,
+        }
+
+
+@dataclass(frozen=True)
+class ForceReleaseResult:
+    """Outcome of :meth:`HolderListing.force_release`."""
+
+    #: True when a hold was removed.
+    released: bool
+    #: Nobody held the primitive (nothing changed).
+    was_free: bool
+    #: The hold's fence was not the expected one (nothing changed).
+    fence_mismatch: bool
+    #: Fence of the released hold (or of the current one, on a mismatch).
+    fence: int
+    #: The lock's fence counter right after the release: every later grant is above it.
+    fence_after: int
+    #: Token of the waiter the lock was handed to, if any.
+    next_holder: Optional[bytes] = field(default=None, repr=False)
+
+
+def _split_info(info: Any) -> dict:
+    if not info:
+        return {}
+    try:
+        meta = json.loads(info)
+    except (TypeError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _lock_details_call(entry_name: bytes) -> tuple[str, tuple, tuple]:
+    keys = keys_for(entry_name, b"lock")
+    return "lock_inspect", (keys.name, keys.meta, keys.queue), ()
+
+
+def _lock_details_parse(kind: str, name: bytes, reply: Any) -> Optional[LiveHolder]:
+    token, pttl, fence, info, since, waiters, now_ms = reply[:7]
+    token = as_bytes(token)
+    if token is None:
+        return None
+    meta = _split_info(info)
+    pttl = int(pttl)
+    if pttl == -2 or pttl == 0:
+        return None
+    return LiveHolder(
+        kind=kind,
+        raw_name=name,
+        token=token,
+        fence=int(fence or 0),
+        ttl_ms=pttl if pttl > 0 else None,
+        acquired_at_ms=int(since) if since else None,
+        host=meta.pop("host", None),
+        pid=meta.pop("pid", None),
+        thread=meta.pop("thread", None),
+        label=meta.pop("label", None),
+        view=meta.pop("view", None),
+        extra=meta,
+        waiters=int(waiters),
+        server_now_ms=int(now_ms),
+    )
+
+
+@dataclass(frozen=True)
+class _KindSupport:
+    """How the listing reads the holders of one kind of primitive."""
+
+    #: entry name -> (script name, keys, args) of a read-only inspect script
+    details_call: Callable[[bytes], tuple[str, tuple, tuple]]
+    #: (kind, name, reply) -> holders (a lock has at most one; a semaphore one per permit)
+    details_parse: Callable[[str, bytes, Any], Any]
+
+
+_KIND_SUPPORT: dict[str, _KindSupport] = {
+    "lock": _KindSupport(_lock_details_call, _lock_details_parse),
+}
+
+
+def _support(kind: str) -> Optional[_KindSupport]:
+    support = _KIND_SUPPORT.get(kind)
+    if support is None and kind == "sem":
+        support = _semaphore_support()
+        if support is not None:
+            _KIND_SUPPORT[kind] = support
+    return support
+
+
+def _semaphore_support() -> Optional[_KindSupport]:
+    """Semaphore permits, when the semaphore module provides its inspect hooks."""
+    try:
+        from . import semaphores
+    except ImportError:
+        return None
+    call = getattr(semaphores, "listing_details_call", None)
+    parse = getattr(semaphores, "listing_details_parse", None)
+    if call is None or parse is None:
+        return None
+    return _KindSupport(call, parse)
+
+
+def _is_cluster(client: Any) -> bool:
+    return hasattr(client, "get_primaries") and hasattr(client, "nodes_manager")
+
+
+def _casefold(value: str) -> str:
+    return value.casefold()
+
+
+class HolderListing:
+    """Read the live holders of a Redis server or cluster; force-release a lock.
+
+    ``client`` is a sync ``redis.Redis`` (or ``redis.cluster.RedisCluster``).  ``prefix``
+    restricts everything to names starting with it (e.g. a Django site's ``KEY_PREFIX``).
+    """
+
+    _packed_live: Optional[bytes] = None
+
+    def __init__(self, client: Any, *, prefix: Union[str, bytes] = b"") -> None:
+        self.client = client
+        self.prefix = prefix.encode() if isinstance(prefix, str) else bytes(prefix)
+
+    # -- step 1: the registries ----------------------------------------------------------------
+    def entries(self, *, kind: Optional[str] = None, search: Optional[str] = None) -> list[RegistryEntry]:
+        """Live registry entries, sorted by name then kind, filtered by ``kind`` and ``search``.
+
+        ``search`` matches a substring of the name, case-insensitively; ``*``, ``?``, ``[`` and
+        every other character are taken literally.
+        """
+        if kind is not None and kind not in KINDS:
+            raise InvalidLockArgument(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+        if _is_cluster(self.client):
+            raw = self._read_cluster_registries()
+        else:
+            raw = self._read_registries()
+        needle = _casefold(search) if search else None
+        found: dict[tuple[bytes, str], RegistryEntry] = {}
+        for entry in raw:
+            if kind is not None and entry.kind != kind:
+                continue
+            if not entry.raw_name.startswith(self.prefix):
+                continue
+            if needle is not None and needle not in _casefold(entry.name):
+                continue
+            found[(entry.raw_name, entry.kind)] = entry
+        return [found[key] for key in sorted(found)]
+
+    def _read_registries(self) -> list[RegistryEntry]:
+        """One EVALSHA declaring the 16384 registry keys (packed once per process)."""
+        script = sync_scripts.get(self.client, _LIVE_SCRIPT)
+        packed = type(self)._packed_live
+        if packed is None:
+            packed = type(self)._packed_live = _pack_evalsha(script.sha, [registry_key(s) for s in range(SLOTS)])
+        try:
+            reply = _send_packed(self.client, packed)
+        except NoScriptError:
+            self.client.script_load(script_text(_LIVE_SCRIPT))
+            reply = _send_packed(self.client, packed)
+        now_ms = int(reply[0])
+        return list(_parse_entries(reply[1:], now_ms))
+
+    def _read_cluster_registries(self) -> list[RegistryEntry]:
+        """Per primary: its clock, then the registries of the slots it serves, in one pipeline."""
+        client = self.client
+        slots_by_node: dict[str, tuple[Any, list[int]]] = {}
+        for slot, nodes in client.nodes_manager.slots_cache.items():
+            if not nodes:
+                continue
+            primary = nodes[0]
+            slots_by_node.setdefault(primary.name, (primary, []))[1].append(slot)
+        entries: list[RegistryEntry] = []
+        for primary, slots in slots_by_node.values():
+            node_client = client.get_redis_connection(primary)
+            pipe = node_client.pipeline(transaction=False)
+            pipe.time()
+            for slot in slots:
+                pipe.zrange(registry_key(slot), 0, -1, withscores=True, score_cast_func=_score)
+            replies = pipe.execute()
+            seconds, micros = replies[0]
+            now_ms = int(seconds) * 1000 + int(micros) // 1000
+            for pairs in replies[1:]:
+                flat: list[Any] = []
+                for member, score in pairs:
+                    flat.extend((member, score))
+                entries.extend(_parse_entries(flat, now_ms))
+        return entries
+
+    # -- step 2: details -----------------------------------------------------------------------
+    def details(self, entries: Sequence[RegistryEntry]) -> list[LiveHolder]:
+        """Holders of ``entries`` (in their order), read in one pipelined round trip.
+
+        An entry whose hold ended since the registries were read is left out.
+        """
+        calls = []
+        for entry in entries:
+            support = _support(entry.kind)
+            if support is None:
+                continue
+            script_name, keys, args = support.details_call(entry.raw_name)
+            calls.append((entry, support, script_name, keys, args))
+        if not calls:
+            return []
+        replies = self._run_scripts([(name, keys, args) for _, _, name, keys, args in calls])
+        holders: list[LiveHolder] = []
+        for (entry, support, _, _, _), reply in zip(calls, replies):
+            parsed = support.details_parse(entry.kind, entry.raw_name, reply)
+            if parsed is None:
+                continue
+            if isinstance(parsed, LiveHolder):
+                holders.append(parsed)
+            else:
+                holders.extend(parsed)
+        return holders
+
+    def _run_scripts(self, calls: Sequence[tuple[str, tuple, tuple]]) -> list[Any]:
+        """EVALSHA each call in one pipeline; load missing scripts and retry once."""
+        for attempt in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            for script_name, keys, args in calls:
+                script = sync_scripts.get(self.client, script_name)
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            replies = pipe.execute(raise_on_error=False)
+            missing = {calls[i][0] for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)}
+            if not missing or attempt:
+                break
+            for script_name in missing:
+                self.client.script_load(script_text(script_name))
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    # -- the public reads ----------------------------------------------------------------------
+    def holders(
+        self,
+        *,
+        kind: Optional[str] = None,
+        search: Optional[str] = None,
+        offset: int = 0,
+        limit: Optional[int] = None,
+    ) -> list[LiveHolder]:
+        """Live holders sorted by name (then kind), optionally filtered and sliced.
+
+        Slicing applies to the registry entries before their details are read, so a page costs
+        the same however many holders there are elsewhere.
+        """
+        entries = self.entries(kind=kind, search=search)
+        end = None if limit is None else offset + limit
+        return self.details(entries[offset:end])
+
+    def holder(self, name: Union[str, bytes], kind: str = "lock") -> list[LiveHolder]:
+        """The live holders of one primitive (a lock has at most one), read directly."""
+        raw = encode_name(name)
+        support = _support(kind)
+        if support is None:
+            raise InvalidLockArgument(f"unknown or unavailable kind {kind!r}", lock_name=name)
+        entry = RegistryEntry(kind=kind, raw_name=raw, expires_at_ms=None, server_now_ms=0)
+        return self.details([entry])
+
+    def waiters(self, name: Union[str, bytes], kind: str = "lock") -> list[Waiter]:
+        """The callers queued for lock ``name``, first served first."""
+        raw = encode_name(name)
+        if kind != "lock":
+            raise InvalidLockArgument("waiters are listed for locks only", lock_name=name)
+        keys = keys_for(raw, b"lock")
+        pipe = self.client.pipeline(transaction=True)
+        pipe.zrange(keys.queue, 0, -1)
+        pipe.hgetall(keys.waiters)
+        queued, records = pipe.execute()
+        records = {as_bytes(k): as_bytes(v) for k, v in records.items()}
+        result = []
+        for position, token in enumerate(queued):
+            token = as_bytes(token) or b""
+            result.append(_parse_waiter(position, token, records.get(token)))
+        return result
+
+    def server_time_ms(self) -> int:
+        seconds, micros = self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    # -- the one write -------------------------------------------------------------------------
+    def force_release(
+        self, name: Union[str, bytes], kind: str = "lock", *, expected_fence: Optional[int] = None
+    ) -> ForceReleaseResult:
+        """Release lock ``name`` whoever holds it, fence the holder out, hand off to the next waiter.
+
+        With ``expected_fence`` nothing changes unless the current hold has exactly that fence
+        (an operator confirms a particular holder, not whoever holds the lock by then).
+        """
+        raw = encode_name(name)
+        if kind != "lock":
+            raise InvalidLockArgument("force release applies to locks", lock_name=name)
+        if expected_fence is not None and (isinstance(expected_fence, bool) or not isinstance(expected_fence, int)):
+            raise InvalidLockArgument("expected_fence must be an int", lock_name=name)
+        keys = keys_for(raw, b"lock")
+        script = sync_scripts.get(self.client, "force_release")
+        reply = script(
+            (keys.name, keys.meta, keys.queue, keys.waiters, keys.registry),
+            (
+                b"lock:" + raw,
+                keys.wake_prefix,
+                keys.wake_suffix,
+                META_RETENTION_MS,
+                "" if expected_fence is None else str(expected_fence),
+            ),
+            client=self.client,
+        )
+        status = int(reply[0])
+        return ForceReleaseResult(
+            released=status == 1,
+            was_free=status == 0,
+            fence_mismatch=status == -1,
+            fence=int(reply[1] or 0),
+            fence_after=int(reply[2] or 0),
+            next_holder=as_bytes(reply[3]),
+        )
+
+
+def _score(value: Any) -> Any:
+    return value
+
+
+def _parse_entries(flat: Sequence[Any], now_ms: int) -> Iterable[RegistryEntry]:
+    for i in range(0, len(flat) - 1, 2):
+        member = as_bytes(flat[i]) or b""
+        score = _text(flat[i + 1])
+        kind, sep, name = member.partition(b":")
+        if not sep or not name:
+            continue
+        if score in ("inf", "+inf"):
+            expires: Optional[int] = None
+        else:
+            expires = int(float(score))
+            if expires <= now_ms:
+                continue
+        yield RegistryEntry(kind=kind.decode("ascii", "replace"), raw_name=name, expires_at_ms=expires,
+                            server_now_ms=now_ms)
+
+
+def _parse_waiter(position: int, token: bytes, record: Optional[bytes]) -> Waiter:
+    """A waiter record is ``"ttl lease_until [lease] info"`` (ms, ms, ms, JSON)."""
+    if record is None:
+        return Waiter(position=position, token=token, lease_until_ms=None)
+    parts = record.split(b" ", 3)
+    lease_until = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+    if len(parts) == 4 and parts[2].isdigit():
+        info = parts[3]
+    else:
+        info = b" ".join(parts[2:])
+    meta = _split_info(info)
+    return Waiter(
+        position=position,
+        token=token,
+        lease_until_ms=lease_until,
+        host=meta.pop("host", None),
+        pid=meta.pop("pid", None),
+        thread=meta.pop("thread", None),
+        label=meta.pop("label", None),
+        extra=meta,
+    )
+
+
+def _pack_evalsha(sha: str, keys: Sequence[bytes]) -> bytes:
+    """RESP encoding of ``EVALSHA sha len(keys) *keys`` (built once: 16384 keys are costly to pack)."""
+    args = [b"EVALSHA", sha.encode(), str(len(keys)).encode(), *keys]
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
+    return b"".join(out)
+
+
+def _send_packed(client: Any, packed: bytes) -> Any:
+    """Send an already packed command on one of ``client``'s connections and read the reply."""
+    pool = client.connection_pool
+    try:
+        conn = pool.get_connection()
+    except TypeError:  # redis-py < 6 needs a command name
+        conn = pool.get_connection("EVALSHA")
+    try:
+        conn.send_packed_command([packed])
+        return conn.read_response()
+    except NoScriptError:
+        raise
+    except BaseException:
+        conn.disconnect()
+        raise
+    finally:
+        pool.release(conn)

@@ -1,0 +1,273 @@
+"""The live-holder listing service: what it shows, what it never shows, and force release."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from django_redis_coord import Lock
+from django_redis_coord.exceptions import InvalidLockArgument, LockNotOwnedError
+from django_redis_coord.keys import keys_for
+from django_redis_coord.listing import HolderListing, holder_id, parse_holder_id
+from tests.hold_lock import HolderProcess
+
+
+@pytest.fixture
+def listing(redis_client):
+    return HolderListing(redis_client)
+
+
+@pytest.fixture
+def spawn(redis_url):
+    started: list[HolderProcess] = []
+
+    def start(name: str, **kwargs) -> HolderProcess:
+        proc = HolderProcess(redis_url, name, **kwargs)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()
+
+
+def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02):
+    stop_at = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > stop_at:
+            raise AssertionError("condition not met in time")
+        time.sleep(interval)
+
+
+def test_lists_the_holder_of_another_process_with_its_metadata(listing, spawn):
+    holder = spawn("reports:nightly", timeout=60, label="nightly report")
+    [found] = listing.holders()
+    assert found.name == "reports:nightly"
+    assert found.kind == "lock"
+    assert found.fence == holder.fence
+    assert found.pid == holder.pid
+    assert found.host
+    assert found.thread == "MainThread"
+    assert found.label == "nightly report"
+    assert 0 < found.ttl_ms <= 60000
+    assert found.acquired_at_ms is not None and found.acquired_at_ms <= found.server_now_ms
+    assert found.waiters == 0
+    assert found.used is None and found.usage is None
+    assert holder.finish() == "RELEASED"
+    assert listing.holders() == []
+
+
+def test_a_lock_without_expiry_is_listed_with_no_ttl(listing, redis_client):
+    lock = Lock(redis_client, "forever")
+    lock.acquire()
+    [found] = listing.holders()
+    assert found.ttl_ms is None
+    assert found.as_dict()["ttl_ms"] is None
+    [entry] = listing.entries()
+    assert entry.expires_at_ms is None
+
+
+def test_an_expired_holder_is_never_listed(listing, redis_client):
+    lock = Lock(redis_client, "short", timeout=0.2)
+    lock.acquire()
+    assert [h.name for h in listing.holders()] == ["short"]
+    time.sleep(0.4)
+    # Nobody reaped its registry entry: the listing must judge expiry by itself.
+    assert redis_client.zscore(lock.keys.registry, b"lock:short") is not None
+    assert listing.entries() == []
+    assert listing.holders() == []
+
+
+def test_a_hold_that_ended_between_the_two_reads_is_left_out(listing, redis_client):
+    lock = Lock(redis_client, "brief", timeout=30)
+    lock.acquire()
+    entries = listing.entries()
+    assert [e.name for e in entries] == ["brief"]
+    lock.release()
+    assert listing.details(entries) == []
+
+
+def test_search_is_a_literal_case_insensitive_substring(listing, redis_client):
+    names = ["a*b", "axb", "Report[1]", "report1", "other?", "otherX"]
+    for name in names:
+        Lock(redis_client, name, timeout=30).acquire()
+    assert [h.name for h in listing.holders(search="a*b")] == ["a*b"]
+    assert [h.name for h in listing.holders(search="REPORT[")] == ["Report[1]"]
+    assert [h.name for h in listing.holders(search="report")] == ["Report[1]", "report1"]
+    assert [h.name for h in listing.holders(search="?")] == ["other?"]
+    assert listing.holders(search="missing") == []
+    assert len(listing.holders(search="")) == len(names)
+
+
+def test_kind_filter_and_unknown_kind(listing, redis_client):
+    Lock(redis_client, "k1", timeout=30).acquire()
+    assert [h.kind for h in listing.holders(kind="lock")] == ["lock"]
+    assert listing.holders(kind="sem") == []
+    with pytest.raises(InvalidLockArgument):
+        listing.holders(kind="mutex")
+
+
+def test_prefix_restricts_the_listing(redis_client):
+    Lock(redis_client, "site-a:job", timeout=30).acquire()
+    Lock(redis_client, "site-b:job", timeout=30).acquire()
+    assert [h.name for h in HolderListing(redis_client, prefix="site-a:").holders()] == ["site-a:job"]
+    assert len(HolderListing(redis_client).holders()) == 2
+
+
+def test_sorted_by_name_and_sliced_before_details(listing, redis_client):
+    for i in (3, 1, 4, 0, 2):
+        Lock(redis_client, f"job:{i}", timeout=30).acquire()
+    assert [h.name for h in listing.holders()] == [f"job:{i}" for i in range(5)]
+    assert [h.name for h in listing.holders(offset=1, limit=2)] == ["job:1", "job:2"]
+    redis_client.config_resetstat()
+    listing.holders(offset=4, limit=10)
+    stats = redis_client.info("commandstats")
+    # One script for the registries, one inspect script for the single entry on the page.
+    assert stats["cmdstat_evalsha"]["calls"] == 2
+
+
+def test_reads_the_registries_without_scanning_the_keyspace(listing, redis_client):
+    redis_client.execute_command("DEBUG", "POPULATE", 20000, "cache")
+    for i in range(7):
+        Lock(redis_client, f"busy:{i}", timeout=30).acquire()
+    listing.holders()  # loads the scripts
+    redis_client.config_resetstat()
+    holders = listing.holders()
+    assert len(holders) == 7
+    stats = redis_client.info("commandstats")
+    assert not {"cmdstat_scan", "cmdstat_keys", "cmdstat_randomkey"} & set(stats)
+    assert stats["cmdstat_evalsha"]["calls"] == 1 + 7
+    # 16384 registries read by a handful of ZUNIONs, not one command per registry.
+    assert stats["cmdstat_zunion"]["calls"] <= 5
+    assert "cmdstat_zrangebyscore" not in stats
+
+
+def test_force_release_fences_out_the_holder_and_hands_off_to_the_next_waiter(listing, spawn):
+    first = spawn("orders:sync", timeout=60)
+    second = spawn("orders:sync", timeout=60, wait=False)
+    waiters = wait_for(lambda: listing.waiters("orders:sync"))
+    assert [w.pid for w in waiters] == [second.pid]
+    [held] = listing.holders()
+    assert held.waiters == 1 and held.pid == first.pid
+
+    result = listing.force_release("orders:sync", expected_fence=first.fence)
+
+    assert result.released and not result.was_free and not result.fence_mismatch
+    assert result.fence == first.fence
+    assert result.fence_after > first.fence
+    assert result.next_holder is not None
+    new_fence = second.wait_held()
+    assert new_fence > result.fence_after
+    [now] = listing.holders()
+    assert now.pid == second.pid and now.fence == new_fence
+    # The old holder finds out: its release is refused.
+    assert first.finish() == "LOST"
+    assert second.finish() == "RELEASED"
+    assert listing.holders() == []
+
+
+def test_force_release_bumps_the_fence_above_the_old_holder(listing, redis_client):
+    old = Lock(redis_client, "fenced", timeout=30)
+    old.acquire()
+    old_fence = old.fence
+    result = listing.force_release("fenced")
+    assert result.released and result.next_holder is None
+    assert int(redis_client.hget(old.keys.meta, "fence")) == result.fence_after > old_fence
+    assert redis_client.exists("fenced") == 0
+    assert redis_client.zscore(old.keys.registry, b"lock:fenced") is None
+    with pytest.raises(LockNotOwnedError):
+        old.extend(10)
+    newcomer = Lock(redis_client, "fenced", timeout=30)
+    newcomer.acquire()
+    assert newcomer.fence > result.fence_after
+
+
+def test_force_release_with_a_stale_fence_changes_nothing(listing, redis_client):
+    lock = Lock(redis_client, "guarded", timeout=30)
+    lock.acquire()
+    before = redis_client.hgetall(lock.keys.meta)
+    result = listing.force_release("guarded", expected_fence=lock.fence - 1)
+    assert result.fence_mismatch and not result.released
+    assert result.fence == lock.fence
+    assert redis_client.hgetall(lock.keys.meta) == before
+    assert lock.owned()
+
+
+def test_force_release_of_a_free_lock(listing, redis_client):
+    result = listing.force_release("nobody")
+    assert result.was_free and not result.released
+    assert redis_client.dbsize() == 0
+
+
+@pytest.mark.parametrize("name", ["", "a:dcoord:b", 42])
+def test_bad_names_are_refused_before_anything_is_written(listing, redis_client, name):
+    with pytest.raises(InvalidLockArgument):
+        listing.force_release(name)
+    with pytest.raises(InvalidLockArgument):
+        listing.holder(name)
+    assert redis_client.dbsize() == 0
+
+
+def test_only_locks_can_be_force_released(listing):
+    with pytest.raises(InvalidLockArgument):
+        listing.force_release("x", kind="sem")
+    with pytest.raises(InvalidLockArgument):
+        listing.force_release("x", expected_fence="12")
+
+
+def test_waiters_in_queue_order_with_metadata(listing, spawn):
+    holder = spawn("queue:demo", timeout=60)
+    one = spawn("queue:demo", timeout=60, wait=False)
+    wait_for(lambda: len(listing.waiters("queue:demo")) == 1)
+    two = spawn("queue:demo", timeout=60, wait=False)
+    waiters = wait_for(lambda: (w := listing.waiters("queue:demo")) and len(w) == 2 and w)
+    assert [w.pid for w in waiters] == [one.pid, two.pid]
+    assert [w.position for w in waiters] == [0, 1]
+    assert all(w.host and w.thread == "MainThread" for w in waiters)
+    server_now = listing.server_time_ms()
+    assert all(w.as_dict(server_now)["lease_ms"] > 0 for w in waiters)
+    assert all("…" in w.masked_token for w in waiters)
+    [held] = listing.holders()
+    assert held.waiters == 2
+    for proc in (holder, one, two):
+        if proc is not holder:
+            proc.wait_held()
+        assert proc.finish() == "RELEASED"
+    assert listing.waiters("queue:demo") == []
+
+
+def test_tokens_are_masked_everywhere_operators_look(listing, redis_client):
+    lock = Lock(redis_client, "secret", timeout=30)
+    lock.acquire()
+    token = redis_client.get("secret").decode()
+    [found] = listing.holders()
+    assert found.token.decode() == token
+    assert token not in found.masked_token and token not in repr(found)
+    dumped = json.dumps(found.as_dict())
+    assert token not in dumped
+    assert found.as_dict()["token"] == token[:4] + "…"
+
+
+@pytest.mark.parametrize("name", [b"plain", "unicodé".encode(), b"\xff\xfe raw bytes", b"with/slash?&"])
+def test_holder_ids_round_trip(name):
+    assert parse_holder_id(holder_id("lock", name)) == ("lock", name)
+
+
+@pytest.mark.parametrize("value", ["", "!!!", holder_id("mutex", b"x"), "bG9jaw"])
+def test_bad_holder_ids_are_refused(value):
+    with pytest.raises(InvalidLockArgument):
+        parse_holder_id(value)
+
+
+def test_names_in_other_slots_and_hash_tags(listing, redis_client):
+    names = ["{user:1}:profile", "{user:1}:avatar", "plain}{", "ü-ñ"]
+    for name in names:
+        Lock(redis_client, name, timeout=30).acquire()
+    assert sorted(h.name for h in listing.holders()) == sorted(names)
+    slots = {keys_for(n.encode()).slot for n in names}
+    assert len(slots) >= 2
