@@ -213,12 +213,13 @@ class LockBase:
         k = self.keys
         return (k.name, k.meta, k.queue, k.waiters, k.registry, k.wake(token))
 
-    def acquire_args(self, token: bytes, enqueue: bool, worker: str) -> tuple:
+    def acquire_args(self, token: bytes, enqueue: int, worker: str) -> tuple:
+        """``enqueue``: 0 try only, 1 queue when busy, 2 queue and clean up an earlier attempt."""
         k = self.keys
         return (
             token,
             self._ttl_ms,
-            1 if enqueue else 0,
+            enqueue,
             self._lease_ms,
             self.holder_info(worker),
             self.member,

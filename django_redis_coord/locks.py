@@ -205,31 +205,49 @@ class Lock(LockBase):
         stop_at = time.monotonic() + blocking_timeout if blocking and blocking_timeout is not None else None
         worker = threading.current_thread().name
         sent_at = time.monotonic()
-        grant = self.do_acquire(token, blocking, worker)
-        while not grant.acquired:
+        grant = self.do_acquire(token, 1 if blocking else 0, worker)
+        if not grant.acquired:
             if not blocking:
                 return False
-            if stop_at is not None and time.monotonic() >= stop_at:
-                sent_at = time.monotonic()
-                grant = self.do_cancel(token, worker)
-                if not grant.acquired:
-                    return False
-                break
-            budget = self.wait_budget(grant, stop_at)
-            sent_at = time.monotonic()
-            payload = blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
-            if payload is not None:
-                fence, provisional = self.parse_wake(payload)
-                grant = Grant(True, fence, self._ttl_ms if self._ttl_ms else -1, provisional)
-                # The grant was made server-side before our BLPOP returned: measure from our send.
-                break
-            sent_at = time.monotonic()
-            grant = self.do_acquire(token, True, worker)
+            try:
+                grant, sent_at = self._wait(token, worker, grant, stop_at)
+            except BaseException:
+                self._abandon(token, worker)
+                raise
+            if not grant.acquired:
+                return False
         if grant.provisional:
             sent_at = time.monotonic()
             grant.pttl = self.claim(token)
         self._own(token, grant, sent_at)
         return True
+
+    def _wait(self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float]) -> tuple[Grant, float]:
+        """Wait in the queue until handed the lock, the holder expires or ``stop_at`` passes."""
+        while True:
+            if stop_at is not None and time.monotonic() >= stop_at:
+                sent_at = time.monotonic()
+                return self.do_cancel(token, worker), sent_at
+            budget = self.wait_budget(grant, stop_at)
+            # A hand-off happens server-side at some instant after this one: measuring the hold
+            # from here keeps the local deadline on the safe (early) side.
+            sent_at = time.monotonic()
+            payload = blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
+            if payload is not None:
+                fence, provisional = self.parse_wake(payload)
+                return Grant(True, fence, self._ttl_ms if self._ttl_ms else -1, provisional), sent_at
+            sent_at = time.monotonic()
+            grant = self.do_acquire(token, 2, worker)
+            if grant.acquired:
+                return grant, sent_at
+
+    def _abandon(self, token: bytes, worker: str) -> None:
+        """Best effort after an interrupted wait: leave the queue, give back a hold just handed over."""
+        try:
+            if self.do_cancel(token, worker).acquired:
+                self.do_release(token)
+        except Exception:  # the original error matters more; the waiter lease bounds the rest
+            pass
 
     def claim(self, token: bytes) -> int:
         """Turn a provisional hand-off (two waiter leases long) into the full hold."""
@@ -237,14 +255,14 @@ class Lock(LockBase):
             return self.do_extend(token, self._ttl_ms, "replace")
         return self.do_extend(token, 0, "persist")
 
-    def do_acquire(self, token: bytes, enqueue: bool, worker: str) -> Grant:
+    def do_acquire(self, token: bytes, enqueue: int, worker: str) -> Grant:
         script = self.scripts.get(self.redis, "lock_acquire")
         reply = script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis)
         return Grant.from_reply(reply)
 
     def do_cancel(self, token: bytes, worker: str) -> Grant:
         script = self.scripts.get(self.redis, "lock_cancel")
-        reply = script(self.acquire_keys(token), self.acquire_args(token, False, worker), client=self.redis)
+        reply = script(self.acquire_keys(token), self.acquire_args(token, 2, worker), client=self.redis)
         return Grant.from_reply(reply)
 
     def locked(self) -> bool:

@@ -197,31 +197,19 @@ class Lock(LockBase):
         task = asyncio.current_task()
         worker = task.get_name() if task is not None else "asyncio"
         sent_at = time.monotonic()
-        try:
-            grant = await self.do_acquire(token, blocking, worker)
-            while not grant.acquired:
-                if not blocking:
-                    return False
-                if stop_at is not None and time.monotonic() >= stop_at:
-                    sent_at = time.monotonic()
-                    grant = await self.do_cancel(token, worker)
-                    if not grant.acquired:
-                        return False
-                    break
-                budget = self.wait_budget(grant, stop_at)
-                sent_at = time.monotonic()
-                payload = await blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
-                if payload is not None:
-                    fence, provisional = self.parse_wake(payload)
-                    grant = Grant(True, fence, self._ttl_ms if self._ttl_ms else -1, provisional)
-                    break
-                sent_at = time.monotonic()
-                grant = await self.do_acquire(token, True, worker)
-        except asyncio.CancelledError:
-            # A cancelled waiter leaves the queue (and returns a hold it was just handed).
-            cleanup = asyncio.ensure_future(self._abandon(token, worker))
-            await asyncio.shield(cleanup)
-            raise
+        grant = await self.do_acquire(token, 1 if blocking else 0, worker)
+        if not grant.acquired:
+            if not blocking:
+                return False
+            try:
+                grant, sent_at = await self._wait(token, worker, grant, stop_at)
+            except BaseException:
+                # Cancelled or failed while queued: leave the queue (and return a hold just
+                # handed over) even though this task is being cancelled.
+                await asyncio.shield(asyncio.ensure_future(self._abandon(token, worker)))
+                raise
+            if not grant.acquired:
+                return False
         if grant.provisional:
             sent_at = time.monotonic()
             grant.pttl = await self.claim(token)
@@ -234,19 +222,39 @@ class Lock(LockBase):
             return await self.do_extend(token, self._ttl_ms, "replace")
         return await self.do_extend(token, 0, "persist")
 
-    async def _abandon(self, token: bytes, worker: str) -> None:
-        grant = await self.do_cancel(token, worker)
-        if grant.acquired:
-            await self.do_release(token)
+    async def _wait(self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float]) -> tuple[Grant, float]:
+        """Wait in the queue until handed the lock, the holder expires or ``stop_at`` passes."""
+        while True:
+            if stop_at is not None and time.monotonic() >= stop_at:
+                sent_at = time.monotonic()
+                return await self.do_cancel(token, worker), sent_at
+            budget = self.wait_budget(grant, stop_at)
+            sent_at = time.monotonic()
+            payload = await blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
+            if payload is not None:
+                fence, provisional = self.parse_wake(payload)
+                return Grant(True, fence, self._ttl_ms if self._ttl_ms else -1, provisional), sent_at
+            sent_at = time.monotonic()
+            grant = await self.do_acquire(token, 2, worker)
+            if grant.acquired:
+                return grant, sent_at
 
-    async def do_acquire(self, token: bytes, enqueue: bool, worker: str) -> Grant:
+    async def _abandon(self, token: bytes, worker: str) -> None:
+        """Best effort after an interrupted wait: leave the queue, give back a hold just handed over."""
+        try:
+            if (await self.do_cancel(token, worker)).acquired:
+                await self.do_release(token)
+        except Exception:
+            pass
+
+    async def do_acquire(self, token: bytes, enqueue: int, worker: str) -> Grant:
         script = self.scripts.get(self.redis, "lock_acquire")
         reply = await script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis)
         return Grant.from_reply(reply)
 
     async def do_cancel(self, token: bytes, worker: str) -> Grant:
         script = self.scripts.get(self.redis, "lock_cancel")
-        reply = await script(self.acquire_keys(token), self.acquire_args(token, False, worker), client=self.redis)
+        reply = await script(self.acquire_keys(token), self.acquire_args(token, 2, worker), client=self.redis)
         return Grant.from_reply(reply)
 
     async def locked(self) -> bool:

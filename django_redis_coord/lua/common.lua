@@ -20,10 +20,12 @@ local function next_fence(meta, now_us)
   return fence
 end
 
--- Make `token` the holder of `name` for `ttl` ms (0 = no expiry) and record who holds it.
+-- Make `token` the holder of `name` for `ttl` ms (0 = no expiry) and record who holds it; the
+-- fence is next_fence() inlined into the same HSET (this is the hot path).
 local function grant_lock(name, meta, registry, member, token, ttl, info, now_ms, now_us, retention)
-  local fence = next_fence(meta, now_us)
-  redis.call('HSET', meta, 'token', token, 'info', info, 'since', int(now_ms), 'ttl', int(ttl), 'claim', '0')
+  local fence = math.max(tonumber(redis.call('HGET', meta, 'fence') or '0') + 1, now_us)
+  redis.call('HSET', meta, 'fence', int(fence), 'token', token, 'info', info, 'since', int(now_ms),
+             'ttl', int(ttl), 'claim', '0')
   if ttl > 0 then
     redis.call('SET', name, token, 'PX', ttl)
     redis.call('ZADD', registry, int(now_ms + ttl), member)
@@ -33,8 +35,12 @@ local function grant_lock(name, meta, registry, member, token, ttl, info, now_ms
     redis.call('ZADD', registry, '+inf', member)
     redis.call('PERSIST', meta)
   end
-  redis.call('ZREMRANGEBYSCORE', registry, '-inf', '(' .. int(now_ms))
   return fence
+end
+
+-- Drop registry entries whose hold ended without a release (crashed holders).
+local function prune_registry(registry, now_ms)
+  redis.call('ZREMRANGEBYSCORE', registry, '-inf', '(' .. int(now_ms))
 end
 
 -- Parse a waiter record "ttl lease_until lease info" (ms, ms, ms, JSON).
@@ -81,4 +87,103 @@ local function hand_off(name, meta, queue, waiters, registry, member, wake_prefi
     end
     redis.call('DEL', wake)
   end
+end
+
+-- Semaphores.  The sorted set at the name maps each permit's token to the end of its lease (ms,
+-- server time; +inf: no expiry).  The meta hash keeps the limit ('limit'), the fence counter and
+-- one record per permit, field "p:<token>" = "fence since claim info" (claim 1: provisional).
+
+-- Drop the permits whose lease has ended (with their records); returns how many.
+local function sem_reclaim(permits, meta, now_ms)
+  local expired = redis.call('ZRANGEBYSCORE', permits, '-inf', int(now_ms))
+  for _, token in ipairs(expired) do
+    redis.call('HDEL', meta, 'p:' .. token)
+  end
+  if #expired > 0 then
+    redis.call('ZREMRANGEBYSCORE', permits, '-inf', int(now_ms))
+  end
+  return #expired
+end
+
+-- Give `token` a permit for `ttl` ms (0 = no expiry); returns its fence.
+local function sem_grant(permits, meta, token, ttl, claim, info, now_ms, now_us)
+  local fence = next_fence(meta, now_us)
+  local expiry = '+inf'
+  if ttl > 0 then expiry = int(now_ms + ttl) end
+  redis.call('ZADD', permits, expiry, token)
+  redis.call('HSET', meta, 'p:' .. token, int(fence) .. ' ' .. int(now_ms) .. ' ' .. claim .. ' ' .. info)
+  return fence
+end
+
+-- Parse a permit record: fence, since ms, claim flag, info.
+local function sem_record(data)
+  local a = string.find(data, ' ', 1, true)
+  local b = string.find(data, ' ', a + 1, true)
+  local c = string.find(data, ' ', b + 1, true)
+  return tonumber(string.sub(data, 1, a - 1)), tonumber(string.sub(data, a + 1, b - 1)),
+         string.sub(data, b + 1, c - 1), string.sub(data, c + 1)
+end
+
+-- Remaining ms of a lease ending at `score` (nil: no expiry).
+local function sem_left(score, now_ms)
+  if string.find(score, 'inf', 1, true) then return nil end
+  return tonumber(score) - now_ms
+end
+
+-- Give the permit held by `token` a full lease of `ttl` ms from now (0: no expiry) and clear its
+-- provisional mark.  Returns its fence and the lease in ms (-1: no expiry).
+local function sem_claim(permits, meta, token, ttl, now_ms)
+  local field = 'p:' .. token
+  local fence, since, _, info = sem_record(redis.call('HGET', meta, field) or '0 0 0 {}')
+  local expiry, pttl = '+inf', -1
+  if ttl > 0 then expiry, pttl = int(now_ms + ttl), ttl end
+  redis.call('ZADD', permits, expiry, token)
+  redis.call('HSET', meta, field, int(fence) .. ' ' .. int(since) .. ' 0 ' .. info)
+  return fence, pttl
+end
+
+-- Point the registry entry of the semaphore at its latest lease end (or remove it).
+local function sem_publish(permits, registry, member, now_ms)
+  local last = redis.call('ZRANGE', permits, -1, -1, 'WITHSCORES')
+  if last[1] then
+    redis.call('ZADD', registry, last[2], member)
+  else
+    redis.call('ZREM', registry, member)
+  end
+  redis.call('ZREMRANGEBYSCORE', registry, '-inf', '(' .. int(now_ms))
+end
+
+-- Serve the FIFO queue while permits are free: each live waiter at the head gets a permit pushed
+-- onto its wake list ("fence provisional", as for locks); dead ones are dropped.  Stops at
+-- `except` (the caller, may be nil).  Returns true when a permit is free and nobody is queued
+-- ahead of `except`.
+local function sem_hand_off(permits, meta, queue, waiters, wake_prefix, wake_suffix, limit, now_ms, now_us, except)
+  while redis.call('ZCARD', permits) < limit do
+    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not head or head == except then
+      return true
+    end
+    redis.call('ZREM', queue, head)
+    local data = redis.call('HGET', waiters, head)
+    redis.call('HDEL', waiters, head)
+    local wake = wake_prefix .. head .. wake_suffix
+    local granted = false
+    if data then
+      local ttl, lease_until, lease, info = parse_waiter(data)
+      if lease_until >= now_ms then
+        local provisional, grant_ttl = 0, ttl
+        if ttl == 0 or ttl > 2 * lease then
+          provisional, grant_ttl = 1, 2 * lease
+        end
+        local fence = sem_grant(permits, meta, head, grant_ttl, provisional, info, now_ms, now_us)
+        redis.call('RPUSH', wake, int(fence) .. ' ' .. provisional)
+        redis.call('PEXPIRE', wake, math.max(lease_until - now_ms, 1) + 60000)
+        granted = true
+      end
+    end
+    if not granted then
+      redis.call('DEL', wake)
+    end
+  end
+  return false
 end

@@ -1,13 +1,14 @@
 -- Acquire a lock, or join (and refresh a place in) its FIFO wait queue.
 -- KEYS[1] name (holds the raw token)   KEYS[2] meta hash   KEYS[3] queue zset (token -> arrival)
 -- KEYS[4] waiters hash (token -> "ttl lease_until lease info")   KEYS[5] registry zset   KEYS[6] own wake list
--- ARGV[1] token   ARGV[2] ttl ms (0 = no expiry)   ARGV[3] "1" to queue when busy, "0" not to
+-- ARGV[1] token   ARGV[2] ttl ms (0 = no expiry)   ARGV[3] "0" try only, "1" queue when busy,
+--   "2" queue when busy and the caller may already be queued (a retry: clean up its old state)
 -- ARGV[4] waiter lease ms   ARGV[5] holder info (JSON)   ARGV[6] registry member
 -- ARGV[7] wake key prefix   ARGV[8] wake key suffix   ARGV[9] metadata retention ms
 -- Returns {1, fence, pttl, provisional} when the caller holds the lock (pttl -1: no expiry),
 -- else {0, holder pttl (-1: no expiry, -2: none), queue position (-1: not queued)}.
 local name, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local token, ttl, enqueue, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4])
+local token, ttl, enqueue, retry, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3] ~= '0', ARGV[3] == '2', tonumber(ARGV[4])
 local info, member, wake_prefix, wake_suffix, retention = ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
 local now_ms, now_us = server_now()
 
@@ -19,14 +20,18 @@ if current == token then
   if redis.call('HGET', meta, 'claim') == '1' then provisional = 1 end
   return {1, tonumber(redis.call('HGET', meta, 'fence')), redis.call('PTTL', name), provisional}
 end
-redis.call('DEL', own_wake)
+if retry then
+  redis.call('DEL', own_wake)  -- a grant that expired before we came back for it
+end
 
 if not current then
   local other = hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix,
                          now_ms, now_us, retention, token)
   if not other then
-    redis.call('ZREM', queue, token)
-    redis.call('HDEL', waiters, token)
+    if retry then
+      redis.call('ZREM', queue, token)
+      redis.call('HDEL', waiters, token)
+    end
     local fence = grant_lock(name, meta, registry, member, token, ttl, info, now_ms, now_us, retention)
     local pttl = -1
     if ttl > 0 then pttl = ttl end
@@ -37,6 +42,7 @@ end
 if not enqueue then
   return {0, redis.call('PTTL', name), -1}
 end
+prune_registry(registry, now_ms)
 if not redis.call('ZSCORE', queue, token) then
   redis.call('ZADD', queue, redis.call('HINCRBY', meta, 'seq', 1), token)
 end

@@ -11,6 +11,7 @@ if redis.call('GET', name) ~= token then
 end
 local now_ms = server_now()
 redis.call('HSET', meta, 'claim', '0')
+prune_registry(registry, now_ms)
 if mode == 'persist' then
   redis.call('PERSIST', name)
   redis.call('PERSIST', meta)

@@ -12,9 +12,12 @@ end
 if current ~= token then
   return 0
 end
-local now_ms, now_us = server_now()
 redis.call('DEL', name)
-redis.call('HDEL', meta, 'token', 'info', 'since', 'ttl', 'claim')
 redis.call('ZREM', registry, member)
-hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, now_ms, now_us, retention, nil)
+-- The holder fields of the meta hash stay until the next grant: readers check them against the
+-- token at `name`, so they describe nobody once it is gone.
+if redis.call('EXISTS', queue) == 1 then
+  local now_ms, now_us = server_now()
+  hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, now_ms, now_us, retention, nil)
+end
 return 1

@@ -1,0 +1,21 @@
+-- Leave the wait queue (a blocking acquire gave up).  A permit handed to the caller in the
+-- meantime is kept (with its full lease); a free permit the caller was first in line for goes to
+-- the next waiter.
+-- KEYS and ARGV as for sem_acquire.lua.
+-- Returns {1, fence, pttl, 0} when the caller holds a permit, else {0}.
+local permits, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local token, ttl, member, wake_prefix, wake_suffix = ARGV[1], tonumber(ARGV[2]), ARGV[6], ARGV[7], ARGV[8]
+local now_ms, now_us = server_now()
+redis.call('ZREM', queue, token)
+redis.call('HDEL', waiters, token)
+redis.call('DEL', own_wake)
+sem_reclaim(permits, meta, now_ms)
+if redis.call('ZSCORE', permits, token) then
+  local fence, pttl = sem_claim(permits, meta, token, ttl, now_ms)
+  sem_publish(permits, registry, member, now_ms)
+  return {1, fence, pttl, 0}
+end
+local limit = tonumber(redis.call('HGET', meta, 'limit') or '0')
+sem_hand_off(permits, meta, queue, waiters, wake_prefix, wake_suffix, limit, now_ms, now_us, nil)
+sem_publish(permits, registry, member, now_ms)
+return {0}

@@ -1,0 +1,32 @@
+-- Change the lease of the permit held with ARGV[1] (also claims a provisional hand-off).
+-- KEYS[1] permits zset   KEYS[2] meta hash   KEYS[3] registry
+-- ARGV[1] token   ARGV[2] milliseconds   ARGV[3] "add" (to the remaining time), "replace" or
+-- "persist" (no expiry)   ARGV[4] registry member
+-- Returns the new remaining time in ms (-1: no expiry), -2 when the token holds no live permit,
+-- -3 when asked to add time to a permit that has no expiry.
+local permits, meta, registry = KEYS[1], KEYS[2], KEYS[3]
+local token, ms, mode, member = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local now_ms = server_now()
+local score = redis.call('ZSCORE', permits, token)
+if not score then
+  return -2
+end
+local left = sem_left(score, now_ms)
+if left and left <= 0 then
+  -- The lease ended: the permit is gone even though nobody reclaimed it yet.
+  sem_reclaim(permits, meta, now_ms)
+  sem_publish(permits, registry, member, now_ms)
+  return -2
+end
+local new_ttl = ms
+if mode == 'persist' then
+  new_ttl = 0
+elseif mode == 'add' then
+  if not left then
+    return -3
+  end
+  new_ttl = left + ms
+end
+local _, pttl = sem_claim(permits, meta, token, new_ttl, now_ms)
+sem_publish(permits, registry, member, now_ms)
+return pttl
