@@ -43,7 +43,7 @@ def test_waiters_are_served_in_arrival_order(redis_client, redis_url):
         proc = CTX.Process(target=_acquire_and_report, args=(redis_url, "fifo", index, results))
         proc.start()
         procs.append(proc)
-        _wait_for(lambda: _queue_length(redis_client, "fifo") == index + 1)
+        _wait_for(lambda expected=index + 1: _queue_length(redis_client, "fifo") == expected)
     holder.release()
     served = sorted((results.get(timeout=20) for _ in procs), key=lambda item: item[1])
     for proc in procs:
