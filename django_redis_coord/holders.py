@@ -34,3 +34,42 @@ async def async_lock_holder(client: Any, name: Union[str, bytes]) -> Optional[Ho
     """Asyncio twin of :func:`lock_holder`."""
     raw, reply = _inspect_call(client, async_scripts, name)
     return HolderInfo.from_inspect(raw, "lock", await reply)
+
+
+# -- semaphores ------------------------------------------------------------------------------------
+__all__ += ["semaphore_holders", "async_semaphore_holders", "permits_from_inspect"]
+
+
+def permits_from_inspect(name: bytes, reply: Any) -> list[HolderInfo]:
+    """The live permits in a ``sem_inspect.lua`` "full" reply, oldest grant first."""
+    waiters = reply[3]
+    permits = []
+    for index in range(5, len(reply), 3):
+        token, pttl, record = reply[index : index + 3]
+        if isinstance(record, bytes):
+            record = record.decode("utf-8", "replace")
+        fence, since, _claim, info = (record or "0 0 0 {}").split(" ", 3)
+        holder = HolderInfo.from_inspect(name, "semaphore", (token, pttl, fence, info, since or None, waiters))
+        if holder is not None:
+            permits.append(holder)
+    permits.sort(key=lambda holder: holder.fence)
+    return permits
+
+
+def _sem_inspect_call(client: Any, registry: Any, name: Union[str, bytes]) -> tuple[bytes, Any]:
+    raw = encode_name(name)
+    keys = keys_for(raw, b"sem")
+    script = registry.get(client, "sem_inspect")
+    return raw, script((keys.name, keys.meta, keys.queue), ("full",), client=client)
+
+
+def semaphore_holders(client: Any, name: Union[str, bytes]) -> list[HolderInfo]:
+    """Every live permit of semaphore ``name`` with its holder's metadata (fence order)."""
+    raw, reply = _sem_inspect_call(client, sync_scripts, name)
+    return permits_from_inspect(raw, reply)
+
+
+async def async_semaphore_holders(client: Any, name: Union[str, bytes]) -> list[HolderInfo]:
+    """Asyncio twin of :func:`semaphore_holders`."""
+    raw, reply = _sem_inspect_call(client, async_scripts, name)
+    return permits_from_inspect(raw, await reply)
