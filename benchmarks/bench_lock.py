@@ -195,6 +195,7 @@ def contend(lib: str, host: str, port: int, name: str, start_ns: int, end_ns: in
     pid = os.getpid()
     waits: list[int] = []
     holds: list[tuple[int, int]] = []
+    releases: list[int] = []
     sleep_until_ns(start_ns)
     while time.monotonic_ns() < end_ns:
         asked = time.monotonic_ns()
@@ -204,10 +205,11 @@ def contend(lib: str, host: str, port: int, name: str, start_ns: int, end_ns: in
         time.sleep(hold_s)
         left = time.monotonic_ns()
         lock.release()
+        releases.append(time.monotonic_ns() - left)
         waits.append(got - asked)
         holds.append((got, left))
         time.sleep(think_s)
-    return {"pid": pid, "waits": waits, "holds": holds, "sent": sent_commands()}
+    return {"pid": pid, "waits": waits, "holds": holds, "releases": releases, "sent": sent_commands()}
 
 
 def measure_contention(ctx: Context, lib: str, procs: int, sizes: Sizes) -> dict[str, Any]:
@@ -226,6 +228,13 @@ def measure_contention(ctx: Context, lib: str, procs: int, sizes: Sizes) -> dict
     in_window = [sum(1 for a, _ in r["holds"] if start_ns <= a < end_ns) for r in results]
     waits_ms = [w / 1e6 for r in results for (a, _), w in zip(r["holds"], r["waits"]) if start_ns <= a < end_ns]
     total = sum(len(r["holds"]) for r in results)
+    ordered = sorted(all_holds)
+    # Gap between one hold's end and the next hold's start: the handoff as the contenders live it.
+    gaps_ms = [(b[0] - a[1]) / 1e6 for a, b in zip(ordered, ordered[1:]) if start_ns <= b[0] < end_ns]
+    sent_by_name: dict[str, int] = {}
+    for r in results:
+        for command, calls in r["sent"].items():
+            sent_by_name[command] = sent_by_name.get(command, 0) + calls
     sent = sum(sum(r["sent"].values()) for r in results)
     return {
         "lib": lib,
@@ -239,6 +248,9 @@ def measure_contention(ctx: Context, lib: str, procs: int, sizes: Sizes) -> dict
         "server_cmds": commands_delta(before, after) / total if total else float("nan"),
         "sent_cmds": sent / total if total else float("nan"),
         "overlaps": overlaps(all_holds),
+        "gap_p50": percentile(gaps_ms, 50),
+        "release_p50": percentile([x / 1e6 for r in results for x in r["releases"]], 50),
+        "sent_by_name": {command: calls / total for command, calls in sorted(sent_by_name.items())} if total else {},
         "acquisitions": total,
         "waits_ms": waits_ms,
     }
@@ -306,8 +318,12 @@ def measure_expiry(ctx: Context, lib: str, ttl: float, trial: int) -> float:
 
 
 # -- 4. handoff latency --------------------------------------------------------------------------------
-def handoff_side(role: str, lib: str, host: str, port: int, name: str, trials: int, barrier: Any) -> list[int]:
-    """Ping-pong between two processes; A releases while B is blocked. Returns instants (ns)."""
+def handoff_side(role: str, lib: str, host: str, port: int, name: str, trials: int,
+                 barrier: Any) -> list[tuple[int, int]]:
+    """Ping-pong between two processes; A releases while B is blocked.
+
+    Returns, per trial, A's (release called, release returned) or B's (owned, owned) instants (ns).
+    """
     import redis
 
     lock = make_lock(lib, redis.Redis(host=host, port=port), name, 10.0)
@@ -317,29 +333,39 @@ def handoff_side(role: str, lib: str, host: str, port: int, name: str, trials: i
             assert lock.acquire()
             barrier.wait()
             time.sleep(0.02)  # B is blocked in acquire by now
-            instants.append(time.monotonic_ns())
+            called = time.monotonic_ns()
             lock.release()
+            instants.append((called, time.monotonic_ns()))
             barrier.wait()
         else:
             barrier.wait()
             assert lock.acquire()
-            instants.append(time.monotonic_ns())
+            now = time.monotonic_ns()
+            instants.append((now, now))
             lock.release()
             barrier.wait()
     return instants
 
 
-def measure_handoff(ctx: Context, lib: str, trials: int) -> list[float]:
+def measure_handoff(ctx: Context, lib: str, trials: int) -> dict[str, list[float]]:
+    """Handoff latencies (ms) from A's release call (``from_call``) and from its return (``from_return``)."""
     name = key_name(lib) + ":h"
     barrier = FORK.Barrier(2)
     host, port = ctx.server.host, ctx.server.port
     released, owned = run_workers(handoff_side, [("A", lib, host, port, name, trials, barrier),
                                                  ("B", lib, host, port, name, trials, barrier)],
                                   timeout=trials * 1.0 + 60)
-    return [(b - a) / 1e6 for a, b in zip(released, owned)]
+    return {
+        "from_call": [(b[0] - a[0]) / 1e6 for a, b in zip(released, owned)],
+        "from_return": [(b[0] - a[1]) / 1e6 for a, b in zip(released, owned)],
+    }
 
 
 # -- the report ---------------------------------------------------------------------------------------
+def by_name(result: dict[str, Any]) -> str:
+    return ", ".join(f"{name} {per:.2f}" for name, per in result["sent_by_name"].items())
+
+
 def spread(values: Sequence[float]) -> str:
     if len(values) < 2:
         return "–"
@@ -380,7 +406,9 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
                  "the hold intervals (time.monotonic_ns in each process, from acquire's return to release's call) "
                  "over the wall time; *fairness* is the fewest / most acquisitions of any process; *cmds/acq* "
                  "counts what the clients sent (one EVALSHA = 1) and *server cmds/acq* is the INFO commandstats "
-                 "delta, which also counts every command run inside a Lua script.")
+                 "delta, which also counts every command run inside a Lua script (the peers' published figures "
+                 "use this count); *gap* is the time from one hold's end to the next hold's start (the handoff "
+                 "as the contenders see it) and *release* the duration of the release call.")
     contention: dict[tuple[str, int], list[dict[str, Any]]] = {}
     runs: list[tuple[str, int]] = []
     for procs_index, procs in enumerate(sizes.contention_procs):
@@ -403,26 +431,35 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
         for lib in sizes.contenders:
             results = contention[(lib, procs)]
             med = {key: statistics.median(r[key] for r in results)
-                   for key in ("acq_per_s", "held", "p50", "p99", "max", "fairness", "server_cmds", "sent_cmds")}
+                   for key in ("acq_per_s", "held", "p50", "p99", "max", "fairness", "server_cmds", "sent_cmds",
+                                "gap_p50", "release_p50")}
             med["overlaps"] = max(r["overlaps"] for r in results)
             med["waits_ms"] = [w for r in results for w in r["waits_ms"]]
             medians[(lib, procs)] = med
-            for key in ("acq_per_s", "held", "p50", "p99", "max", "fairness", "sent_cmds", "server_cmds", "overlaps"):
+            med["sent_by_name"] = results[0]["sent_by_name"]
+            for key in ("acq_per_s", "held", "p50", "p99", "max", "fairness", "sent_cmds", "server_cmds", "overlaps",
+                        "gap_p50", "release_p50"):
                 section.figure(f"contention{procs}.{lib}.{key}", med[key])
             held_range = spread([r["held"] * 100 for r in results]) if len(results) > 1 else "–"
             rows.append([lib, med["acq_per_s"], med["held"], held_range, med["p50"], med["p99"], med["max"],
-                         med["fairness"], med["sent_cmds"], med["server_cmds"], med["overlaps"]])
+                         med["fairness"], med["sent_cmds"], med["server_cmds"], med["overlaps"], med["gap_p50"],
+                         med["release_p50"]])
         rounds_note = f" (median of {sizes.contention_rounds} rounds)" if procs == sizes.contention_procs[0] and \
             sizes.contention_rounds > 1 else ""
         section.heading(f"{procs} processes{rounds_note}", level=3)
         section.table(["library", "acq/s", "held", "held % range", "wait p50 ms", "wait p99 ms", "wait max ms",
-                       "fairness", "cmds/acq", "server cmds/acq", "overlaps"], rows)
+                       "fairness", "cmds/acq", "server cmds/acq", "overlaps", "gap p50 ms", "release p50 ms"], rows)
+        section.text("Commands sent per acquisition, by command: "
+                     + "; ".join(f"**{lib}** {by_name(medians[(lib, procs)])}" for lib in sizes.contenders) + ".")
     first = sizes.contention_procs[0]
     ours = medians[("ours", first)]
     section.check(f"{first} processes: ours held fraction", ours["held"], ">=", TARGET_HELD)
     section.check(f"{first} processes: ours wait p99 (ms)", ours["p99"], "<=", TARGET_P99_MS)
     section.check(f"{first} processes: ours fairness", ours["fairness"], ">=", TARGET_FAIRNESS)
-    section.check(f"{first} processes: ours commands sent per acquisition", ours["sent_cmds"], "<=", TARGET_COMMANDS)
+    section.check(f"{first} processes: ours Redis commands per acquisition (INFO commandstats, scripted calls "
+                  "included)", ours["server_cmds"], "<=", TARGET_COMMANDS)
+    section.check(f"{first} processes: ours commands sent per acquisition (EVALSHA = 1)", ours["sent_cmds"], "<=",
+                  TARGET_COMMANDS)
     for procs in sizes.contention_procs:
         for lib in sizes.contenders:
             section.check(f"{procs} processes: {lib} overlapping holds", medians[(lib, procs)]["overlaps"], "==", 0)
@@ -453,14 +490,19 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
     if sizes.handoff_libs and sizes.handoff_trials:
         section.heading("Handoff latency")
         section.text(f"Two processes, {sizes.handoff_trials} handoffs each: A holds, B is blocked in acquire "
-                     "(20 ms later), A calls release; latency from that call to B's acquire returning.")
+                     "(20 ms later), A calls release; latency from that call to B's acquire returning. The last "
+                     "column counts from release's return instead: negative when the waiter owned the lock before "
+                     "the releaser got its reply (a server-side grant).")
         rows = []
         for lib in sizes.handoff_libs:
             ctx.log(f"handoff latency: {lib}")
-            values = handoff[lib] = measure_handoff(ctx, lib, sizes.handoff_trials)
+            measured = measure_handoff(ctx, lib, sizes.handoff_trials)
+            values = handoff[lib] = measured["from_call"]
             section.figure(f"handoff_p50_ms.{lib}", percentile(values, 50))
-            rows.append([lib, percentile(values, 50), percentile(values, 90), max(values)])
-        section.table(["library", "p50 ms", "p90 ms", "max ms"], rows)
+            section.figure(f"handoff_after_return_p50_ms.{lib}", percentile(measured["from_return"], 50))
+            rows.append([lib, percentile(values, 50), percentile(values, 90), max(values),
+                         percentile(measured["from_return"], 50)])
+        section.table(["library", "p50 ms", "p90 ms", "max ms", "p50 ms after release returned"], rows)
 
     if sizes.plots:
         plot_contention(section, sizes, medians, pairs, handoff)

@@ -1,0 +1,148 @@
+"""The benchmark machinery (benchmarks/) with tiny sizes: helpers, runner and the lock report.
+
+Figures are not asserted against speed targets here (that is the benchmark's job on a quiet
+machine); the report's structure, the sanity of its figures and the safety checks are.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+
+from benchmarks import bench_lock, run
+from benchmarks.common import (
+    Context,
+    Section,
+    commands_delta,
+    commandstats,
+    counting_client,
+    held_fraction,
+    overlaps,
+    percentile,
+    sent_commands,
+    write_report,
+)
+
+TINY = bench_lock.Sizes(
+    pair_seconds=0.05,
+    pair_rounds=2,
+    contention_seconds=0.3,
+    contention_procs=(2,),
+    contention_rounds=1,
+    contenders=("raw", "ours"),
+    expiry_libs=("ours",),
+    expiry_trials=1,
+    expiry_ttl=0.5,
+    handoff_libs=("ours",),
+    handoff_trials=3,
+)
+
+
+def test_percentile_interpolates():
+    assert percentile([], 50) != percentile([], 50)  # NaN for no data
+    assert percentile([5.0], 99) == 5.0
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile(list(range(101)), 99) == 99.0
+    assert percentile([3, 1, 2], 100) == 3.0
+
+
+def test_held_fraction_is_the_union_of_holds_clipped_to_the_window():
+    # [0,10) and [5,20) overlap: union 20; [30,40) adds 10; [90,120) is clipped to [90,100).
+    holds = [(5, 20), (0, 10), (30, 40), (90, 120), (-10, -5)]
+    assert held_fraction(holds, 0, 100) == pytest.approx(0.4)
+    assert held_fraction([], 0, 100) == 0.0
+
+
+def test_overlaps_catches_holds_of_different_holders_that_intersect():
+    safe = [(0, 10, "a"), (10, 20, "b"), (25, 30, "a")]
+    assert overlaps(safe) == 0
+    unsafe = [(0, 10, "a"), (9, 20, "b"), (19, 21, "c")]
+    assert overlaps(unsafe) == 2
+    # One holder's own consecutive records never count against it.
+    assert overlaps([(0, 10, "a"), (5, 6, "a")]) == 0
+
+
+def test_section_records_checks_tables_and_writes_a_report(redis_servers, tmp_path):
+    server = redis_servers(1)[0]
+    ctx = Context(server, quick=True, results_dir=tmp_path, verbose=False)
+    section = Section("demo", "Demo report", echo=False)
+    section.figure("rate", 123.0, "things/s")
+    met = section.check("rate high", 123.0, ">=", 100)
+    missed = section.check("rate higher", 123.0, ">=", 1000)
+    nan = section.check("unmeasured", float("nan"), "<=", 1)
+    assert (met.passed, missed.passed, nan.passed) == (True, False, False)
+    section.table(["a", "b"], [["x", 1.5], ["y", 12345.0]])
+    path = write_report(section, ctx, started=0.0)
+    text = path.read_text()
+    assert text.startswith("# Demo report")
+    assert "redis-server" in text and "| x | 1.50 |" in text and "| y | 12,345 |" in text
+    assert "| rate high | 123 | >= 100 | ✅ |" in text and "| rate higher | 123 | >= 1000 | ❌ |" in text
+    payload = json.loads((tmp_path / "demo.json").read_text())
+    assert payload["figures"] == {"rate": 123.0}
+    assert [c["passed"] for c in payload["checks"]] == [True, False, False]
+
+
+def test_command_counting_sees_client_commands_and_scripted_calls(redis_servers):
+    server = redis_servers(1)[0]
+    client = counting_client(server.host, server.port)
+    admin = server.client()
+    sent_commands(reset=True)
+    before = commandstats(admin)
+    client.set("k", "v")
+    client.eval("redis.call('GET', KEYS[1]); redis.call('DEL', KEYS[1]); return 1", 1, "k")
+    after = commandstats(admin)
+    assert sent_commands() == {"SET": 1, "EVAL": 1}
+    # The server also counts the two commands run inside the script.
+    assert commands_delta(before, after) == 4
+
+
+def test_runner_selects_modules_and_reports_a_failing_one(redis_servers, tmp_path, monkeypatch):
+    assert "lock" in run.discover()
+    assert run.selected(run.parse_args(["--only", "lock"])) == ["lock"]
+    with pytest.raises(SystemExit):
+        run.selected(run.parse_args(["--only", "no_such_module"]))
+    broken = types.SimpleNamespace(run=lambda ctx: 1 / 0)
+    monkeypatch.setattr(run.importlib, "import_module", lambda name: broken)
+    ctx = Context(redis_servers(1)[0], results_dir=tmp_path, verbose=False)
+    section, error, path = run.run_module("broken", ctx)
+    assert error is not None and "ZeroDivisionError" in error
+    assert "## Failed" in path.read_text()
+
+
+def test_lock_benchmark_end_to_end_with_tiny_sizes(redis_servers, tmp_path):
+    server = redis_servers(1)[0]
+    ctx = Context(server, quick=True, results_dir=tmp_path, verbose=False)
+    section = bench_lock.run(ctx, sizes=TINY)
+    write_report(section, ctx, started=0.0)
+    report = (tmp_path / "lock.md").read_text()
+    for heading in ("## Targets", "## Uncontended acquire + release", "## Contention", "### 2 processes",
+                    "## Crash-expiry handoff", "## Handoff latency", "![", "lock_contention.png"):
+        assert heading in report, heading
+    figures = section.figures
+    for lib in bench_lock.ALL:
+        assert figures[f"pairs_per_s.{lib}"] > 0, lib
+        assert f"| {lib} |" in report
+    assert figures["pairs_ratio.raw"] == pytest.approx(1.0)
+    for lib in TINY.contenders:
+        prefix = f"contention2.{lib}."
+        assert figures[prefix + "acq_per_s"] > 0
+        assert figures[prefix + "overlaps"] == 0, f"{lib} let two processes hold the lock at once"
+        assert 0 < figures[prefix + "held"] <= 1
+        assert 0 <= figures[prefix + "fairness"] <= 1
+        assert figures[prefix + "p50"] <= figures[prefix + "p99"] <= figures[prefix + "max"]
+    # Ours sends at least an acquire and a release per acquisition; the server counts scripted calls too.
+    assert figures["contention2.ours.sent_cmds"] >= 2
+    assert figures["contention2.ours.server_cmds"] > figures["contention2.ours.sent_cmds"]
+    # The waiter cannot own the lock before the crashed holder's TTL ended (PTTL has 1 ms steps),
+    # and gets it within a generous bound even on a busy machine.
+    assert -5 <= figures["expiry_ms.ours"] <= 1000
+    assert figures["handoff_p50_ms.ours"] > 0
+    labels = [check.label for check in section.checks]
+    assert any("uncontended ours" in label for label in labels)
+    assert any("held fraction" in label for label in labels)
+    assert any("crash-expiry" in label for label in labels)
+    assert (tmp_path / "lock_contention.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    payload = json.loads((tmp_path / "lock.json").read_text())
+    assert payload["figures"]["pairs_per_s.ours"] == figures["pairs_per_s.ours"]
