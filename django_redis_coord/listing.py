@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Optional, Union
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from ._base import META_RETENTION_MS, as_bytes
 from .exceptions import InvalidLockArgument
-from .keys import SLOTS, encode_name, keys_for, registry_key
+from .keys import SLOTS, encode_name, key_slot, keys_for, registry_key
 from .scripts import script_text, sync_scripts
 
 __all__ = [
@@ -259,50 +259,56 @@ def _split_info(info: Any) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
-def _lock_details_call(entry_name: bytes) -> tuple[str, tuple, tuple]:
-    keys = keys_for(entry_name, b"lock")
-    return "lock_inspect", (keys.name, keys.meta, keys.queue), ()
+def _lock_keys(name: bytes) -> tuple[bytes, ...]:
+    keys = keys_for(name, b"lock")
+    return (keys.name, keys.meta, keys.queue)
 
 
-def _lock_details_parse(kind: str, name: bytes, reply: Any) -> Optional[LiveHolder]:
-    token, pttl, fence, info, since, waiters, now_ms = reply[:7]
-    token = as_bytes(token)
-    if token is None:
-        return None
-    meta = _split_info(info)
-    pttl = int(pttl)
-    if pttl == -2 or pttl == 0:
-        return None
-    return LiveHolder(
-        kind=kind,
-        raw_name=name,
-        token=token,
-        fence=int(fence or 0),
-        ttl_ms=pttl if pttl > 0 else None,
-        acquired_at_ms=int(since) if since else None,
-        host=meta.pop("host", None),
-        pid=meta.pop("pid", None),
-        thread=meta.pop("thread", None),
-        label=meta.pop("label", None),
-        view=meta.pop("view", None),
-        extra=meta,
-        waiters=int(waiters),
-        server_now_ms=int(now_ms),
-    )
+def _lock_parse(kind: str, name: bytes, record: bytes, now_ms: int) -> list[LiveHolder]:
+    """One lock's record from ``lock_inspect_many.lua``."""
+    if record == b"-2":
+        return []
+    pttl, fence, since, waiters, size, rest = record.split(b" ", 5)
+    token_length = int(size)
+    ttl = int(pttl)
+    if ttl == -2 or ttl == 0:
+        return []
+    meta = _split_info(rest[token_length:])
+    return [
+        LiveHolder(
+            kind=kind,
+            raw_name=name,
+            token=rest[:token_length],
+            fence=int(fence) if fence != b"-" else 0,
+            ttl_ms=ttl if ttl > 0 else None,
+            acquired_at_ms=int(since) if since != b"-" else None,
+            host=meta.pop("host", None),
+            pid=meta.pop("pid", None),
+            thread=meta.pop("thread", None),
+            label=meta.pop("label", None),
+            view=meta.pop("view", None),
+            extra=meta,
+            waiters=int(waiters),
+            server_now_ms=now_ms,
+        )
+    ]
 
 
 @dataclass(frozen=True)
 class _KindSupport:
-    """How the listing reads the holders of one kind of primitive."""
+    """How the listing reads the holders of one kind of primitive, many at a time."""
 
-    #: entry name -> (script name, keys, args) of a read-only inspect script
-    details_call: Callable[[bytes], tuple[str, tuple, tuple]]
-    #: (kind, name, reply) -> holders (a lock has at most one; a semaphore one per permit)
-    details_parse: Callable[[str, bytes, Any], Any]
+    #: a read-only script taking the keys of many primitives, returning the server's now in ms
+    #: and one record per primitive, as netstrings
+    script: str
+    #: name -> the keys of one primitive, in the order the script expects
+    keys: Callable[[bytes], tuple[bytes, ...]]
+    #: (kind, name, record, server now ms) -> its live holders (one per permit for a semaphore)
+    parse: Callable[[str, bytes, bytes, int], list[LiveHolder]]
 
 
 _KIND_SUPPORT: dict[str, _KindSupport] = {
-    "lock": _KindSupport(_lock_details_call, _lock_details_parse),
+    "lock": _KindSupport("lock_inspect_many", _lock_keys, _lock_parse),
 }
 
 
@@ -316,16 +322,30 @@ def _support(kind: str) -> Optional[_KindSupport]:
 
 
 def _semaphore_support() -> Optional[_KindSupport]:
-    """Semaphore permits, when the semaphore module provides its inspect hooks."""
-    try:
-        from . import semaphores
-    except ImportError:
-        return None
-    call = getattr(semaphores, "listing_details_call", None)
-    parse = getattr(semaphores, "listing_details_parse", None)
-    if call is None or parse is None:
-        return None
-    return _KindSupport(call, parse)
+    """Semaphore permits, once the semaphore module exists."""
+    return None
+
+
+def _netstrings(data: Any) -> list[Optional[bytes]]:
+    """Decode ``"<length>:<bytes>"`` items (``"-:"`` is ``None``) as written by the inspect scripts."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogateescape")
+    out: list[Optional[bytes]] = []
+    append = out.append
+    find = data.find
+    i, end = 0, len(data)
+    while i < end:
+        colon = find(b":", i)
+        if colon < 0:
+            raise ValueError("truncated netstring reply")
+        if data[i:colon] == b"-":
+            append(None)
+            i = colon + 1
+            continue
+        stop = colon + 1 + int(data[i:colon])
+        append(data[colon + 1 : stop])
+        i = stop
+    return out
 
 
 def _is_cluster(client: Any) -> bool:
@@ -343,7 +363,9 @@ class HolderListing:
     restricts everything to names starting with it (e.g. a Django site's ``KEY_PREFIX``).
     """
 
+    _packed_union: Optional[list[bytes]] = None
     _packed_live: Optional[bytes] = None
+    _union_missing = False
 
     def __init__(self, client: Any, *, prefix: Union[str, bytes] = b"") -> None:
         self.client = client
@@ -375,18 +397,32 @@ class HolderListing:
         return [found[key] for key in sorted(found)]
 
     def _read_registries(self) -> list[RegistryEntry]:
-        """One EVALSHA declaring the 16384 registry keys (packed once per process)."""
-        script = sync_scripts.get(self.client, _LIVE_SCRIPT)
-        packed = type(self)._packed_live
-        if packed is None:
-            packed = type(self)._packed_live = _pack_evalsha(script.sha, [registry_key(s) for s in range(SLOTS)])
-        try:
-            reply = _send_packed(self.client, packed)
-        except NoScriptError:
-            self.client.script_load(script_text(_LIVE_SCRIPT))
-            reply = _send_packed(self.client, packed)
-        now_ms = int(reply[0])
-        return list(_parse_entries(reply[1:], now_ms))
+        """The server's clock and the union of the 16384 registries, in one round trip.
+
+        ``MULTI``, ``TIME``, ``ZUNION <all registries> WITHSCORES``, ``EXEC``, packed once per
+        process.  A server without ZUNION (before Redis 6.2) gets one static script instead.
+        """
+        cls = type(self)
+        if cls._packed_union is None:
+            keys = [registry_key(s) for s in range(SLOTS)]
+            cls._packed_union = [
+                _pack([b"MULTI"]),
+                _pack([b"TIME"]),
+                _pack([b"ZUNION", str(SLOTS).encode(), *keys, b"WITHSCORES"]),
+                _pack([b"EXEC"]),
+            ]
+            cls._packed_live = _pack_evalsha(sync_scripts.get(self.client, _LIVE_SCRIPT).sha, keys)
+        if not cls._union_missing:
+            replies = _send_packed(self.client, cls._packed_union)
+            if not any(isinstance(reply, Exception) for reply in replies):
+                (seconds, micros), flat = replies[3]
+                return list(_parse_entries(flat, int(seconds) * 1000 + int(micros) // 1000))
+            if not any("unknown command" in str(reply).lower() for reply in replies):
+                raise next(reply for reply in replies if isinstance(reply, Exception))
+            cls._union_missing = True
+        assert cls._packed_live is not None
+        [reply] = self._send_with_scripts([cls._packed_live], [_LIVE_SCRIPT])
+        return list(_parse_entries(reply[1:], int(reply[0])))
 
     def _read_cluster_registries(self) -> list[RegistryEntry]:
         """Per primary: its clock, then the registries of the slots it serves, in one pipeline."""
@@ -408,52 +444,70 @@ class HolderListing:
             seconds, micros = replies[0]
             now_ms = int(seconds) * 1000 + int(micros) // 1000
             for pairs in replies[1:]:
-                flat: list[Any] = []
-                for member, score in pairs:
-                    flat.extend((member, score))
-                entries.extend(_parse_entries(flat, now_ms))
+                entries.extend(_parse_entries(pairs, now_ms))
         return entries
 
     # -- step 2: details -----------------------------------------------------------------------
     def details(self, entries: Sequence[RegistryEntry]) -> list[LiveHolder]:
-        """Holders of ``entries`` (in their order), read in one pipelined round trip.
+        """Holders of ``entries`` (in their order), read in one round trip.
 
-        An entry whose hold ended since the registries were read is left out.
+        One read-only script call per kind (per kind and slot on a Redis Cluster).  An entry
+        whose hold ended since the registries were read is left out.
         """
-        calls = []
+        cluster = _is_cluster(self.client)
+        groups: dict[tuple[str, int], list[RegistryEntry]] = {}
         for entry in entries:
-            support = _support(entry.kind)
-            if support is None:
+            if _support(entry.kind) is None:
                 continue
-            script_name, keys, args = support.details_call(entry.raw_name)
-            calls.append((entry, support, script_name, keys, args))
-        if not calls:
+            slot = key_slot(entry.raw_name) if cluster else 0
+            groups.setdefault((entry.kind, slot), []).append(entry)
+        if not groups:
             return []
-        replies = self._run_scripts([(name, keys, args) for _, _, name, keys, args in calls])
-        holders: list[LiveHolder] = []
-        for (entry, support, _, _, _), reply in zip(calls, replies):
-            parsed = support.details_parse(entry.kind, entry.raw_name, reply)
-            if parsed is None:
-                continue
-            if isinstance(parsed, LiveHolder):
-                holders.append(parsed)
-            else:
-                holders.extend(parsed)
-        return holders
+        calls = []
+        for (kind, _), members in groups.items():
+            support = _KIND_SUPPORT[kind]
+            keys = [key for entry in members for key in support.keys(entry.raw_name)]
+            calls.append((support.script, keys))
+        replies = self._run_scripts(calls)
+        found: dict[tuple[bytes, str], list[LiveHolder]] = {}
+        for ((kind, _), members), reply in zip(groups.items(), replies):
+            support = _KIND_SUPPORT[kind]
+            records = _netstrings(reply)
+            now_ms = int(records[0] or 0)
+            for entry, record in zip(members, records[1:]):
+                found[(entry.raw_name, kind)] = support.parse(kind, entry.raw_name, record or b"", now_ms)
+        return [holder for entry in entries for holder in found.get((entry.raw_name, entry.kind), ())]
 
-    def _run_scripts(self, calls: Sequence[tuple[str, tuple, tuple]]) -> list[Any]:
-        """EVALSHA each call in one pipeline; load missing scripts and retry once."""
+    def _run_scripts(self, calls: Sequence[tuple[str, Sequence[bytes]]]) -> list[Any]:
+        """EVALSHA each ``(script name, keys)`` call, all in one round trip."""
+        if not _is_cluster(self.client):
+            names = [name for name, _ in calls]
+            packed = [_pack_evalsha(sync_scripts.get(self.client, name).sha, keys) for name, keys in calls]
+            return self._send_with_scripts(packed, names)
         for attempt in range(2):
             pipe = self.client.pipeline(transaction=False)
-            for script_name, keys, args in calls:
-                script = sync_scripts.get(self.client, script_name)
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            for name, keys in calls:
+                pipe.evalsha(sync_scripts.get(self.client, name).sha, len(keys), *keys)
             replies = pipe.execute(raise_on_error=False)
             missing = {calls[i][0] for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)}
             if not missing or attempt:
                 break
-            for script_name in missing:
-                self.client.script_load(script_text(script_name))
+            for name in missing:
+                self.client.script_load(script_text(name))
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    def _send_with_scripts(self, packed: Sequence[bytes], names: Sequence[str]) -> list[Any]:
+        """Send packed EVALSHA commands in one write; load missing scripts and resend once."""
+        for attempt in range(2):
+            replies = _send_packed(self.client, packed)
+            missing = {names[i] for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)}
+            if not missing or attempt:
+                break
+            for name in missing:
+                self.client.script_load(script_text(name))
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
@@ -549,17 +603,24 @@ def _score(value: Any) -> Any:
     return value
 
 
-def _parse_entries(flat: Sequence[Any], now_ms: int) -> Iterable[RegistryEntry]:
-    for i in range(0, len(flat) - 1, 2):
-        member = as_bytes(flat[i]) or b""
-        score = _text(flat[i + 1])
+def _score_pairs(reply: Sequence[Any]) -> Iterable[tuple[Any, Any]]:
+    """(member, score) pairs of a WITHSCORES reply: flat under RESP2, nested under RESP3."""
+    if reply and isinstance(reply[0], (list, tuple)):
+        return (tuple(pair) for pair in reply)  # type: ignore[misc]
+    return zip(reply[0::2], reply[1::2])
+
+
+def _parse_entries(reply: Sequence[Any], now_ms: int) -> Iterable[RegistryEntry]:
+    for member, score in _score_pairs(reply):
+        member = as_bytes(member) or b""
         kind, sep, name = member.partition(b":")
         if not sep or not name:
             continue
-        if score in ("inf", "+inf"):
+        value = float(score) if isinstance(score, (int, float)) else float(_text(score))
+        if value == float("inf"):
             expires: Optional[int] = None
         else:
-            expires = int(float(score))
+            expires = int(value)
             if expires <= now_ms:
                 continue
         yield RegistryEntry(kind=kind.decode("ascii", "replace"), raw_name=name, expires_at_ms=expires,
@@ -589,27 +650,38 @@ def _parse_waiter(position: int, token: bytes, record: Optional[bytes]) -> Waite
     )
 
 
-def _pack_evalsha(sha: str, keys: Sequence[bytes]) -> bytes:
-    """RESP encoding of ``EVALSHA sha len(keys) *keys`` (built once: 16384 keys are costly to pack)."""
-    args = [b"EVALSHA", sha.encode(), str(len(keys)).encode(), *keys]
+def _pack(args: Sequence[bytes]) -> bytes:
+    """RESP encoding of one command (built once for the registry read: 16384 keys are costly to pack)."""
     out = [b"*%d\r\n" % len(args)]
     for arg in args:
         out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
     return b"".join(out)
 
 
-def _send_packed(client: Any, packed: bytes) -> Any:
-    """Send an already packed command on one of ``client``'s connections and read the reply."""
+def _pack_evalsha(sha: str, keys: Sequence[bytes]) -> bytes:
+    return _pack([b"EVALSHA", sha.encode(), str(len(keys)).encode(), *keys])
+
+
+def _send_packed(client: Any, packed: Sequence[bytes]) -> list[Any]:
+    """Send already packed commands in one write on one of ``client``'s connections; read every reply.
+
+    An error reply is returned in place (the connection stays in step), any other failure drops
+    the connection and propagates.
+    """
     pool = client.connection_pool
     try:
         conn = pool.get_connection()
     except TypeError:  # redis-py < 6 needs a command name
         conn = pool.get_connection("EVALSHA")
     try:
-        conn.send_packed_command([packed])
-        return conn.read_response()
-    except NoScriptError:
-        raise
+        conn.send_packed_command(list(packed))
+        replies = []
+        for _ in packed:
+            try:
+                replies.append(conn.read_response())
+            except ResponseError as error:
+                replies.append(error)
+        return replies
     except BaseException:
         conn.disconnect()
         raise
