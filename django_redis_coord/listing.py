@@ -30,7 +30,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Optional, Union
 
@@ -245,8 +245,8 @@ class ForceReleaseResult:
     fence: int
     #: The lock's fence counter right after the release: every later grant is above it.
     fence_after: int
-    #: Token of the waiter the lock was handed to, if any.
-    next_holder: Optional[bytes] = field(default=None, repr=False)
+    #: The lock (or permit) went straight to a waiter.
+    handed_off: bool = False
 
 
 def _split_info(info: Any) -> dict:
@@ -307,23 +307,32 @@ class _KindSupport:
     parse: Callable[[str, bytes, bytes, int], list[LiveHolder]]
 
 
+def _sem_keys(name: bytes) -> tuple[bytes, ...]:
+    keys = keys_for(name, b"sem")
+    return (keys.name, keys.meta, keys.queue)
+
+
+def _sem_parse(kind: str, name: bytes, record: bytes, now_ms: int) -> list[LiveHolder]:
+    """One semaphore's record: limit, live permits, queue length, then one record per permit."""
+    limit, used, _waiting, rest = record.split(b" ", 3)
+    holders = []
+    for permit in _netstrings(rest):
+        for holder in _lock_parse(kind, name, permit or b"", now_ms):
+            holders.append(
+                replace(holder, used=int(used), limit=int(limit) if limit != b"-" else None)
+            )
+    holders.sort(key=lambda holder: holder.fence)
+    return holders
+
+
 _KIND_SUPPORT: dict[str, _KindSupport] = {
     "lock": _KindSupport("lock_inspect_many", _lock_keys, _lock_parse),
+    "sem": _KindSupport("sem_inspect_many", _sem_keys, _sem_parse),
 }
 
 
 def _support(kind: str) -> Optional[_KindSupport]:
-    support = _KIND_SUPPORT.get(kind)
-    if support is None and kind == "sem":
-        support = _semaphore_support()
-        if support is not None:
-            _KIND_SUPPORT[kind] = support
-    return support
-
-
-def _semaphore_support() -> Optional[_KindSupport]:
-    """Semaphore permits, once the semaphore module exists."""
-    return None
+    return _KIND_SUPPORT.get(kind)
 
 
 def _netstrings(data: Any) -> list[Optional[bytes]]:
@@ -541,11 +550,11 @@ class HolderListing:
         return self.details([entry])
 
     def waiters(self, name: Union[str, bytes], kind: str = "lock") -> list[Waiter]:
-        """The callers queued for lock ``name``, first served first."""
+        """The callers queued for the lock (or semaphore) ``name``, first served first."""
         raw = encode_name(name)
-        if kind != "lock":
-            raise InvalidLockArgument("waiters are listed for locks only", lock_name=name)
-        keys = keys_for(raw, b"lock")
+        if kind not in KINDS:
+            raise InvalidLockArgument(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}", lock_name=name)
+        keys = keys_for(raw, kind.encode())
         pipe = self.client.pipeline(transaction=True)
         pipe.zrange(keys.queue, 0, -1)
         pipe.hgetall(keys.waiters)
@@ -565,29 +574,36 @@ class HolderListing:
     def force_release(
         self, name: Union[str, bytes], kind: str = "lock", *, expected_fence: Optional[int] = None
     ) -> ForceReleaseResult:
-        """Release lock ``name`` whoever holds it, fence the holder out, hand off to the next waiter.
+        """Release a hold whoever has it, fence the holder out and serve the next waiter.
 
-        With ``expected_fence`` nothing changes unless the current hold has exactly that fence
-        (an operator confirms a particular holder, not whoever holds the lock by then).
+        For a lock, ``expected_fence`` (optional) makes it a no-op unless the current hold has
+        exactly that fence: an operator confirms a particular holder, not whoever holds the lock
+        by then.  For a semaphore it is required: it names the permit to take back.
         """
         raw = encode_name(name)
-        if kind != "lock":
-            raise InvalidLockArgument("force release applies to locks", lock_name=name)
+        if kind not in KINDS:
+            raise InvalidLockArgument(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}", lock_name=name)
         if expected_fence is not None and (isinstance(expected_fence, bool) or not isinstance(expected_fence, int)):
             raise InvalidLockArgument("expected_fence must be an int", lock_name=name)
-        keys = keys_for(raw, b"lock")
-        script = sync_scripts.get(self.client, "force_release")
-        reply = script(
-            (keys.name, keys.meta, keys.queue, keys.waiters, keys.registry),
-            (
-                b"lock:" + raw,
+        keys = keys_for(raw, kind.encode())
+        member = kind.encode() + b":" + raw
+        all_keys = (keys.name, keys.meta, keys.queue, keys.waiters, keys.registry)
+        if kind == "sem":
+            if expected_fence is None:
+                raise InvalidLockArgument("a semaphore permit is named by its fence: give expected_fence",
+                                          lock_name=name)
+            script = sync_scripts.get(self.client, "sem_force_release")
+            args: tuple = (member, keys.wake_prefix, keys.wake_suffix, str(expected_fence))
+        else:
+            script = sync_scripts.get(self.client, "force_release")
+            args = (
+                member,
                 keys.wake_prefix,
                 keys.wake_suffix,
                 META_RETENTION_MS,
                 "" if expected_fence is None else str(expected_fence),
-            ),
-            client=self.client,
-        )
+            )
+        reply = script(all_keys, args, client=self.client)
         status = int(reply[0])
         return ForceReleaseResult(
             released=status == 1,
@@ -595,7 +611,7 @@ class HolderListing:
             fence_mismatch=status == -1,
             fence=int(reply[1] or 0),
             fence_after=int(reply[2] or 0),
-            next_holder=as_bytes(reply[3]),
+            handed_off=bool(reply[3]),
         )
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from django_redis_coord import Lock
+from django_redis_coord import Lock, Semaphore
 from django_redis_coord.exceptions import InvalidLockArgument, LockNotOwnedError
 from django_redis_coord.keys import keys_for
 from django_redis_coord.listing import HolderListing, holder_id, parse_holder_id
@@ -174,7 +174,7 @@ def test_force_release_fences_out_the_holder_and_hands_off_to_the_next_waiter(li
     assert result.released and not result.was_free and not result.fence_mismatch
     assert result.fence == first.fence
     assert result.fence_after > first.fence
-    assert result.next_holder is not None
+    assert result.handed_off
     new_fence = second.wait_held()
     assert new_fence > result.fence_after
     [now] = listing.holders()
@@ -190,7 +190,7 @@ def test_force_release_bumps_the_fence_above_the_old_holder(listing, redis_clien
     old.acquire()
     old_fence = old.fence
     result = listing.force_release("fenced")
-    assert result.released and result.next_holder is None
+    assert result.released and not result.handed_off
     assert int(redis_client.hget(old.keys.meta, "fence")) == result.fence_after > old_fence
     assert redis_client.exists("fenced") == 0
     assert redis_client.zscore(old.keys.registry, b"lock:fenced") is None
@@ -227,11 +227,14 @@ def test_bad_names_are_refused_before_anything_is_written(listing, redis_client,
     assert redis_client.dbsize() == 0
 
 
-def test_only_locks_can_be_force_released(listing):
+def test_force_release_arguments_are_checked(listing, redis_client):
     with pytest.raises(InvalidLockArgument):
-        listing.force_release("x", kind="sem")
+        listing.force_release("x", kind="sem")  # a permit is named by its fence
     with pytest.raises(InvalidLockArgument):
         listing.force_release("x", expected_fence="12")
+    with pytest.raises(InvalidLockArgument):
+        listing.force_release("x", kind="mutex")
+    assert redis_client.dbsize() == 0
 
 
 def test_waiters_in_queue_order_with_metadata(listing, spawn):
@@ -285,3 +288,74 @@ def test_names_in_other_slots_and_hash_tags(listing, redis_client):
     assert sorted(h.name for h in listing.holders()) == sorted(names)
     slots = {keys_for(n.encode()).slot for n in names}
     assert len(slots) >= 2
+
+
+def test_semaphore_permits_are_listed_with_usage(listing, redis_client):
+    pool = Semaphore(redis_client, "exports", limit=3, timeout=60, label="export")
+    assert pool.acquire() and pool.acquire()
+    Lock(redis_client, "exports-lock", timeout=60).acquire()
+    permits = listing.holders(kind="sem")
+    assert [p.name for p in permits] == ["exports", "exports"]
+    assert all(p.kind == "sem" and p.used == 2 and p.limit == 3 and p.usage == "2/3" for p in permits)
+    assert all(p.label == "export" and 0 < p.ttl_ms <= 60000 for p in permits)
+    assert permits[0].fence < permits[1].fence
+    assert {p.fence for p in permits} == {h.fence for h in pool.holders()}
+    assert [h.kind for h in listing.holders()] == ["sem", "sem", "lock"]
+    assert [h.name for h in listing.holders(kind="lock")] == ["exports-lock"]
+
+
+def test_expired_permits_are_never_listed(listing, redis_client):
+    pool = Semaphore(redis_client, "short-permits", limit=2, timeout=0.2)
+    pool.acquire()
+    keeper = Semaphore(redis_client, "short-permits", limit=2, timeout=60)
+    keeper.acquire()
+    [entry] = listing.entries()
+    time.sleep(0.4)
+    [left] = listing.holders()
+    assert left.fence == keeper.fence and left.used == 1
+    assert len(listing.details([entry])) == 1
+
+
+def test_force_release_of_a_permit_by_its_fence(listing, redis_client):
+    pool = Semaphore(redis_client, "uploads", limit=1, timeout=60)
+    assert pool.acquire()
+    fence = pool.fence
+    result = listing.force_release("uploads", kind="sem", expected_fence=fence)
+    assert result.released and result.fence == fence and result.fence_after > fence
+    assert listing.holders() == []
+    assert pool.release() is False  # the old holder no longer has it
+    other = Semaphore(redis_client, "uploads", limit=1, timeout=60)
+    assert other.acquire()
+    assert other.fence > result.fence_after
+    assert listing.force_release("uploads", kind="sem", expected_fence=fence).was_free
+
+
+def test_force_release_of_a_permit_serves_the_queue(listing, redis_client, redis_url):
+    pool = Semaphore(redis_client, "slots", limit=1, timeout=60)
+    assert pool.acquire()
+    from tests.procs import CTX
+
+    ready = CTX.Queue()
+    child = CTX.Process(target=_take_permit, args=(redis_url, ready))
+    child.start()
+    try:
+        waiters = wait_for(lambda: listing.waiters("slots", kind="sem"))
+        assert [w.pid for w in waiters] == [child.pid]
+        result = listing.force_release("slots", kind="sem", expected_fence=pool.fence)
+        assert result.released and result.handed_off
+        fence = ready.get(timeout=30)
+        assert fence > result.fence_after
+    finally:
+        child.join(30)
+        if child.is_alive():
+            child.kill()
+
+
+def _take_permit(url, ready):
+    import redis
+
+    client = redis.Redis.from_url(url)
+    pool = Semaphore(client, "slots", limit=1, timeout=60)
+    assert pool.acquire(blocking=True, blocking_timeout=30)
+    ready.put(pool.fence)
+    pool.release()

@@ -1,0 +1,37 @@
+-- Take back one permit of a semaphore whoever holds it (an operator's action), fence its holder
+-- out and hand free permits to the first live waiters.  The permit is named by its fence: an
+-- operator confirms a particular grant, and never sees the holder's token.
+-- KEYS[1] permits zset   KEYS[2] meta hash   KEYS[3] queue zset   KEYS[4] waiters hash   KEYS[5] registry
+-- ARGV[1] registry member   ARGV[2] wake key prefix   ARGV[3] wake key suffix   ARGV[4] the permit's fence
+-- Returns {status, released permit's fence, fence counter after the bump, a waiter's token or false}:
+-- status 1 released, 0 no live permit has that fence.
+local permits, meta, queue, waiters, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local member, wake_prefix, wake_suffix, expected = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local now_ms, now_us = server_now()
+local last = redis.call('HGET', meta, 'fence') or '0'
+local victim = nil
+for _, token in ipairs(redis.call('ZRANGEBYSCORE', permits, '(' .. int(now_ms), '+inf')) do
+  local fence = sem_record(redis.call('HGET', meta, 'p:' .. token) or '0 0 0 {}')
+  if fence == expected then
+    victim = token
+    break
+  end
+end
+if not victim then
+  return {0, ARGV[4], last, false}
+end
+redis.call('ZREM', permits, victim)
+redis.call('HDEL', meta, 'p:' .. victim)
+redis.call('HSET', meta, 'forced_at', int(now_ms), 'forced_fence', ARGV[4])
+-- Move the counter past the released permit: every later grant is above it.
+local bumped = next_fence(meta, now_us)
+sem_reclaim(permits, meta, now_ms)
+local heir = false
+local limit = tonumber(redis.call('HGET', meta, 'limit') or '0')
+local before = redis.call('ZCARD', queue)
+sem_hand_off(permits, meta, queue, waiters, wake_prefix, wake_suffix, limit, now_ms, now_us, nil)
+if redis.call('ZCARD', queue) < before then
+  heir = true
+end
+sem_publish(permits, registry, member)
+return {1, ARGV[4], int(bumped), heir}
