@@ -1,0 +1,331 @@
+"""What the sync and asyncio Redlocks share: arguments, per-master commands and quorum arithmetic.
+
+Nothing in here talks to Redis; :mod:`django_redis_coord.redlock` and
+:mod:`django_redis_coord.asyncio.redlock` send the commands built here to every master at once.
+
+Each master runs the ordinary lock scripts (``lua/lock_*.lua``) on the same keys a
+:class:`~django_redis_coord.Lock` of the same name uses, so a Redlock hold on a master shows up in
+its holder registry and the listing tools like any lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from types import SimpleNamespace
+from typing import Any, NamedTuple, Optional, Union
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from ._base import Grant, LockBase, Number, check_number, drift, to_ms
+from .exceptions import CoordError, InvalidLockArgument, InvalidLockArgumentType
+from .scripts import script_text
+
+__all__ = ["QuorumUnavailable", "RedlockBase", "Command", "DEFAULT_TIMEOUT", "DEFAULT_RETRY_DELAY"]
+
+#: Lease of a Redlock hold when none is given (seconds).
+DEFAULT_TIMEOUT = 10.0
+#: Upper bound of the random pause between two attempts of a blocking acquire (seconds).
+DEFAULT_RETRY_DELAY = 0.2
+#: Per-master time budget of one round trip when none is given: 100 ms, at most a tenth of the TTL.
+DEFAULT_NODE_TIMEOUT = 0.1
+
+
+class QuorumUnavailable(CoordError, RedisConnectionError):
+    """Fewer masters than the quorum answered within the per-master timeout.
+
+    ``failures`` maps each master that did not answer (``"host:port"``) to its error.  Also a
+    redis-py ``ConnectionError``, so code that handles an unreachable Redis handles this too.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        failures: Optional[dict[str, BaseException]] = None,
+        lock_name: Any = None,
+    ) -> None:
+        super().__init__(message, lock_name=lock_name)
+        self.failures: dict[str, BaseException] = dict(failures or {})
+
+
+class Command(NamedTuple):
+    """One command for one master; ``fallback`` replaces it when the master answers NOSCRIPT."""
+
+    args: tuple
+    fallback: Optional[tuple] = None
+
+
+@cache
+def _script(name: str) -> tuple[str, str]:
+    text = script_text(name)
+    return hashlib.sha1(text.encode("utf-8")).hexdigest(), text
+
+
+def script_command(name: str, keys: Sequence[Any], args: Sequence[Any]) -> Command:
+    """EVALSHA of the static script ``name``, with EVAL of its text as the NOSCRIPT fallback."""
+    sha, text = _script(name)
+    rest = (len(keys), *keys, *args)
+    return Command(("EVALSHA", sha, *rest), ("EVAL", text, *rest))
+
+
+def kth_largest(values: Iterable[int], k: int) -> int:
+    """The ``k``-th largest of ``values`` (1-based): how long ``k`` of the holds still last."""
+    return sorted(values, reverse=True)[k - 1]
+
+
+@dataclass
+class Tally:
+    """The masters' answers to one round, sorted into yes, no and no answer."""
+
+    ok: dict[int, Any] = field(default_factory=dict)
+    refused: dict[int, Any] = field(default_factory=dict)
+    failures: dict[int, BaseException] = field(default_factory=dict)
+
+
+class RedlockBase:
+    """Arguments, commands and local state common to :class:`Redlock` and its asyncio twin."""
+
+    kind = "redlock"
+
+    def __init__(
+        self,
+        masters: Iterable[Any],
+        name: Union[str, bytes],
+        timeout: Number = DEFAULT_TIMEOUT,
+        sleep: Number = DEFAULT_RETRY_DELAY,
+        blocking: bool = True,
+        blocking_timeout: Optional[Number] = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        *,
+        node_timeout: Optional[Number] = None,
+        label: Optional[str] = None,
+        auto_renew: bool = False,
+        on_lost: Optional[Callable[[Any], Any]] = None,
+    ) -> None:
+        if isinstance(masters, (str, bytes)) or not isinstance(masters, Iterable):
+            raise InvalidLockArgumentType("masters must be a list of Redis clients", lock_name=name)
+        masters = tuple(masters)
+        if not masters:
+            raise InvalidLockArgument("Redlock needs at least one master", lock_name=name)
+        if len({id(master) for master in masters}) != len(masters):
+            raise InvalidLockArgument("each master must be listed once", lock_name=name)
+        for master in masters:
+            if getattr(master, "connection_pool", None) is None:
+                raise InvalidLockArgumentType(
+                    f"a Redlock master must be a standalone Redis client (one per independent master), "
+                    f"not {type(master).__name__}",
+                    lock_name=name,
+                )
+        check_number("timeout", timeout, allow_none=False, positive=True, lock_name=name)
+        check_number("sleep", sleep, allow_none=False, positive=False, lock_name=name)
+        check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=name)
+        if node_timeout is None:
+            node_timeout = min(DEFAULT_NODE_TIMEOUT, timeout / 10.0)
+        check_number("node_timeout", node_timeout, allow_none=False, positive=True, lock_name=name)
+        if node_timeout > timeout / 4.0:
+            raise InvalidLockArgument(
+                f"node_timeout ({node_timeout}s) must be much smaller than timeout ({timeout}s): "
+                "at most a quarter of it",
+                lock_name=name,
+            )
+        # The per-master scripts' keys and arguments (this also validates name and label).
+        self._node = LockBase(None, name, timeout=timeout, label=label)
+        self.masters: tuple[Any, ...] = masters
+        self.quorum = len(masters) // 2 + 1
+        self.name: Any = name
+        self.timeout = timeout
+        self.sleep = sleep
+        self.blocking = blocking
+        self.blocking_timeout = blocking_timeout
+        self.thread_local = bool(thread_local)
+        self.raise_on_release_error = raise_on_release_error
+        self.node_timeout = float(node_timeout)
+        self.label = label
+        self.auto_renew = auto_renew
+        self.on_lost = on_lost
+        self._ttl_ms = to_ms(timeout)
+        #: Fence of each live hold by token, for re-syncing a master that lost the hold.
+        self._fences: dict[bytes, int] = {}
+
+    # -- commands -----------------------------------------------------------------------------
+    def acquire_command(self, token: bytes, worker: str) -> Command:
+        node = self._node
+        return script_command("lock_acquire", node.acquire_keys(token), node.acquire_args(token, 0, worker))
+
+    def fence_command(self, token: bytes, fence: int) -> Command:
+        keys = self._node.keys
+        return script_command("redlock_fence", (keys.name, keys.meta), (token, fence))
+
+    def release_command(self, token: bytes) -> Command:
+        node = self._node
+        return script_command("lock_release", node.release_keys(), node.release_args(token))
+
+    def extend_command(self, token: bytes, ms: int, mode: str) -> Command:
+        node = self._node
+        return script_command("lock_extend", node.extend_keys(), node.extend_args(token, ms, mode))
+
+    def get_command(self) -> Command:
+        return Command(("GET", self._node.keys.name))
+
+    # -- reading the answers ------------------------------------------------------------------
+    @staticmethod
+    def tally(replies: Sequence[Any], accept: Callable[[Any], Optional[Any]], nodes: Iterable[int]) -> Tally:
+        """Sort the replies of ``nodes``: ``accept(reply)`` returns the value of a yes, or None for a no."""
+        result = Tally()
+        for index in nodes:
+            reply = replies[index]
+            if isinstance(reply, BaseException):
+                result.failures[index] = reply
+                continue
+            value = accept(reply)
+            if value is None:
+                result.refused[index] = reply
+            else:
+                result.ok[index] = value
+        return result
+
+    @staticmethod
+    def accept_grant(reply: Any) -> Optional[Grant]:
+        grant = Grant.from_reply(reply)
+        return grant if grant.acquired else None
+
+    @staticmethod
+    def accept_one(reply: Any) -> Optional[int]:
+        return 1 if int(reply) == 1 else None
+
+    @staticmethod
+    def accept_pttl(reply: Any) -> Optional[int]:
+        pttl = int(reply)
+        return pttl if pttl >= 0 else None
+
+    def holder_hint(self, refused: dict[int, Any]) -> Optional[float]:
+        """Seconds until the earliest other holder's lease on a refusing master ends (None: unknown)."""
+        remaining = [int(Grant.from_reply(reply).pttl) for reply in refused.values()]
+        remaining = [ms for ms in remaining if ms >= 0]
+        return min(remaining) / 1000.0 if remaining else None
+
+    def quorum_deadline(self, sent_at: float, pttls: Iterable[int]) -> float:
+        """Monotonic instant until which a quorum of the holds surely lasts (validity - drift)."""
+        ttl = kth_largest(pttls, self.quorum) / 1000.0
+        return sent_at + ttl - drift(ttl)
+
+    def unreachable(self, failures: dict[int, BaseException], action: str) -> QuorumUnavailable:
+        described = {self.describe(index): error for index, error in failures.items()}
+        details = "; ".join(f"{where}: {type(error).__name__}: {error}" for where, error in described.items())
+        answered = len(self.masters) - len(failures)
+        return QuorumUnavailable(
+            f"Redlock {self.name!r}: cannot {action}: only {answered} of {len(self.masters)} masters answered "
+            f"within {self.node_timeout:g}s, {self.quorum} needed ({details})",
+            described,
+            lock_name=self.name,
+        )
+
+    def describe(self, index: int) -> str:
+        master = self.masters[index]
+        kwargs = getattr(getattr(master, "connection_pool", None), "connection_kwargs", {})
+        if "path" in kwargs:
+            return f"unix:{kwargs['path']}"
+        if "host" in kwargs:
+            return f"{kwargs['host']}:{kwargs.get('port', 6379)}"
+        service = getattr(getattr(master, "connection_pool", None), "service_name", None)
+        return f"sentinel:{service}" if service else f"master {index}"
+
+    # -- local state --------------------------------------------------------------------------
+    def _state(self) -> SimpleNamespace:
+        return self.local.hold  # type: ignore[attr-defined]
+
+    def _own(self, token: bytes, fence: int, deadline: float) -> SimpleNamespace:
+        hold = self._state()
+        hold.token = token
+        hold.fence = fence
+        hold.deadline = deadline
+        hold.lost = False
+        self._fences[token] = fence
+        return hold
+
+    def _forget(self, hold: SimpleNamespace) -> None:
+        if hold.token is not None:
+            self._fences.pop(hold.token, None)
+        hold.token = None
+
+    @property
+    def fence(self) -> Optional[int]:
+        """Fence token of the current hold (``None`` when not held here); see docs/redlock.md."""
+        hold = self._state()
+        return hold.fence if hold.token is not None else None
+
+    @property
+    def deadline(self) -> Optional[float]:
+        """``time.monotonic()`` instant after which a quorum of the holds may have ended."""
+        hold = self._state()
+        return hold.deadline if hold.token is not None else None
+
+    @property
+    def valid(self) -> bool:
+        """True while held here, not found lost, and the validity time has not run out."""
+        hold = self._state()
+        if hold.token is None or hold.lost:
+            return False
+        return time.monotonic() < hold.deadline
+
+    def deadline_for(self, sent_at: float, pttl_ms: int) -> Optional[float]:
+        """Used by the watchdog: ``pttl_ms`` is what a quorum of masters still grants."""
+        if pttl_ms < 0:
+            return None
+        ttl = pttl_ms / 1000.0
+        return sent_at + ttl - drift(ttl)
+
+    @property
+    def renew_ttl_ms(self) -> int:
+        return self._ttl_ms
+
+    def queue_renewal(self, pipe: Any, token: bytes) -> None:
+        """Add the renewal of hold ``token`` to a watchdog batch (see ``self.redis``)."""
+        pipe.add(token)
+
+    # -- watchdog batch -----------------------------------------------------------------------
+    def renewal_commands(self, tokens: Sequence[bytes]) -> list[Command]:
+        return [self.extend_command(token, self._ttl_ms, "replace") for token in tokens]
+
+    def renewal_outcome(self, replies: Sequence[Any], offset: int) -> tuple[Any, list[int]]:
+        """What the watchdog gets for one hold: the quorum pttl, -2 (lost) or an error; plus the
+        masters to repair (renewed on a quorum, but this master had lost the hold)."""
+        column = [
+            replies[i][offset] if isinstance(replies[i], list) else replies[i] for i in range(len(self.masters))
+        ]
+        tally = self.tally(column, self.accept_pttl, range(len(self.masters)))
+        if len(tally.ok) >= self.quorum:
+            return kth_largest(tally.ok.values(), self.quorum), list(tally.refused)
+        if len(tally.refused) > len(self.masters) - self.quorum:
+            return -2, []
+        return self.unreachable(tally.failures, "renew"), []
+
+    def repair_commands(self, token: bytes, worker: str) -> list[Command]:
+        """Take the lock again on a master that lost it (restarted) and give it the hold's fence."""
+        commands = [self.acquire_command(token, worker)]
+        fence = self._fences.get(token)
+        if fence is not None:
+            commands.append(self.fence_command(token, fence))
+        return commands
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__module__}.{type(self).__qualname__} name={self.name!r} "
+            f"masters={len(self.masters)} timeout={self.timeout!r}>"
+        )
+
+
+class SharedHold:
+    """Hold state shared by all threads (``thread_local=False``); ``.token`` as in redis-py."""
+
+    def __init__(self) -> None:
+        self.hold = SimpleNamespace(token=None, fence=None, deadline=0.0, lost=False)
+
+    @property
+    def token(self) -> Optional[bytes]:
+        return self.hold.token
+

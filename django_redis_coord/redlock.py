@@ -1,0 +1,558 @@
+"""Redlock: one lock over N independent Redis masters, held while a majority of them grant it.
+
+>>> import redis                                                   # doctest: +SKIP
+>>> from django_redis_coord import Redlock
+>>> masters = [redis.Redis(port=p) for p in (6379, 6380, 6381)]
+>>> with Redlock(masters, "invoices:close-month", timeout=30) as lock:
+...     lock.ensure_valid()              # raises LockLostError once the validity time is over
+...     close_month(fence=lock.fence)    # let the resource refuse stale fences
+
+The algorithm (see docs/redlock.md for what it does and does not guarantee):
+
+1. Note the monotonic time, then send the lock script to **all** masters at once: every request
+   goes out before any reply is awaited, so one attempt costs the slowest master's round trip,
+   and each master gets ``node_timeout`` (much smaller than the TTL) to answer.
+2. The lock is held when a quorum (``N // 2 + 1``) granted it and the validity time
+   ``TTL - elapsed - drift`` (``drift = 1% of the TTL + 2 ms``) is still positive.
+3. Otherwise the attempt is undone on every master that may have granted it, and a blocking
+   acquire tries again after a random delay (up to ``sleep`` seconds).
+4. ``release`` goes to all masters; ``extend`` (and the watchdog's renewal) needs a quorum.
+
+Each master runs the ordinary lock scripts on the keys a :class:`~django_redis_coord.Lock` of the
+same name uses.  Replies are read on dedicated connections to each master (built from the
+client's own connection settings, without retries), so an unreachable master costs at most
+``node_timeout`` instead of redis-py's reconnect back-off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from types import SimpleNamespace, TracebackType
+from typing import Any, Optional, Union
+
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from . import watchdog as _watchdog
+from ._base import Number, as_bytes, check_number, encode_token, new_token, to_ms
+from ._redlock_base import (
+    DEFAULT_RETRY_DELAY,
+    DEFAULT_TIMEOUT,
+    Command,
+    QuorumUnavailable,
+    RedlockBase,
+    SharedHold,
+)
+from .exceptions import LockAcquireTimeout, LockError, LockLostError, LockNotOwnedError
+
+__all__ = ["Redlock", "QuorumUnavailable", "DEFAULT_TIMEOUT", "DEFAULT_RETRY_DELAY"]
+
+logger = logging.getLogger("django_redis_coord")
+
+
+# -- talking to all masters at once -----------------------------------------------------------
+class _NoBackoff:
+    def compute(self, failures: int) -> float:
+        return 0.0
+
+    def reset(self) -> None:
+        pass
+
+
+class _Link:
+    """Dedicated connections to one master, built from its client's connection settings with
+    no retries and socket timeouts of ``node_timeout``; idle ones are kept for reuse."""
+
+    def __init__(self, pool: Any, node_timeout: float) -> None:
+        self.connection_class = pool.connection_class
+        kwargs = dict(pool.connection_kwargs)
+        kwargs["retry"] = Retry(_NoBackoff(), 0)  # type: ignore[arg-type]
+        kwargs["socket_timeout"] = node_timeout
+        if "host" in kwargs or "service_name" in kwargs or "connection_pool" in kwargs:
+            kwargs["socket_connect_timeout"] = node_timeout
+        self.kwargs = kwargs
+        self.pid = os.getpid()
+        self.idle: deque[Any] = deque()
+        self.connecting = 0
+        self.failing = False
+
+    def take(self) -> Optional[Any]:
+        """An idle connection that is still usable, or None."""
+        if self.pid != os.getpid():  # forked: the idle sockets belong to the parent
+            self.idle = deque()
+            self.pid = os.getpid()
+            self.connecting = 0
+        while True:
+            try:
+                conn = self.idle.pop()
+            except IndexError:
+                return None
+            try:
+                if not conn.can_read(timeout=0):
+                    return conn
+            except Exception:
+                pass
+            conn.disconnect()  # closed by the server (restart, timeout) or out of step
+
+    def open(self) -> Any:
+        conn = self.connection_class(**self.kwargs)
+        conn.connect()
+        return conn
+
+    def give(self, conn: Any) -> None:
+        self.idle.append(conn)
+
+
+_links: weakref.WeakKeyDictionary[Any, dict[float, _Link]] = weakref.WeakKeyDictionary()
+_links_lock = threading.Lock()
+
+
+def _links_for(masters: Sequence[Any], node_timeout: float) -> list[_Link]:
+    links = []
+    with _links_lock:
+        for master in masters:
+            pool = master.connection_pool
+            by_timeout = _links.get(pool)
+            if by_timeout is None:
+                by_timeout = _links[pool] = {}
+            link = by_timeout.get(node_timeout)
+            if link is None:
+                link = by_timeout[node_timeout] = _Link(pool, node_timeout)
+            links.append(link)
+    return links
+
+
+class _Connector:
+    """The per-process threads that open new connections, so that several masters are dialled at
+    once and a master that does not answer a connection attempt never holds up the caller."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dcoord-redlock")
+
+
+_connector: Optional[_Connector] = None
+_connector_lock = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _connector
+    connector = _connector
+    if connector is None or connector.pid != os.getpid():
+        with _connector_lock:
+            connector = _connector
+            if connector is None or connector.pid != os.getpid():
+                connector = _connector = _Connector()
+    return connector.executor
+
+
+def _encode(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, int):
+        return b"%d" % value
+    return repr(value).encode()
+
+
+def pack(commands: Sequence[tuple]) -> bytes:
+    """RESP encoding of ``commands`` (the same bytes go to every master)."""
+    out = []
+    for args in commands:
+        out.append(b"*%d\r\n" % len(args))
+        for arg in args:
+            data = _encode(arg)
+            out.append(b"$%d\r\n" % len(data))
+            out.append(data)
+            out.append(b"\r\n")
+    return b"".join(out)
+
+
+def _send(conn: Any, packed: bytes) -> None:
+    conn.send_packed_command([packed], check_health=False)
+
+
+def _connect_and_send(link: _Link, packed: bytes, deadline: float) -> Any:
+    try:
+        conn = link.open()
+    except BaseException:
+        link.failing = True
+        raise
+    finally:
+        link.connecting = max(0, link.connecting - 1)
+    link.failing = False
+    if time.monotonic() >= deadline:
+        link.give(conn)
+        raise RedisTimeoutError("connected too late")
+    try:
+        _send(conn, packed)
+    except BaseException:
+        conn.disconnect()
+        raise
+    return conn
+
+
+def _drop_late(future: Future) -> None:
+    """A connection whose requests were given up on: its replies will never be read."""
+    try:
+        conn = future.result()
+    except BaseException:
+        return
+    conn.disconnect()
+
+
+def _read(link: _Link, conn: Any, batch: Sequence[Command], deadline: float, where: str) -> list[Any]:
+    """Read one reply per command (errors become exception values) before ``deadline``."""
+    replies: list[Any] = []
+    retry: list[int] = []
+    try:
+        for index in range(len(batch)):
+            replies.append(_read_one(conn, deadline, where))
+            if isinstance(replies[-1], NoScriptError) and batch[index].fallback is not None:
+                retry.append(index)
+        if retry:
+            _send(conn, pack([batch[i].fallback for i in retry]))  # type: ignore[misc]
+            for index in retry:
+                replies[index] = _read_one(conn, deadline, where)
+    except BaseException as exc:
+        conn.disconnect()
+        if not isinstance(exc, Exception):
+            raise
+        replies.extend([exc] * (len(batch) - len(replies)))
+        for index in retry:
+            if isinstance(replies[index], NoScriptError):
+                replies[index] = exc
+        return replies
+    link.give(conn)
+    return replies
+
+
+def _read_one(conn: Any, deadline: float, where: str) -> Any:
+    # A reply that is already there counts even when the budget ran out while other masters
+    # were read: it was sent in time.
+    if not conn.can_read(timeout=max(0.0, deadline - time.monotonic())):
+        raise RedisTimeoutError(f"{where} did not answer in time")
+    try:
+        return conn.read_response()
+    except ResponseError as exc:  # an error reply: the connection stays in step
+        return exc
+
+
+def fan_out(
+    links: Sequence[_Link], batches: Sequence[Sequence[Command]], node_timeout: float, names: Sequence[str]
+) -> tuple[float, list[list[Any]]]:
+    """Send ``batches[i]`` (pipelined) to master ``i`` for every master before reading any reply.
+
+    Returns the instant before the first send and, per master, one reply per command; a master
+    that fails or does not answer within ``node_timeout`` gets the error as each of its replies.
+    """
+    started = time.monotonic()
+    deadline = started + node_timeout
+    results: list[list[Any]] = [[] for _ in links]
+    ready: list[tuple[int, Any]] = []
+    dialling: list[tuple[int, Future]] = []
+    packed: dict[int, bytes] = {}
+    for index, (link, batch) in enumerate(zip(links, batches)):
+        if not batch:
+            continue
+        data = packed.get(id(batch))
+        if data is None:
+            data = packed[id(batch)] = pack([command.args for command in batch])
+        conn = link.take()
+        if conn is not None:
+            try:
+                _send(conn, data)
+                ready.append((index, conn))
+                continue
+            except Exception:
+                conn.disconnect()
+        if link.failing and link.connecting > 0:
+            # The last attempt to reach this master failed and another one is still under way.
+            error = RedisTimeoutError(f"{names[index]} is unreachable (a connection attempt is under way)")
+            results[index] = [error] * len(batch)
+            continue
+        link.connecting += 1
+        dialling.append((index, _executor().submit(_connect_and_send, link, data, deadline)))
+    for index, conn in ready:
+        results[index] = _read(links[index], conn, batches[index], deadline, names[index])
+    for index, future in dialling:
+        batch = batches[index]
+        try:
+            conn = future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            future.add_done_callback(_drop_late)
+            results[index] = [RedisTimeoutError(f"{names[index]} did not accept a connection in time")] * len(batch)
+            continue
+        except Exception as exc:
+            results[index] = [exc] * len(batch)
+            continue
+        results[index] = _read(links[index], conn, batch, deadline, names[index])
+    return started, results
+
+
+# -- the lock ---------------------------------------------------------------------------------
+class _ThreadHold(SharedHold, threading.local):
+    """Hold state private to each thread (a plain namespace the watchdog thread can update)."""
+
+
+class _RenewalBatch:
+    """What the watchdog's ``client.pipeline()`` returns for a Redlock: renewals of its holds."""
+
+    def __init__(self, owner: Redlock) -> None:
+        self.owner = owner
+        self.tokens: list[bytes] = []
+
+    def add(self, token: bytes) -> None:
+        self.tokens.append(token)
+
+    def execute(self, raise_on_error: bool = False) -> list[Any]:
+        return self.owner._renew_many(self.tokens)
+
+
+class _QuorumClient:
+    """``owner.redis`` as the watchdog sees it: its pipelines renew holds on all masters at once."""
+
+    def __init__(self, owner: Redlock) -> None:
+        self._owner = weakref.proxy(owner)
+
+    def pipeline(self, transaction: bool = False) -> _RenewalBatch:
+        return _RenewalBatch(self._owner)  # type: ignore[arg-type]
+
+
+class Redlock(RedlockBase):
+    """A lock held on a majority of N independent Redis masters (the Redlock algorithm).
+
+    ``Redlock(masters, name, timeout=10.0, sleep=0.2, blocking=True, blocking_timeout=None,
+    thread_local=True, raise_on_release_error=True, *, node_timeout=None, label=None,
+    auto_renew=False, on_lost=None)``
+
+    * ``masters``: one ``redis.Redis`` client per independent master (not replicas of each other).
+    * ``timeout``: the lease in seconds (required: a Redlock always expires).
+    * ``sleep``: upper bound of the random delay between two attempts of a blocking acquire.
+    * ``node_timeout``: how long each master may take to answer one round (default: 100 ms, at most
+      a tenth of ``timeout``; at most a quarter of it when given).
+
+    The methods are those of :class:`~django_redis_coord.Lock`.  ``acquire`` returns False when
+    the lock is busy (and ``blocking`` is off or ``blocking_timeout`` ran out) and raises
+    :class:`QuorumUnavailable` as soon as fewer than a quorum of masters answer.
+    """
+
+    def __init__(self, masters: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
+        super().__init__(masters, name, *args, **kwargs)
+        self.local: Any = _ThreadHold() if self.thread_local else SharedHold()
+        self._links = _links_for(self.masters, self.node_timeout)
+        self._names = [self.describe(index) for index in range(len(self.masters))]
+        #: What the watchdog talks to (see :class:`_QuorumClient`).
+        self.redis = _QuorumClient(self)
+
+    def _fan_out(self, batches: Sequence[Sequence[Command]]) -> tuple[float, list[list[Any]]]:
+        return fan_out(self._links, batches, self.node_timeout, self._names)
+
+    def _everywhere(self, command: Command) -> tuple[float, list[Any]]:
+        started, replies = self._fan_out([[command]] * len(self.masters))
+        return started, [reply[0] for reply in replies]
+
+    # -- context manager ---------------------------------------------------------------------
+    def __enter__(self) -> Redlock:
+        if self.acquire():
+            return self
+        raise LockAcquireTimeout("Unable to acquire lock within the time specified", lock_name=self.name)
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        try:
+            self.release()
+        except LockError:
+            if self.raise_on_release_error:
+                raise
+            logger.warning("Redlock %r was no longer owned when exiting the context manager.", self.name)
+
+    # -- acquire -----------------------------------------------------------------------------
+    def acquire(
+        self,
+        sleep: Optional[Number] = None,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[Number] = None,
+        token: Optional[Union[str, bytes]] = None,
+    ) -> bool:
+        """Acquire the lock on a quorum of masters; True once held, False when busy.
+
+        A blocking call retries after a random delay (uniform up to ``sleep``, never past the
+        holder's remaining lease or ``blocking_timeout``).  Raises :class:`QuorumUnavailable`
+        when fewer than a quorum of masters answer an attempt.
+        """
+        if sleep is None:
+            sleep = self.sleep
+        check_number("sleep", sleep, allow_none=False, positive=False, lock_name=self.name)
+        if blocking is None:
+            blocking = self.blocking
+        if blocking_timeout is None:
+            blocking_timeout = self.blocking_timeout
+        check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=self.name)
+        if self.thread_local and self._state().token is not None:
+            raise LockError("This thread already holds this Redlock; release it first", lock_name=self.name)
+        token = encode_token(token, self.name) if token is not None else new_token()
+        stop_at = time.monotonic() + blocking_timeout if blocking and blocking_timeout is not None else None
+        worker = threading.current_thread().name
+        while True:
+            hint = self._attempt(token, worker)
+            if hint is True:
+                return True
+            if not blocking:
+                return False
+            delay = random.uniform(0.0, sleep)
+            if hint is not None:
+                delay = min(delay, hint + 0.001)
+            if stop_at is not None:
+                remaining = stop_at - time.monotonic()
+                if remaining <= 0:
+                    return False
+                delay = min(delay, remaining)
+            time.sleep(delay)
+
+    def _attempt(self, token: bytes, worker: str) -> Union[bool, float, None]:
+        """One round of the algorithm: True when held, else a hint (seconds until the other
+        holder's lease ends somewhere, or None)."""
+        n = len(self.masters)
+        started, replies = self._everywhere(self.acquire_command(token, worker))
+        tally = self.tally(replies, self.accept_grant, range(n))
+        if len(tally.ok) >= self.quorum:
+            fence = max(grant.fence for grant in tally.ok.values())
+            lagging = [i for i, grant in tally.ok.items() if grant.fence < fence]
+            synced = [i for i in tally.ok if i not in lagging]
+            if lagging:
+                sync = [self.fence_command(token, fence)]
+                batches = [sync if i in lagging else [] for i in range(n)]
+                _, sync_replies = self._fan_out(batches)
+                synced += [i for i in lagging if not isinstance(sync_replies[i][0], BaseException)
+                           and int(sync_replies[i][0]) == 1]
+            if len(synced) >= self.quorum:
+                deadline = self.quorum_deadline(started, [tally.ok[i].pttl for i in synced])
+                if deadline > time.monotonic():
+                    hold = self._own(token, fence, deadline)
+                    if self.auto_renew:
+                        _watchdog.sync_watchdog().register(self, hold, token)
+                    return True
+        # Not held: undo wherever the request may have been granted (all but clear refusals).
+        release = [self.release_command(token)]
+        undo = [release if i not in tally.refused else [] for i in range(n)]
+        if any(undo):
+            self._fan_out(undo)
+        if len(tally.failures) > n - self.quorum:
+            raise self.unreachable(tally.failures, "acquire")
+        return self.holder_hint(tally.refused)
+
+    # -- inspection ----------------------------------------------------------------------------
+    def _tokens(self, action: str) -> list[Optional[bytes]]:
+        _, replies = self._everywhere(self.get_command())
+        failures = {i: reply for i, reply in enumerate(replies) if isinstance(reply, BaseException)}
+        if len(failures) > len(self.masters) - self.quorum:
+            raise self.unreachable(failures, action)
+        return [None if isinstance(reply, BaseException) else as_bytes(reply) for reply in replies]
+
+    def locked(self) -> bool:
+        """True when one token holds the lock on a quorum of masters."""
+        tokens = [token for token in self._tokens("check the lock") if token is not None]
+        return any(tokens.count(token) >= self.quorum for token in set(tokens))
+
+    def owned(self) -> bool:
+        """True when this thread's token holds the lock on a quorum of masters."""
+        token = self._state().token
+        if token is None:
+            return False
+        return self._tokens("check the lock").count(token) >= self.quorum
+
+    def ensure_valid(self) -> None:
+        """Raise :class:`LockLostError` unless the hold is still valid."""
+        if not self.valid:
+            raise LockLostError("The Redlock is no longer held", lock_name=self.name)
+
+    def _mark_lost(self, hold: SimpleNamespace) -> None:
+        """Called by the watchdog when a hold could not be renewed on a quorum in time."""
+        if hold.lost:
+            return
+        hold.lost = True
+        callback = self.on_lost
+        if callback is not None:
+            callback(self)
+
+    # -- release / extend ------------------------------------------------------------------------
+    def release(self) -> None:
+        """Release the lock on every master; raises if it was not held on a quorum any more."""
+        hold = self._state()
+        token = hold.token
+        if token is None:
+            raise LockError("Cannot release an unlocked lock", lock_name=self.name)
+        if self.auto_renew:
+            _watchdog.sync_watchdog().unregister(self, hold)
+        _, replies = self._everywhere(self.release_command(token))
+        tally = self.tally(replies, self.accept_one, range(len(self.masters)))
+        lost = hold.lost
+        if len(tally.ok) < self.quorum and len(tally.ok) + len(tally.failures) >= self.quorum:
+            # Maybe still held where no answer came: keep the token so that release can be retried.
+            raise self.unreachable(tally.failures, "release")
+        self._forget(hold)
+        if len(tally.ok) < self.quorum:
+            raise LockNotOwnedError("Cannot release a Redlock that's no longer owned", lock_name=self.name)
+        if lost:
+            raise LockLostError("The Redlock was lost before it was released", lock_name=self.name)
+
+    def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
+        """Add ``additional_time`` seconds to each master's remaining lease (or set it, with
+        ``replace_ttl``); needs a quorum.  Masters that lost the hold meanwhile (a restart) take
+        it again when the quorum still has it."""
+        check_number("additional_time", additional_time, allow_none=False, positive=True, lock_name=self.name)
+        hold = self._state()
+        token = hold.token
+        if token is None:
+            raise LockError("Cannot extend an unlocked lock", lock_name=self.name)
+        mode = "replace" if replace_ttl else "add"
+        sent_at, replies = self._everywhere(self.extend_command(token, to_ms(additional_time), mode))
+        tally = self.tally(replies, self.accept_pttl, range(len(self.masters)))
+        if len(tally.ok) >= self.quorum:
+            hold.deadline = self.quorum_deadline(sent_at, tally.ok.values())
+            if tally.refused:
+                self._repair(token, list(tally.refused))
+            return True
+        if len(tally.refused) > len(self.masters) - self.quorum:
+            raise LockNotOwnedError("Cannot extend a Redlock that's no longer owned", lock_name=self.name)
+        raise self.unreachable(tally.failures, "extend")
+
+    def reacquire(self) -> bool:
+        """Reset the lease to ``timeout`` on every master (needs a quorum)."""
+        if self._state().token is None:
+            raise LockError("Cannot reacquire an unlocked lock", lock_name=self.name)
+        return self.extend(self.timeout, replace_ttl=True)
+
+    def _repair(self, token: bytes, nodes: list[int]) -> None:
+        worker = threading.current_thread().name
+        commands = self.repair_commands(token, worker)
+        self._fan_out([commands if i in nodes else [] for i in range(len(self.masters))])
+
+    def _renew_many(self, tokens: list[bytes]) -> list[Any]:
+        """The watchdog's batch: renew each hold on all masters in one round."""
+        commands = self.renewal_commands(tokens)
+        _, replies = self._fan_out([commands] * len(self.masters))
+        outcomes = []
+        for offset, token in enumerate(tokens):
+            outcome, repair = self.renewal_outcome(replies, offset)
+            if repair:
+                self._repair(token, repair)
+            outcomes.append(outcome)
+        return outcomes
+
