@@ -173,23 +173,31 @@ class SemaphoreBase:
         self._ttl_ms = to_ms(timeout) if timeout is not None else 0
         self._lease_ms = to_ms(waiter_lease)
         self._info_head = {"host": _HOSTNAME, "label": label} if label else {"host": _HOSTNAME}
+        self._info_cache: dict[tuple[int, str], str] = {}
         #: Permits held through this object, by token.
         self._permits: dict[bytes, Permit] = {}
 
     # -- arguments of the scripts ------------------------------------------------------------
     def holder_info(self, worker: str) -> str:
-        return json.dumps({**self._info_head, "pid": os.getpid(), "thread": worker})
+        key = (os.getpid(), worker)
+        info = self._info_cache.get(key)
+        if info is None:
+            if len(self._info_cache) > 256:
+                self._info_cache.clear()
+            info = self._info_cache[key] = json.dumps({**self._info_head, "pid": key[0], "thread": worker})
+        return info
 
     def acquire_keys(self, token: bytes) -> tuple:
         k = self.keys
         return (k.name, k.meta, k.queue, k.waiters, k.registry, k.wake(token))
 
-    def acquire_args(self, token: bytes, enqueue: bool, worker: str) -> tuple:
+    def acquire_args(self, token: bytes, enqueue: int, worker: str) -> tuple:
+        """``enqueue``: 0 try only, 1 queue when full, 2 queue and clean up an earlier attempt."""
         k = self.keys
         return (
             token,
             self._ttl_ms,
-            1 if enqueue else 0,
+            enqueue,
             self._lease_ms,
             self.holder_info(worker),
             self.member,
@@ -220,6 +228,17 @@ class SemaphoreBase:
     def inspect_keys(self) -> tuple:
         k = self.keys
         return (k.name, k.meta, k.queue)
+
+    def checked_pttl(self, token: bytes, pttl: int) -> int:
+        """The reply of ``sem_extend.lua``: the new lease, or an error (the permit marked lost)."""
+        if pttl == -2:
+            permit = self._permits.get(token)
+            if permit is not None:
+                permit.lost = True
+            raise LockNotOwnedError("Cannot extend a permit that's no longer held", lock_name=self.name)
+        if pttl == -3:
+            raise LockError("Cannot extend a permit with no timeout", lock_name=self.name)
+        return pttl
 
     def grant_from_reply(self, reply: Any) -> Grant:
         if int(reply[0]) == -1:
@@ -443,30 +462,49 @@ class Semaphore(SemaphoreBase):
         token = encode_identity(identity, self.name) if identity is not None else new_token()
         worker = threading.current_thread().name
         sent_at = time.monotonic()
-        grant = self.do_acquire(token, blocking, worker)
-        while not grant.acquired:
+        grant = self.do_acquire(token, 1 if blocking else 0, worker)
+        if not grant.acquired:
             if not blocking:
                 return False
-            if stop_at is not None and time.monotonic() >= stop_at:
-                sent_at = time.monotonic()
-                grant = self.do_cancel(token, worker)
-                if not grant.acquired:
-                    return False
-                break
-            # A hand-off happens after the last acquire call saw no permit: measure from there.
-            asked_at = sent_at
-            payload = blocking_pop(self.redis, self.keys.wake(token), self.wait_budget(grant, stop_at),
-                                   self.refresh_interval)
-            if payload is not None:
-                grant, sent_at = self.woken_grant(payload), asked_at
-                break
-            sent_at = time.monotonic()
-            grant = self.do_acquire(token, True, worker)
+            try:
+                grant, sent_at = self._wait(token, worker, grant, stop_at, sent_at)
+            except BaseException:
+                self._abandon(token, worker)
+                raise
+            if not grant.acquired:
+                return False
         if grant.provisional:
             sent_at = time.monotonic()
             grant.pttl = self.claim(token)
         self._own(token, grant, sent_at, anonymous=identity is None)
         return True
+
+    def _wait(
+        self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], asked_at: float
+    ) -> tuple[Grant, float]:
+        """Wait in the queue until handed a permit, a lease ends or ``stop_at`` passes."""
+        while True:
+            if stop_at is not None and time.monotonic() >= stop_at:
+                sent_at = time.monotonic()
+                return self.do_cancel(token, worker), sent_at
+            budget = self.wait_budget(grant, stop_at)
+            payload = blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
+            if payload is not None:
+                # The hand-off happened after the last acquire call saw no free permit: measuring
+                # the lease from that call keeps the local deadline on the safe (early) side.
+                return self.woken_grant(payload), asked_at
+            asked_at = time.monotonic()
+            grant = self.do_acquire(token, 2, worker)
+            if grant.acquired:
+                return grant, asked_at
+
+    def _abandon(self, token: bytes, worker: str) -> None:
+        """Best effort after an interrupted wait: leave the queue, give back a permit just handed over."""
+        try:
+            if self.do_cancel(token, worker).acquired:
+                self.do_release(token)
+        except Exception:  # the original error matters more; the waiter lease bounds the rest
+            pass
 
     def release(self, identity: Optional[Identity] = None) -> bool:
         """Return the permit of ``identity`` (default: this thread's latest permit).
@@ -529,14 +567,14 @@ class Semaphore(SemaphoreBase):
             raise error
 
     # -- the only methods talking to Redis -------------------------------------------------------
-    def do_acquire(self, token: bytes, enqueue: bool, worker: str) -> Grant:
+    def do_acquire(self, token: bytes, enqueue: int, worker: str) -> Grant:
         script = self.scripts.get(self.redis, "sem_acquire")
         reply = script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis)
         return self.grant_from_reply(reply)
 
     def do_cancel(self, token: bytes, worker: str) -> Grant:
         script = self.scripts.get(self.redis, "sem_cancel")
-        reply = script(self.acquire_keys(token), self.acquire_args(token, False, worker), client=self.redis)
+        reply = script(self.acquire_keys(token), self.acquire_args(token, 2, worker), client=self.redis)
         return Grant.from_reply(reply)
 
     def do_release(self, token: bytes) -> bool:
@@ -545,15 +583,8 @@ class Semaphore(SemaphoreBase):
 
     def do_extend(self, token: bytes, ms: int, mode: str) -> int:
         script = self.scripts.get(self.redis, "sem_extend")
-        pttl = int(script(self.extend_keys(), self.extend_args(token, ms, mode), client=self.redis))
-        if pttl == -2:
-            permit = self._permits.get(token)
-            if permit is not None:
-                permit.lost = True
-            raise LockNotOwnedError("Cannot extend a permit that's no longer held", lock_name=self.name)
-        if pttl == -3:
-            raise LockError("Cannot extend a permit with no timeout", lock_name=self.name)
-        return pttl
+        return self.checked_pttl(token, int(script(self.extend_keys(), self.extend_args(token, ms, mode),
+                                                   client=self.redis)))
 
     def do_set_limit(self, size: int) -> int:
         script = self.scripts.get(self.redis, "sem_set_limit")

@@ -4,5 +4,6 @@ from __future__ import annotations
 
 from ..holders import async_lock_holder
 from .lock import Lock
+from .semaphore import Semaphore
 
-__all__ = ["Lock", "async_lock_holder"]
+__all__ = ["Lock", "Semaphore", "async_lock_holder"]

@@ -105,13 +105,15 @@ local function sem_reclaim(permits, meta, now_ms)
   return #expired
 end
 
--- Give `token` a permit for `ttl` ms (0 = no expiry); returns its fence.
+-- Give `token` a permit for `ttl` ms (0 = no expiry); returns its fence (next_fence() inlined
+-- into the record's HSET: this is the hot path).
 local function sem_grant(permits, meta, token, ttl, claim, info, now_ms, now_us)
-  local fence = next_fence(meta, now_us)
+  local fence = math.max(tonumber(redis.call('HGET', meta, 'fence') or '0') + 1, now_us)
   local expiry = '+inf'
   if ttl > 0 then expiry = int(now_ms + ttl) end
   redis.call('ZADD', permits, expiry, token)
-  redis.call('HSET', meta, 'p:' .. token, int(fence) .. ' ' .. int(now_ms) .. ' ' .. claim .. ' ' .. info)
+  redis.call('HSET', meta, 'fence', int(fence),
+             'p:' .. token, int(fence) .. ' ' .. int(now_ms) .. ' ' .. claim .. ' ' .. info)
   return fence
 end
 
@@ -143,14 +145,13 @@ local function sem_claim(permits, meta, token, ttl, now_ms)
 end
 
 -- Point the registry entry of the semaphore at its latest lease end (or remove it).
-local function sem_publish(permits, registry, member, now_ms)
+local function sem_publish(permits, registry, member)
   local last = redis.call('ZRANGE', permits, -1, -1, 'WITHSCORES')
   if last[1] then
     redis.call('ZADD', registry, last[2], member)
   else
     redis.call('ZREM', registry, member)
   end
-  redis.call('ZREMRANGEBYSCORE', registry, '-inf', '(' .. int(now_ms))
 end
 
 -- Serve the FIFO queue while permits are free: each live waiter at the head gets a permit pushed

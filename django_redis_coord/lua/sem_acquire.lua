@@ -1,47 +1,54 @@
 -- Take a permit of a semaphore, or join (and refresh a place in) its FIFO wait queue.
 -- KEYS[1] permits zset at the name (token -> lease end ms)   KEYS[2] meta hash   KEYS[3] queue zset
 -- KEYS[4] waiters hash (token -> "ttl lease_until lease info")   KEYS[5] registry   KEYS[6] own wake list
--- ARGV[1] token   ARGV[2] lease ms (0 = no expiry)   ARGV[3] "1" to queue when full, "0" not to
+-- ARGV[1] token   ARGV[2] lease ms (0 = no expiry)   ARGV[3] "0" try only, "1" queue when full,
+--   "2" queue when full and the caller may already be queued (a retry: clean up its old state)
 -- ARGV[4] waiter lease ms   ARGV[5] holder info (JSON)   ARGV[6] registry member
 -- ARGV[7] wake key prefix   ARGV[8] wake key suffix   ARGV[9] limit to store when none is ("" = none)
 -- Returns {1, fence, pttl, 0} when the caller holds a permit (pttl -1: no expiry), {0, ms until the
 -- earliest lease ends (-1: none ends), queue position (-1: not queued)} when it does not, and {-1}
 -- (nothing written) when the semaphore has no limit.
 local permits, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local token, ttl, enqueue, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1', tonumber(ARGV[4])
+local token, ttl, enqueue, retry, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3] ~= '0', ARGV[3] == '2', tonumber(ARGV[4])
 local info, member, wake_prefix, wake_suffix = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 
-if ARGV[9] ~= '' then
-  redis.call('HSETNX', meta, 'limit', ARGV[9])
-end
 local limit = tonumber(redis.call('HGET', meta, 'limit'))
 if not limit then
-  return {-1}
+  if ARGV[9] == '' then
+    return {-1}
+  end
+  limit = tonumber(ARGV[9])
+  redis.call('HSET', meta, 'limit', ARGV[9])
 end
 local now_ms, now_us = server_now()
 sem_reclaim(permits, meta, now_ms)
-redis.call('DEL', own_wake)
 
 if redis.call('ZSCORE', permits, token) then
   -- Already held: handed to us while we were not blocked on the wake list, or an identity
   -- acquiring again.  The caller is alive, so it gets its full lease now (a provisional
   -- hand-off is claimed here).
+  redis.call('DEL', own_wake)
   redis.call('ZREM', queue, token)
   redis.call('HDEL', waiters, token)
   local fence, pttl = sem_claim(permits, meta, token, ttl, now_ms)
-  sem_publish(permits, registry, member, now_ms)
+  sem_publish(permits, registry, member)
   return {1, fence, pttl, 0}
+end
+if retry then
+  redis.call('DEL', own_wake)  -- a grant whose lease ended before we came back for it
 end
 
 if sem_hand_off(permits, meta, queue, waiters, wake_prefix, wake_suffix, limit, now_ms, now_us, token) then
-  redis.call('ZREM', queue, token)
-  redis.call('HDEL', waiters, token)
+  if retry then
+    redis.call('ZREM', queue, token)
+    redis.call('HDEL', waiters, token)
+  end
   local fence = sem_grant(permits, meta, token, ttl, 0, info, now_ms, now_us)
-  sem_publish(permits, registry, member, now_ms)
+  sem_publish(permits, registry, member)
   if ttl > 0 then return {1, fence, ttl, 0} end
   return {1, fence, -1, 0}
 end
-sem_publish(permits, registry, member, now_ms)
+sem_publish(permits, registry, member)
 
 local earliest = redis.call('ZRANGE', permits, 0, 0, 'WITHSCORES')
 local wait_ms = -1
@@ -49,6 +56,7 @@ if earliest[1] then wait_ms = sem_left(earliest[2], now_ms) or -1 end
 if not enqueue then
   return {0, wait_ms, -1}
 end
+prune_registry(registry, now_ms)
 if not redis.call('ZSCORE', queue, token) then
   redis.call('ZADD', queue, redis.call('HINCRBY', meta, 'seq', 1), token)
 end

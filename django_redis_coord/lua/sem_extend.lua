@@ -15,7 +15,7 @@ local left = sem_left(score, now_ms)
 if left and left <= 0 then
   -- The lease ended: the permit is gone even though nobody reclaimed it yet.
   sem_reclaim(permits, meta, now_ms)
-  sem_publish(permits, registry, member, now_ms)
+  sem_publish(permits, registry, member)
   return -2
 end
 local new_ttl = ms
@@ -28,5 +28,5 @@ elseif mode == 'add' then
   new_ttl = left + ms
 end
 local _, pttl = sem_claim(permits, meta, token, new_ttl, now_ms)
-sem_publish(permits, registry, member, now_ms)
+sem_publish(permits, registry, member)
 return pttl

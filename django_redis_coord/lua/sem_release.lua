@@ -5,12 +5,18 @@
 local permits, meta, queue, waiters, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local token, member, wake_prefix, wake_suffix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local now_ms, now_us = server_now()
-sem_reclaim(permits, meta, now_ms)
-local released = redis.call('ZREM', permits, token)
-if released == 1 then
+local released = 0
+local score = redis.call('ZSCORE', permits, token)
+if score then
+  local left = sem_left(score, now_ms)
+  if not left or left > 0 then released = 1 end
+  redis.call('ZREM', permits, token)
   redis.call('HDEL', meta, 'p:' .. token)
 end
-local limit = tonumber(redis.call('HGET', meta, 'limit') or '0')
-sem_hand_off(permits, meta, queue, waiters, wake_prefix, wake_suffix, limit, now_ms, now_us, nil)
-sem_publish(permits, registry, member, now_ms)
+if redis.call('EXISTS', queue) == 1 then
+  sem_reclaim(permits, meta, now_ms)
+  local limit = tonumber(redis.call('HGET', meta, 'limit') or '0')
+  sem_hand_off(permits, meta, queue, waiters, wake_prefix, wake_suffix, limit, now_ms, now_us, nil)
+end
+sem_publish(permits, registry, member)
 return released

@@ -1,0 +1,205 @@
+"""The asyncio twin of :class:`django_redis_coord.semaphores.Semaphore`, over ``redis.asyncio``.
+
+Same names, arguments and behaviour, with ``await``.  Permits taken without an identity belong
+to the asyncio *task* that acquired them, so two tasks sharing one instance never release each
+other's permit::
+
+    >>> async with Semaphore(client, "crawler", limit=8, timeout=30) as sem:   # doctest: +SKIP
+    ...     await fetch(url, fence=sem.fence)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import TracebackType
+from typing import Any, Optional, Union
+
+from .. import watchdog as _watchdog
+from .._base import Grant, Number, check_number, new_token, to_ms
+from ..exceptions import LockAcquireTimeout, LockError
+from ..holders import HolderInfo, permits_from_inspect
+from ..scripts import async_scripts
+from ..semaphores import Identity, Permit, SemaphoreBase, check_limit, encode_identity
+from .lock import _TaskLocal, blocking_pop
+
+__all__ = ["Semaphore"]
+
+
+class Semaphore(SemaphoreBase):
+    """Asyncio counting semaphore with leased, fenced permits on server time, served FIFO."""
+
+    scripts = async_scripts
+
+    def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
+        super().__init__(redis, name, *args, **kwargs)
+        self.local: Any = _TaskLocal()
+
+    def _stack(self) -> list[bytes]:
+        space = self.local.space()
+        stack = getattr(space, "stack", None)
+        if stack is None:
+            stack = space.stack = []
+        return stack
+
+    def _watchdog(self) -> Any:
+        return _watchdog.async_watchdog()
+
+    def _mark_lost(self, permit: Permit) -> None:
+        if permit.lost:
+            return
+        permit.lost = True
+        if self.on_lost is not None:
+            result = self.on_lost(permit)
+            if asyncio.iscoroutine(result):
+                asyncio.ensure_future(result)
+
+    # -- seed 000's API --------------------------------------------------------------------------
+    async def set_max_size(self, size: int) -> None:
+        """See :meth:`django_redis_coord.semaphores.Semaphore.set_max_size`."""
+        check_limit(size, self.name)
+        await self.do_set_limit(size)
+
+    async def get_max_size(self) -> int:
+        stored = await self.redis.hget(self.keys.meta, "limit")
+        if stored is not None:
+            return int(stored)
+        return self.limit or 0
+
+    async def get_current_size(self) -> int:
+        return int((await self.do_inspect("count"))[2])
+
+    async def acquire(
+        self,
+        identity: Optional[Identity] = None,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[Number] = None,
+    ) -> bool:
+        """Take a permit; see :meth:`django_redis_coord.semaphores.Semaphore.acquire`."""
+        blocking, stop_at = self.wait_args(blocking, blocking_timeout)
+        token = encode_identity(identity, self.name) if identity is not None else new_token()
+        task = asyncio.current_task()
+        worker = task.get_name() if task is not None else "asyncio"
+        sent_at = time.monotonic()
+        grant = await self.do_acquire(token, 1 if blocking else 0, worker)
+        if not grant.acquired:
+            if not blocking:
+                return False
+            try:
+                grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at)
+            except BaseException:
+                # Cancelled or failed while queued: leave the queue (and return a permit just
+                # handed over) even though this task is being cancelled.
+                await asyncio.shield(asyncio.ensure_future(self._abandon(token, worker)))
+                raise
+            if not grant.acquired:
+                return False
+        if grant.provisional:
+            sent_at = time.monotonic()
+            grant.pttl = await self.claim(token)
+        self._own(token, grant, sent_at, anonymous=identity is None)
+        return True
+
+    async def _wait(
+        self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], asked_at: float
+    ) -> tuple[Grant, float]:
+        while True:
+            if stop_at is not None and time.monotonic() >= stop_at:
+                sent_at = time.monotonic()
+                return await self.do_cancel(token, worker), sent_at
+            budget = self.wait_budget(grant, stop_at)
+            payload = await blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
+            if payload is not None:
+                return self.woken_grant(payload), asked_at
+            asked_at = time.monotonic()
+            grant = await self.do_acquire(token, 2, worker)
+            if grant.acquired:
+                return grant, asked_at
+
+    async def _abandon(self, token: bytes, worker: str) -> None:
+        try:
+            if (await self.do_cancel(token, worker)).acquired:
+                await self.do_release(token)
+        except Exception:
+            pass
+
+    async def release(self, identity: Optional[Identity] = None) -> bool:
+        """Return a permit; see :meth:`django_redis_coord.semaphores.Semaphore.release`."""
+        token = self._token_to_release(identity)
+        released = await self.do_release(token)
+        self._forget(token)
+        return released
+
+    async def extend(
+        self, additional_time: Number, replace_ttl: bool = False, identity: Optional[Identity] = None
+    ) -> bool:
+        check_number("additional_time", additional_time, allow_none=False, positive=True, lock_name=self.name)
+        permit = self._held(identity)
+        if self.timeout is None:
+            raise LockError("Cannot extend a permit with no timeout", lock_name=self.name)
+        sent_at = time.monotonic()
+        pttl = await self.do_extend(permit.token, to_ms(additional_time), "replace" if replace_ttl else "add")
+        permit.deadline = self.deadline_for(sent_at, pttl)
+        return True
+
+    async def reacquire(self, identity: Optional[Identity] = None) -> bool:
+        permit = self._held(identity)
+        if self.timeout is None:
+            raise LockError("Cannot reacquire a permit with no timeout", lock_name=self.name)
+        sent_at = time.monotonic()
+        permit.deadline = self.deadline_for(sent_at, await self.do_extend(permit.token, self._ttl_ms, "replace"))
+        return True
+
+    async def claim(self, token: bytes) -> int:
+        if self._ttl_ms:
+            return await self.do_extend(token, self._ttl_ms, "replace")
+        return await self.do_extend(token, 0, "persist")
+
+    async def holders(self) -> list[HolderInfo]:
+        return permits_from_inspect(self.keys.name, await self.do_inspect("full"))
+
+    # -- context manager -------------------------------------------------------------------------
+    async def __aenter__(self) -> Semaphore:
+        if await self.acquire(blocking=True):
+            return self
+        raise LockAcquireTimeout("Unable to acquire a permit within the time specified", lock_name=self.name)
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        permit = self.permit()
+        released = await self.release()
+        error = self._exit_error(released, permit)
+        if error is not None:
+            raise error
+
+    # -- the only methods talking to Redis -------------------------------------------------------
+    async def do_acquire(self, token: bytes, enqueue: int, worker: str) -> Grant:
+        script = self.scripts.get(self.redis, "sem_acquire")
+        reply = await script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis)
+        return self.grant_from_reply(reply)
+
+    async def do_cancel(self, token: bytes, worker: str) -> Grant:
+        script = self.scripts.get(self.redis, "sem_cancel")
+        reply = await script(self.acquire_keys(token), self.acquire_args(token, 2, worker), client=self.redis)
+        return Grant.from_reply(reply)
+
+    async def do_release(self, token: bytes) -> bool:
+        script = self.scripts.get(self.redis, "sem_release")
+        return int(await script(self.release_keys(), self.release_args(token), client=self.redis)) == 1
+
+    async def do_extend(self, token: bytes, ms: int, mode: str) -> int:
+        script = self.scripts.get(self.redis, "sem_extend")
+        return self.checked_pttl(token, int(await script(self.extend_keys(), self.extend_args(token, ms, mode),
+                                                          client=self.redis)))
+
+    async def do_set_limit(self, size: int) -> int:
+        script = self.scripts.get(self.redis, "sem_set_limit")
+        return int(await script(self.release_keys(), self.set_limit_args(size), client=self.redis))
+
+    async def do_inspect(self, mode: str) -> Any:
+        script = self.scripts.get(self.redis, "sem_inspect")
+        return await script(self.inspect_keys(), (mode,), client=self.redis)
