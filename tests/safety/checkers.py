@@ -168,8 +168,14 @@ def check_exclusion(holds: Sequence[Hold], limit: int = 1, name: str = "exclusio
 
 
 # -- fences -----------------------------------------------------------------------------------
-def check_fences(found: Holds, name: str = "fences") -> CheckResult:
-    """Fences distinct, increasing in grant order, unchanged on re-entry."""
+def check_fences(found: Holds, exclusive: bool = True, name: str = "fences") -> CheckResult:
+    """Fences distinct, increasing in grant order, unchanged on re-entry.
+
+    Grant order is known in two ways.  Always: a grant whose acquire returned before another
+    acquire was invoked came first.  For a lock (``exclusive``) also: recorded holds that are not
+    empty lie inside the real holds, which a lock keeps disjoint, so they follow one another in
+    grant order - this orders the grants of callers that waited at the same time.
+    """
     grants = [hold for hold in found.holds if hold.fence is not None]
     result = CheckResult(name, True, len(grants) + found.reentries)
     for message in found.reentry_mismatches:
@@ -193,6 +199,11 @@ def check_fences(found: Holds, name: str = "fences") -> CheckResult:
             position += 1
         if best is not None and best.fence is not None and hold.fence is not None and hold.fence <= best.fence:
             result.add(f"{hold} was granted after {best} but its fence is not greater")
+    if exclusive:
+        held = [hold for hold in grants if hold.end > hold.start]
+        for earlier, later in zip(held, held[1:]):
+            if (later.fence or 0) <= (earlier.fence or 0):
+                result.add(f"{later} holds after {earlier} but its fence is not greater")
     return result
 
 
@@ -445,7 +456,7 @@ def check_lock_history(history: History, final: Optional[Iterable[Any]] = None, 
 def check_semaphore_history(history: History, limit: int, final: Optional[Iterable[Any]] = None) -> Report:
     """Never more than ``limit`` holders; fences distinct and growing; lost updates when given."""
     found = extract_holds(history)
-    results = [check_exclusion(found.holds, limit=limit, name="permits"), check_fences(found)]
+    results = [check_exclusion(found.holds, limit=limit, name="permits"), check_fences(found, exclusive=False)]
     if final is not None:
         results.append(check_lost_updates(history, final))
     return Report(results)

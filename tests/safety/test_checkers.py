@@ -106,9 +106,16 @@ def test_fences_must_grow_in_grant_order():
     assert result.valid is False and any("twice" in v for v in result.violations)
 
 
-def test_fences_of_concurrent_acquires_may_come_in_either_order():
-    # Both acquires were in flight at once (p2 invoked at 5, before p1's returned at 10).
+def test_fences_of_waiting_callers_follow_the_order_of_their_holds():
+    # Both acquires were in flight at once (p2 invoked at 5, before p1's returned at 10), but a
+    # lock's holds are disjoint: p2 held after p1, so it was granted after p1.
     history = sequential(hold(1, 10, 20, 9), hold(2, 30, 40, 5, invoke=5))
+    result = check_fences(extract_holds(history))
+    assert result.valid is False and "holds after" in result.violations[0]
+    # Permits of a semaphore overlap: only the acquire order counts there.
+    assert check_fences(extract_holds(history), exclusive=False).valid is True
+    # An empty hold (p1 saw its grant only after its deadline) orders nothing.
+    history = sequential(hold(1, 50, 60, 9, ok=False, deadline=45, invoke=5), hold(2, 30, 40, 12, invoke=6))
     assert check_fences(extract_holds(history)).valid is True
 
 

@@ -1,0 +1,558 @@
+"""Process workloads: clients that contend for one lock (or semaphore) and record what they did.
+
+Every client is its own OS process.  Each round it
+
+1. acquires (blocking, up to ``blocking_timeout``),
+2. reads the protected set (a fenced read: the resource remembers the highest fence it saw),
+3. holds for a while - sometimes far past the TTL (``stall``), like a long GC pause,
+4. writes the set back with one new element (a fenced write: refused for an older fence),
+5. releases.
+
+With ``fenced=False`` steps 2 and 4 are a plain GET and SET, which is what most code does; the
+lost-update checker then shows what fencing is for.  A *nemesis* thread in the parent can inject
+faults meanwhile: SIGSTOP/SIGCONT of client processes, SIGKILL and restart of redis-server, or
+latency and blackholes through :class:`tests.safety.proxy.Proxy`.
+
+The protected set lives on a different redis-server than the lock when the lock's server is the
+one being killed: it stands for the storage a lock protects, which does not forget its data.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Optional
+
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from django_redis_coord import Lock, LockLostError, LockNotOwnedError
+
+from .checkers import Report, check_lock_history, check_semaphore_history
+from .history import History, Recorder
+from .unsafe import GetThenDelLock, RacyFenceLock, RacySemaphore, TokenlessLock
+
+#: Errors that leave a call's outcome unknown (the network or the server went away).
+IO_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
+
+FENCED_SCRIPT = (Path(__file__).with_name("fenced_set.lua")).read_text(encoding="utf-8")
+
+
+# -- the protected resource -------------------------------------------------------------------------
+class Resource:
+    """The set the lock protects: one string of comma-separated elements, plus its highest fence."""
+
+    def __init__(self, client: Any, name: str) -> None:
+        self.client = client
+        self.value_key = f"{{resource:{name}}}:value"
+        self.fence_key = f"{{resource:{name}}}:fence"
+        self._script = client.register_script(FENCED_SCRIPT)
+
+    @staticmethod
+    def decode(raw: Any) -> list[str]:
+        if isinstance(raw, bytes):
+            raw = raw.decode()
+        return [item for item in (raw or "").split(",") if item]
+
+    def fenced_read(self, fence: int) -> Optional[list[str]]:
+        """The elements, or None when a newer holder has been seen (``fence`` is stale)."""
+        accepted, value = self._script(keys=[self.value_key, self.fence_key], args=["read", fence])
+        return self.decode(value) if int(accepted) else None
+
+    def fenced_write(self, fence: int, elements: Sequence[str]) -> bool:
+        accepted, _ = self._script(keys=[self.value_key, self.fence_key], args=["write", fence, ",".join(elements)])
+        return bool(int(accepted))
+
+    def read(self) -> list[str]:
+        return self.decode(self.client.get(self.value_key))
+
+    def write(self, elements: Sequence[str]) -> bool:
+        self.client.set(self.value_key, ",".join(elements))
+        return True
+
+    def clear(self) -> None:
+        self.client.delete(self.value_key, self.fence_key)
+
+
+# -- what a client contends for ---------------------------------------------------------------
+class CoordLock:
+    """Adapter for :class:`django_redis_coord.Lock` (a fresh object per hold)."""
+
+    def __init__(self, client: Any, name: str, timeout: float, *, auto_renew: bool = False,
+                 reentrant: bool = False, on_lost: Optional[Callable[[Any], None]] = None) -> None:
+        self.lock = Lock(client, name, timeout=timeout, auto_renew=auto_renew, reentrant=reentrant, on_lost=on_lost)
+
+    @property
+    def fence(self) -> Optional[int]:
+        return self.lock.fence
+
+    def deadline_ns(self) -> Optional[int]:
+        deadline = self.lock.deadline
+        return None if deadline is None else int(deadline * 1e9)
+
+    def acquire(self, blocking_timeout: float) -> bool:
+        return self.lock.acquire(blocking=True, blocking_timeout=blocking_timeout)
+
+    def release(self) -> str:
+        try:
+            self.lock.release()
+        except LockLostError:
+            return "ok-lost"  # released, but the watchdog had already given the hold up
+        except LockNotOwnedError:
+            return "not-owned"
+        return "ok"
+
+    def reenter(self) -> Optional[int]:
+        assert self.lock.acquire(blocking=False)
+        return self.lock.fence
+
+    def release_inner(self) -> None:
+        self.lock.release()
+
+
+class CoordSemaphore:
+    """Adapter for :class:`django_redis_coord.Semaphore` (one permit per hold)."""
+
+    def __init__(self, client: Any, name: str, timeout: float, limit: int, *, auto_renew: bool = False,
+                 on_lost: Optional[Callable[[Any], None]] = None) -> None:
+        from django_redis_coord import Semaphore
+
+        self.semaphore = Semaphore(client, name, limit=limit, timeout=timeout, auto_renew=auto_renew, on_lost=on_lost)
+
+    @property
+    def fence(self) -> Optional[int]:
+        return self.semaphore.fence
+
+    def deadline_ns(self) -> Optional[int]:
+        deadline = self.semaphore.deadline
+        return None if deadline is None else int(deadline * 1e9)
+
+    def acquire(self, blocking_timeout: float) -> bool:
+        return self.semaphore.acquire(blocking=True, blocking_timeout=blocking_timeout)
+
+    def release(self) -> str:
+        return "ok" if self.semaphore.release() else "not-owned"
+
+
+def make_adapter(w: Workload, client: Any, on_lost: Callable[[Any], None]) -> Any:
+    kind = w.kind
+    if kind == "lock":
+        return CoordLock(client, w.name, w.ttl)
+    if kind == "lock-renew":
+        return CoordLock(client, w.name, w.ttl, auto_renew=True, on_lost=on_lost)
+    if kind == "lock-reentrant":
+        return CoordLock(client, w.name, w.ttl, reentrant=True)
+    if kind == "semaphore":
+        return CoordSemaphore(client, w.name, w.ttl, w.limit)
+    if kind == "semaphore-renew":
+        return CoordSemaphore(client, w.name, w.ttl, w.limit, auto_renew=True, on_lost=on_lost)
+    if kind == "get-then-del":
+        return GetThenDelLock(client, w.name, w.ttl, gap=w.gap)
+    if kind == "tokenless":
+        return TokenlessLock(client, w.name, w.ttl)
+    if kind == "racy-fence":
+        return RacyFenceLock(client, w.name, w.ttl, gap=w.gap)
+    if kind == "racy-semaphore":
+        return RacySemaphore(client, w.name, w.limit, w.ttl)
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+SEMAPHORE_KINDS = ("semaphore", "semaphore-renew", "racy-semaphore")
+UNSAFE_KINDS = ("get-then-del", "tokenless", "racy-fence", "racy-semaphore")
+
+
+# -- the workload -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Workload:
+    """What every client does; times in seconds."""
+
+    kind: str = "lock"
+    name: str = "safety"
+    lock_url: str = ""
+    resource_url: str = ""
+    processes: int = 4
+    rounds: int = 10
+    duration: Optional[float] = None
+    ttl: float = 0.25
+    hold: tuple[float, float] = (0.001, 0.01)
+    stall: float = 0.0
+    stall_for: float = 0.0
+    blocking_timeout: float = 3.0
+    fenced: bool = True
+    socket_timeout: Optional[float] = 2.0
+    limit: int = 1
+    #: Time between the two round trips of the unsafe locks (a slow network or a paused client).
+    gap: float = 0.0
+    seed: int = 0
+    #: Sleep after a call whose outcome is unknown (the server is probably gone).
+    backoff: float = 0.05
+
+    @property
+    def is_semaphore(self) -> bool:
+        return self.kind in SEMAPHORE_KINDS
+
+    def with_(self, **changes: Any) -> Workload:
+        return replace(self, **changes)
+
+
+def _connect(url: str, w: Workload) -> Any:
+    return redis.Redis.from_url(url, socket_timeout=w.socket_timeout, socket_connect_timeout=w.socket_timeout)
+
+
+def client_main(w: Workload, index: int) -> list:
+    """One client process: run ``w.rounds`` holds (or until ``w.duration``) and return its events."""
+    rng = random.Random(w.seed * 1000 + index)
+    rec = Recorder(index)
+    lock_client = _connect(w.lock_url, w)
+    resource = Resource(_connect(w.resource_url or w.lock_url, w), w.name)
+    stop_at = time.monotonic() + w.duration if w.duration else None
+
+    def on_lost(_: Any) -> None:
+        rec.note("lost")
+
+    for round_no in range(w.rounds if stop_at is None else 10**9):
+        if stop_at is not None and time.monotonic() >= stop_at:
+            break
+        adapter = make_adapter(w, lock_client, on_lost)
+        rec.invoke("acquire", {"blocking_timeout": w.blocking_timeout})
+        try:
+            got = adapter.acquire(w.blocking_timeout)
+        except IO_ERRORS as exc:
+            rec.info("acquire", type(exc).__name__)
+            time.sleep(w.backoff)
+            continue
+        if not got:
+            rec.fail("acquire", "timed out")
+            continue
+        rec.ok("acquire", {"fence": adapter.fence, "deadline": adapter.deadline_ns()})
+        try:
+            _hold(w, rng, rec, adapter, resource, f"{index}-{round_no}")
+        except IO_ERRORS:
+            time.sleep(w.backoff)
+        _release(w, rec, adapter)
+    return rec.events
+
+
+def _hold(w: Workload, rng: random.Random, rec: Recorder, adapter: Any, resource: Resource, element: str) -> None:
+    """Everything done under one hold; a network error ends it early (the caller releases)."""
+    if w.kind != "lock-reentrant":
+        _protected_update(w, rng, rec, adapter, resource, element)
+        return
+    rec.invoke("acquire", {"reentrant": True})
+    rec.ok("acquire", {"fence": adapter.reenter(), "reentered": True})
+    try:
+        _protected_update(w, rng, rec, adapter, resource, element)
+    finally:
+        rec.invoke("release", {"inner": True})
+        adapter.release_inner()
+        rec.ok("release")
+
+
+def _protected_update(w: Workload, rng: random.Random, rec: Recorder, adapter: Any, resource: Resource,
+                      element: str) -> None:
+    """Read the set, hold a while (maybe stalling), write it back with one more element."""
+    fence = adapter.fence
+    fenced = w.fenced and fence is not None
+    if not w.is_semaphore:
+        rec.invoke("read", {"fence": fence})
+        try:
+            elements = resource.fenced_read(fence) if fenced else resource.read()
+        except IO_ERRORS as exc:
+            rec.info("read", type(exc).__name__)
+            raise
+        if elements is None:
+            rec.fail("read", "stale fence")
+            return
+        rec.ok("read", len(elements))
+    pause = rng.uniform(*w.hold)
+    if w.stall and rng.random() < w.stall:
+        pause = w.stall_for
+    time.sleep(pause)
+    if w.is_semaphore:
+        return
+    rec.invoke("write", {"fence": fence, "element": element})
+    try:
+        stored = resource.fenced_write(fence, [*elements, element]) if fenced else resource.write([*elements, element])
+    except IO_ERRORS as exc:
+        rec.info("write", type(exc).__name__)
+        raise
+    if stored:
+        rec.ok("write")
+    else:
+        rec.fail("write", "stale fence")
+
+
+def _release(w: Workload, rec: Recorder, adapter: Any) -> None:
+    """Release; on an unknown outcome try once more after a pause (each try is its own call)."""
+    for attempt in range(2):
+        rec.invoke("release", {"deadline": adapter.deadline_ns(), "attempt": attempt})
+        try:
+            outcome = adapter.release()
+        except IO_ERRORS as exc:
+            rec.info("release", type(exc).__name__)
+            time.sleep(w.backoff)
+            continue
+        if outcome.startswith("ok"):
+            rec.ok("release", outcome)
+        else:
+            rec.fail("release", outcome)
+        return
+
+
+# -- running clients ----------------------------------------------------------------------------
+def _child(w: Workload, index: int, queue: Any) -> None:
+    try:
+        queue.put((index, True, client_main(w, index)))
+    except BaseException as exc:  # reported to the parent
+        import traceback
+
+        queue.put((index, False, "".join(traceback.format_exception(exc))))
+
+
+class Nemesis:
+    """A fault injector: a thread calling ``step()`` every ``every`` seconds until stopped."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self.faults = 0
+        self.log: list[str] = []
+        self.procs: list[Any] = []
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.error: Optional[BaseException] = None
+
+    def start(self, procs: list[Any]) -> None:
+        self.procs = procs
+        self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.every):
+                self.step()
+        except BaseException as exc:  # surfaced by stop()
+            self.error = exc
+        finally:
+            self.heal()
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def heal(self) -> None:
+        """Undo any fault still in force."""
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        if self.error is not None:
+            raise self.error
+
+    def record(self, message: str) -> None:
+        self.faults += 1
+        self.log.append(f"{time.monotonic():.3f} {message}")
+
+
+class PauseNemesis(Nemesis):
+    """SIGSTOP one running client for ``pause`` seconds, then SIGCONT it."""
+
+    def __init__(self, every: float, pause: float, seed: int = 0) -> None:
+        super().__init__(every)
+        self.pause = pause
+        self.rng = random.Random(seed)
+        self._stopped: Optional[int] = None
+
+    def step(self) -> None:
+        alive = [proc for proc in self.procs if proc.is_alive()]
+        if not alive:
+            return
+        proc = self.rng.choice(alive)
+        try:
+            os.kill(proc.pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return
+        self._stopped = proc.pid
+        self.record(f"SIGSTOP client pid {proc.pid} for {self.pause}s")
+        time.sleep(self.pause)
+        self.heal()
+
+    def heal(self) -> None:
+        if self._stopped is not None:
+            try:
+                os.kill(self._stopped, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            self._stopped = None
+
+
+class HolderPauseNemesis(PauseNemesis):
+    """SIGSTOP the client that holds the lock right now (found from the holder's metadata)."""
+
+    def __init__(self, url: str, name: str, every: float, pause: float) -> None:
+        super().__init__(every, pause)
+        self.client = redis.Redis.from_url(url, socket_timeout=2.0)
+        self.name = name
+
+    def step(self) -> None:
+        from django_redis_coord import lock_holder
+
+        holder = lock_holder(self.client, self.name)
+        pids = {proc.pid for proc in self.procs if proc.is_alive()}
+        if holder is None or holder.pid not in pids:
+            return
+        try:
+            os.kill(holder.pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return
+        self._stopped = holder.pid
+        self.record(f"SIGSTOP holder pid {holder.pid} (fence {holder.fence}) for {self.pause}s")
+        time.sleep(self.pause)
+        self.heal()
+
+
+class RestartNemesis(Nemesis):
+    """SIGKILL the lock's redis-server (no persistence) and start it again after ``down_for``."""
+
+    def __init__(self, server: Any, every: float, down_for: float) -> None:
+        super().__init__(every)
+        self.server = server
+        self.down_for = down_for
+
+    def step(self) -> None:
+        self.server.kill()
+        self.record(f"SIGKILL redis-server :{self.server.port}, down for {self.down_for}s")
+        time.sleep(self.down_for)
+        self.heal()
+
+    def heal(self) -> None:
+        if self.server.process is None:
+            self.server.start()
+
+
+class ProxyNemesis(Nemesis):
+    """Alternate latency and blackholes on a :class:`tests.safety.proxy.Proxy`."""
+
+    def __init__(self, proxy: Any, every: float, latency: float, blackhole_for: float, seed: int = 0) -> None:
+        super().__init__(every)
+        self.proxy = proxy
+        self.latency = latency
+        self.blackhole_for = blackhole_for
+        self.rng = random.Random(seed)
+
+    def step(self) -> None:
+        if self.rng.random() < 0.5:
+            self.proxy.set_latency(self.latency)
+            self.record(f"latency {self.latency * 1000:.0f} ms")
+            time.sleep(self.blackhole_for)
+            self.proxy.set_latency(0.0)
+        else:
+            self.proxy.blackhole()
+            self.record(f"blackhole for {self.blackhole_for}s")
+            time.sleep(self.blackhole_for)
+            self.proxy.heal()
+
+    def heal(self) -> None:
+        self.proxy.heal()
+        self.proxy.set_latency(0.0)
+
+
+@dataclass
+class Outcome:
+    """A finished run: the merged history, the final protected set and the checkers' report."""
+
+    workload: Workload
+    history: History
+    final: Optional[list[str]]
+    report: Report
+    faults: int = 0
+    fault_log: list[str] = field(default_factory=list)
+    elapsed: float = 0.0
+
+    @property
+    def violations(self) -> int:
+        return self.report.violations
+
+    def count(self, f: str, kind: str) -> int:
+        return sum(1 for op in self.history.operations() if op.f == f and op.type == kind)
+
+    def describe(self) -> str:
+        w = self.workload
+        return (f"{w.kind} x{w.processes} ({'fenced' if w.fenced else 'plain'} writes): "
+                f"{len(self.history)} events, {self.faults} faults, {self.violations} violations\n{self.report}")
+
+
+def run_clients(w: Workload, nemesis: Optional[Nemesis] = None, timeout: float = 120.0) -> list[list]:
+    """Run ``w.processes`` clients (with the nemesis meanwhile); return each client's events.
+
+    Raises AssertionError if a client failed or did not finish within ``timeout`` (a hang).
+    """
+    from tests.procs import CTX
+
+    queue = CTX.Queue()
+    procs = [CTX.Process(target=_child, args=(w, index, queue), daemon=True) for index in range(w.processes)]
+    for proc in procs:
+        proc.start()
+    if nemesis is not None:
+        nemesis.start(procs)
+    results: dict[int, list] = {}
+    failure: Optional[str] = None
+    try:
+        stop_at = time.monotonic() + timeout
+        while len(results) < len(procs):
+            remaining = stop_at - time.monotonic()
+            if remaining <= 0:
+                failure = f"{len(procs) - len(results)} of {len(procs)} clients did not finish within {timeout}s"
+                break
+            try:
+                index, ok, value = queue.get(timeout=min(remaining, 1.0))
+            except Exception:  # queue.Empty
+                continue
+            if not ok:
+                failure = f"client {index} failed:\n{value}"
+                break
+            results[index] = value
+    finally:
+        if nemesis is not None:
+            nemesis.stop()
+        for proc in procs:
+            if proc.is_alive() and failure is not None:
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.kill()
+            proc.join(10)
+    if failure is not None:
+        raise AssertionError(failure)
+    return [results[index] for index in sorted(results)]
+
+
+def run_workload(w: Workload, nemesis: Optional[Nemesis] = None, timeout: float = 120.0,
+                 linearizability: bool = True) -> Outcome:
+    """Clear the resource, run the clients, read the final set and check the history."""
+    resource_client = redis.Redis.from_url(w.resource_url or w.lock_url)
+    resource = Resource(resource_client, w.name)
+    resource.clear()
+    lock_client = redis.Redis.from_url(w.lock_url)
+    try:
+        lock_client.delete(w.name, w.name + ":fence", f"semaphore::{w.name}::holders")
+    except IO_ERRORS:
+        pass
+    started = time.monotonic()
+    per_process = run_clients(w, nemesis, timeout)
+    elapsed = time.monotonic() - started
+    history = History.merge(per_process)
+    if w.is_semaphore:
+        report = check_semaphore_history(history, w.limit)
+        final = None
+    else:
+        final = resource.read()
+        report = check_lock_history(history, final, linearizability=linearizability)
+    resource_client.close()
+    lock_client.close()
+    return Outcome(w, history, final, report, nemesis.faults if nemesis else 0,
+                   nemesis.log if nemesis else [], elapsed)
