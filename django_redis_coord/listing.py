@@ -430,7 +430,7 @@ class HolderListing:
                 raise next(reply for reply in replies if isinstance(reply, Exception))
             cls._union_missing = True
         assert cls._packed_live is not None
-        [reply] = self._send_with_scripts([cls._packed_live], [_LIVE_SCRIPT])
+        [reply] = self._send_with_scripts(self.client, [cls._packed_live], [_LIVE_SCRIPT])
         return list(_parse_entries(reply[1:], int(reply[0])))
 
     def _read_cluster_registries(self) -> list[RegistryEntry]:
@@ -488,35 +488,33 @@ class HolderListing:
         return [holder for entry in entries for holder in found.get((entry.raw_name, entry.kind), ())]
 
     def _run_scripts(self, calls: Sequence[tuple[str, Sequence[bytes]]]) -> list[Any]:
-        """EVALSHA each ``(script name, keys)`` call, all in one round trip."""
+        """EVALSHA each ``(script name, keys)`` call: one round trip (per primary on a cluster)."""
+        packed = [_pack_evalsha(sync_scripts.get(self.client, name).sha, keys) for name, keys in calls]
+        names = [name for name, _ in calls]
         if not _is_cluster(self.client):
-            names = [name for name, _ in calls]
-            packed = [_pack_evalsha(sync_scripts.get(self.client, name).sha, keys) for name, keys in calls]
-            return self._send_with_scripts(packed, names)
-        for attempt in range(2):
-            pipe = self.client.pipeline(transaction=False)
-            for name, keys in calls:
-                pipe.evalsha(sync_scripts.get(self.client, name).sha, len(keys), *keys)
-            replies = pipe.execute(raise_on_error=False)
-            missing = {calls[i][0] for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)}
-            if not missing or attempt:
-                break
-            for name in missing:
-                self.client.script_load(script_text(name))
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
+            return self._send_with_scripts(self.client, packed, names)
+        by_node: dict[str, tuple[Any, list[int]]] = {}
+        for index, (_, keys) in enumerate(calls):
+            node = self.client.get_node_from_key(keys[0])
+            by_node.setdefault(node.name, (node, []))[1].append(index)
+        replies: list[Any] = [None] * len(calls)
+        for node, indexes in by_node.values():
+            node_client = self.client.get_redis_connection(node)
+            answers = self._send_with_scripts(node_client, [packed[i] for i in indexes], [names[i] for i in indexes])
+            for index, answer in zip(indexes, answers):
+                replies[index] = answer
         return replies
 
-    def _send_with_scripts(self, packed: Sequence[bytes], names: Sequence[str]) -> list[Any]:
+    @staticmethod
+    def _send_with_scripts(client: Any, packed: Sequence[bytes], names: Sequence[str]) -> list[Any]:
         """Send packed EVALSHA commands in one write; load missing scripts and resend once."""
         for attempt in range(2):
-            replies = _send_packed(self.client, packed)
+            replies = _send_packed(client, packed)
             missing = {names[i] for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)}
             if not missing or attempt:
                 break
             for name in missing:
-                self.client.script_load(script_text(name))
+                client.script_load(script_text(name))
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply

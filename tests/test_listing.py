@@ -359,3 +359,42 @@ def _take_permit(url, ready):
     assert pool.acquire(blocking=True, blocking_timeout=30)
     ready.put(pool.fence)
     pool.release()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from tests.cluster import LocalCluster
+
+    local = LocalCluster(primaries=3, replicas_per_primary=0).start()
+    yield local
+    local.stop()
+
+
+def test_on_a_redis_cluster_every_primary_is_read(cluster):
+    client = cluster.client()
+    cluster.flushall()
+    names = [f"cluster-job:{i}" for i in range(40)]
+    locks = [Lock(client, name, timeout=60, label="c") for name in names]
+    for lock in locks:
+        assert lock.acquire()
+    pool = Semaphore(client, "cluster-pool", limit=2, timeout=60)
+    assert pool.acquire()
+    gone = Lock(client, "cluster-short", timeout=0.1)
+    gone.acquire()
+    time.sleep(0.3)
+    nodes = {client.get_node_from_key(name).name for name in names}
+    assert len(nodes) == 3  # the names really are spread over the primaries
+
+    listing = HolderListing(client)
+    found = listing.holders()
+    assert [h.name for h in found if h.kind == "lock"] == sorted(names)
+    assert {h.fence for h in found if h.kind == "lock"} == {lock.fence for lock in locks}
+    [permit] = [h for h in found if h.kind == "sem"]
+    assert permit.usage == "1/2" and permit.fence == pool.fence
+    assert [h.name for h in listing.holders(search="JOB:1")] == sorted(n for n in names if "job:1" in n)
+
+    result = listing.force_release(names[5], expected_fence=locks[5].fence)
+    assert result.released and result.fence_after > locks[5].fence
+    assert names[5] not in {h.name for h in listing.holders()}
+    assert listing.waiters(names[6]) == []
+    client.close()
