@@ -1,0 +1,914 @@
+"""``@locked``: at most one (or ``limit``) concurrent execution of a view or function per key.
+
+>>> from django_redis_coord import locked                          # doctest: +SKIP
+>>> @locked("checkout:{user.pk}", timeout=30)                     # doctest: +SKIP
+... def checkout(request):
+...     ...
+
+Works on function views, class-based views (decorate the class or one of its methods),
+``async def`` views (the Redis calls are asyncio calls on the event loop), plain functions
+(Celery tasks, management commands) and as a context manager::
+
+    with locked("nightly-report") as held:
+        build_report(fence=held.fence)
+
+The key
+    A ``str.format`` template or a callable; the default is the dotted name of the view.  A view's
+    template sees its arguments by name (``{pk}``), ``{args[0]}``, ``{kwargs[pk]}``, ``{user}``
+    (``request.user``), ``{query[name]}`` (a query-string parameter), ``{headers[X-Tenant]}``,
+    ``{request}`` and ``{view}``; a plain function's template sees its arguments by name.
+    Interpolated values are percent-encoded (``:``, ``/``, ``{``, ``}``, ``%`` and spaces), so two
+    different sets of values never give the same key.  A name the function cannot provide is an
+    error when decorating; a value missing from a request (absent query parameter or header, a
+    ``None`` or empty value) answers 400 Bad Request (:class:`MissingKeyValue`); a template that
+    cannot be filled for another reason raises :class:`KeyTemplateError`.  Never a shared key.
+
+On contention
+    409 Conflict (``CONTENTION_STATUS``) with ``Retry-After`` = the holder's remaining TTL rounded
+    up; or ``status=``, ``handler=`` (``handler(request, contention)``), ``template_name=``; or wait
+    up to ``wait`` seconds first.  A plain function or context manager raises
+    :class:`LockContended`.  ``limit=N`` uses a semaphore: at most N concurrent executions per key.
+
+Lifetime
+    The hold lasts until the response is closed (for a ``StreamingHttpResponse``: until the stream
+    is exhausted or closed) and is released when the view raises.  ``auto_renew=True`` renews it
+    with the watchdog; with ``rollback_on_loss=True`` (sync views) the view runs in
+    ``transaction.atomic()`` and a hold lost before the view returns rolls the transaction back
+    and raises :class:`~django_redis_coord.exceptions.LockLostError`.  The hold is
+    ``request.coord_lock`` and :func:`current_lock` inside the view (``.fence`` for fenced writes).
+
+Redis unreachable
+    503 (``UNAVAILABLE_STATUS``), logged: fail closed.  ``fail_open=True`` (or ``FAIL_OPEN``) runs
+    the view without the lock, also logged.  A plain function re-raises the connection error
+    unless it fails open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import logging
+import re
+import secrets
+import string
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+from urllib.parse import quote
+
+from asgiref.sync import iscoroutinefunction
+from django.core.exceptions import BadRequest, ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ._base import check_number
+from .conf import CoordSettings, coord_settings
+from .exceptions import CoordError, InvalidLockArgument, InvalidLockArgumentType, LockError, LockLostError
+
+__all__ = [
+    "locked",
+    "Locked",
+    "Contention",
+    "KeyTemplateError",
+    "MissingKeyValue",
+    "LockContended",
+    "current_lock",
+]
+
+logger = logging.getLogger("django_redis_coord")
+
+#: Errors meaning "Redis cannot be reached or cannot take writes right now".
+UNAVAILABLE_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError)
+
+#: How long a closing thread waits for the event loop to release an asyncio hold (seconds).
+ASYNC_RELEASE_WAIT = 10.0
+
+#: Characters kept as they are in interpolated key values (everything else is percent-encoded).
+SAFE_CHARS = "-_.~@+=,!*'()"
+
+#: Names a view's key template may use besides the view's own arguments.
+VIEW_NAMES = frozenset({"request", "user", "query", "headers", "args", "kwargs", "view"})
+
+_DEFAULT: Any = object()
+
+_current: contextvars.ContextVar[Any] = contextvars.ContextVar("django_redis_coord_current_lock", default=None)
+_background: set[asyncio.Task] = set()
+
+
+def current_lock() -> Any:
+    """The lock or semaphore held by the innermost ``@locked`` call running here, else ``None``."""
+    return _current.get()
+
+
+# -- errors ----------------------------------------------------------------------------------------
+class KeyTemplateError(InvalidLockArgument):
+    """A key template that is malformed or names a value the decorated function cannot provide."""
+
+
+class MissingKeyValue(KeyTemplateError, BadRequest):
+    """A value the key template needs is missing from the request (a 400 Bad Request in views)."""
+
+
+class LockContended(CoordError):
+    """The key is held (or all ``limit`` permits are taken): raised by plain functions and ``with``."""
+
+    def __init__(self, message: str, lock_name: Any = None, retry_after: Optional[int] = None) -> None:
+        super().__init__(message, lock_name=lock_name)
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class Contention:
+    """What a contention handler or template receives about the refused request."""
+
+    #: The key as rendered from the template (without ``KEY_PREFIX``).
+    name: str
+    #: The Redis key.
+    key: str
+    #: Seconds until the current holder's TTL ends, rounded up (``None``: unknown or no expiry).
+    retry_after: Optional[int]
+    #: The semaphore's limit, or ``None`` for a lock.
+    limit: Optional[int]
+    #: Seconds spent trying (``wait``).
+    wait_time: float
+    #: The status the default answer uses.
+    status: int
+
+
+# -- key templates ---------------------------------------------------------------------------------
+_ROOT = re.compile(r"[^.\[]*")
+
+
+class _QueryValues(Mapping):
+    """``request.GET`` for templates: a missing parameter is a :class:`MissingKeyValue`."""
+
+    def __init__(self, request: HttpRequest, template: str) -> None:
+        self.request, self.template = request, template
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.request.GET:
+            raise MissingKeyValue(
+                f"The lock key {self.template!r} needs the query parameter {name!r}, which the request lacks."
+            )
+        return self.request.GET[name]
+
+    def __iter__(self) -> Any:
+        return iter(self.request.GET)
+
+    def __len__(self) -> int:
+        return len(self.request.GET)
+
+
+class _HeaderValues(Mapping):
+    """``request.headers`` for templates: a missing header is a :class:`MissingKeyValue`."""
+
+    def __init__(self, request: HttpRequest, template: str) -> None:
+        self.request, self.template = request, template
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return self.request.headers[name]
+        except KeyError:
+            raise MissingKeyValue(
+                f"The lock key {self.template!r} needs the header {name!r}, which the request lacks."
+            ) from None
+
+    def __iter__(self) -> Any:
+        return iter(self.request.headers)
+
+    def __len__(self) -> int:
+        return len(self.request.headers)
+
+
+class _Formatter(string.Formatter):
+    """Fills a template from a namespace, percent-encoding each value and refusing empty ones."""
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+
+    def get_value(self, key: Any, args: Any, kwargs: Any) -> Any:
+        namespace = kwargs["namespace"]
+        if key not in namespace:
+            raise KeyTemplateError(f"The lock key {self.template!r} uses {{{key}}}, which is not available here.")
+        return namespace[key]
+
+    def get_field(self, field_name: str, args: Any, kwargs: Any) -> Any:
+        try:
+            return super().get_field(field_name, args, kwargs)
+        except (KeyTemplateError, BadRequest):
+            raise
+        except (AttributeError, KeyError, IndexError, TypeError) as exc:
+            raise KeyTemplateError(
+                f"The lock key {self.template!r} cannot fill {{{field_name}}}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if value is None:
+            raise MissingKeyValue(f"The lock key {self.template!r} got None for one of its values.")
+        text = super().format_field(value, format_spec)
+        if not text:
+            raise MissingKeyValue(f"The lock key {self.template!r} got an empty value.")
+        return quote(text, safe=SAFE_CHARS)
+
+
+class KeyTemplate:
+    """A lock key: a template, a callable or a fixed default, checked when decorating."""
+
+    def __init__(self, key: Union[str, Callable[..., Any], None], default: str) -> None:
+        self.callable: Optional[Callable[..., Any]] = None
+        self.default_name = default
+        self.template = default
+        self.roots: frozenset[str] = frozenset()
+        if key is None:
+            return
+        if callable(key):
+            self.callable = key
+            return
+        if not isinstance(key, str):
+            raise InvalidLockArgumentType(f"A lock key must be a str template or a callable, not {type(key).__name__}")
+        if not key:
+            raise KeyTemplateError("A lock key template must not be empty.")
+        roots = set()
+        try:
+            parsed = list(string.Formatter().parse(key))
+        except ValueError as exc:
+            raise KeyTemplateError(f"The lock key {key!r} is not a valid template: {exc}") from exc
+        for _literal, field, spec, _conversion in parsed:
+            if field is None:
+                continue
+            root = _ROOT.match(field).group(0)  # type: ignore[union-attr]
+            if not root or root.isdigit():
+                raise KeyTemplateError(
+                    f"The lock key {key!r} has a positional field {{{field}}}; name the value, e.g. {{pk}}."
+                )
+            if spec and "{" in spec:
+                raise KeyTemplateError(f"The lock key {key!r} nests a field in a format spec.")
+            roots.add(root)
+        self.template = key
+        self.roots = frozenset(roots)
+
+    def check_against(self, func: Callable[..., Any], *, view_names: bool) -> None:
+        """Refuse, when decorating, names that ``func`` can never provide."""
+        if self.callable is not None or not self.roots:
+            return
+        try:
+            params = inspect.signature(func).parameters
+        except (TypeError, ValueError):
+            return
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return
+        known = set(params) | (VIEW_NAMES if view_names else set())
+        unknown = sorted(self.roots - known)
+        if unknown:
+            names = ", ".join(sorted(n for n in params if n not in ("self", "cls")))
+            raise KeyTemplateError(
+                f"The lock key {self.template!r} uses {', '.join('{' + n + '}' for n in unknown)}, but "
+                f"{getattr(func, '__qualname__', func)!r} has no such argument (its arguments: {names or 'none'}"
+                + ("; views also offer request, user, query, headers, args, kwargs, view)." if view_names else ").")
+            )
+
+    def render(self, namespace: Mapping[str, Any]) -> str:
+        if not self.roots:
+            return self.template
+        return _Formatter(self.template).vformat(self.template, (), {"namespace": namespace})
+
+
+def _dotted(obj: Any) -> str:
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def _bound_arguments(func: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
+    """``func``'s arguments by name (extra keyword arguments included) for a call."""
+    try:
+        bound = inspect.signature(func).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return dict(kwargs)
+    bound.apply_defaults()
+    values: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        param = bound.signature.parameters[name]
+        if param.kind is param.VAR_KEYWORD:
+            values.update(value)
+        else:
+            values[name] = value
+    return values
+
+
+def _find_request(args: tuple) -> tuple[Optional[HttpRequest], int]:
+    """The request among the first two positional arguments (function view or method), if any."""
+    for index in (0, 1):
+        if len(args) > index and isinstance(args[index], HttpRequest):
+            return args[index], index
+    return None, -1
+
+
+# -- releasing -------------------------------------------------------------------------------------
+class _Release:
+    """Releases a sync hold exactly once, logging (not raising) what goes wrong."""
+
+    def __init__(self, primitive: Any) -> None:
+        self.primitive = primitive
+        self.done = False
+        self._guard = threading.Lock()
+
+    def __call__(self) -> None:
+        with self._guard:
+            if self.done:
+                return
+            self.done = True
+        _release_logged(self.primitive)
+
+
+def _release_logged(primitive: Any) -> None:
+    try:
+        primitive.release()
+    except LockError as exc:
+        logger.warning("%s %r ended before it was released: %s", primitive.kind, primitive.name, exc)
+    except UNAVAILABLE_ERRORS as exc:
+        logger.error("Could not release %s %r (it expires with its TTL): %s", primitive.kind, primitive.name, exc)
+
+
+async def _arelease_logged(primitive: Any) -> None:
+    try:
+        await primitive.release()
+    except LockError as exc:
+        logger.warning("%s %r ended before it was released: %s", primitive.kind, primitive.name, exc)
+    except UNAVAILABLE_ERRORS as exc:
+        logger.error("Could not release %s %r (it expires with its TTL): %s", primitive.kind, primitive.name, exc)
+
+
+class _AsyncRelease:
+    """Releases an asyncio hold once, on its event loop, also when closed from another thread."""
+
+    def __init__(self, primitive: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.primitive = primitive
+        self.loop = loop
+        self.done = False
+        self._guard = threading.Lock()
+
+    def _claim(self) -> bool:
+        with self._guard:
+            if self.done:
+                return False
+            self.done = True
+            return True
+
+    async def arelease(self) -> None:
+        if self._claim():
+            await _arelease_logged(self.primitive)
+
+    def __call__(self) -> None:
+        """The response's closer (Django calls it synchronously, often from a worker thread)."""
+        if self.done:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:
+            task = self.loop.create_task(self.arelease())
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+            return
+        if self.loop.is_closed():
+            logger.warning("%r was closed after its event loop; the hold expires with its TTL", self.primitive.name)
+            return
+        future = asyncio.run_coroutine_threadsafe(self.arelease(), self.loop)
+        try:
+            future.result(ASYNC_RELEASE_WAIT)
+        except Exception as exc:  # the loop is gone or busy: the TTL ends the hold
+            logger.error("Releasing %r from a closing thread failed: %r", self.primitive.name, exc)
+
+
+async def _released_after(stream: Any, release: _AsyncRelease) -> Any:
+    try:
+        async for chunk in stream:
+            yield chunk
+    finally:
+        await release.arelease()
+
+
+# -- semaphore permits -----------------------------------------------------------------------------
+class _PermitHold:
+    """One permit of a semaphore taken by ``@locked``, with a lock's shape (``fence``, ``valid``,
+    ``release()``) and usable from any thread: it acquires under its own identity."""
+
+    kind = "semaphore"
+
+    def __init__(self, semaphore: Any) -> None:
+        self.semaphore = semaphore
+        self.identity = secrets.token_hex(16)
+        self._fence: Optional[int] = None
+
+    @property
+    def name(self) -> Any:
+        return self.semaphore.name
+
+    @property
+    def limit(self) -> Optional[int]:
+        return self.semaphore.limit
+
+    @property
+    def retry_after(self) -> Optional[int]:
+        return self.semaphore.retry_after
+
+    @property
+    def fence(self) -> Optional[int]:
+        permit = self.semaphore.permit(self.identity)
+        return permit.fence if permit is not None else self._fence
+
+    @property
+    def valid(self) -> bool:
+        permit = self.semaphore.permit(self.identity)
+        return permit is not None and permit.valid
+
+    def _after_acquire(self, acquired: bool) -> bool:
+        if acquired:
+            self._fence = self.semaphore.permit(self.identity).fence
+        return acquired
+
+    def acquire(self, blocking: bool = False, blocking_timeout: Optional[float] = None) -> bool:
+        return self._after_acquire(self.semaphore.acquire(self.identity, blocking, blocking_timeout))
+
+    def release(self) -> None:
+        if not self.semaphore.release(self.identity):
+            raise LockLostError("The permit was lost before it was released", lock_name=self.name)
+
+    def __repr__(self) -> str:
+        return f"<permit of {self.semaphore!r} fence={self.fence}>"
+
+
+class _AsyncPermitHold(_PermitHold):
+    """The asyncio form of :class:`_PermitHold`."""
+
+    async def acquire(self, blocking: bool = False, blocking_timeout: Optional[float] = None) -> bool:  # type: ignore[override]
+        return self._after_acquire(await self.semaphore.acquire(self.identity, blocking, blocking_timeout))
+
+    async def release(self) -> None:  # type: ignore[override]
+        if not await self.semaphore.release(self.identity):
+            raise LockLostError("The permit was lost before it was released", lock_name=self.name)
+
+
+# -- the decorator ---------------------------------------------------------------------------------
+class Locked:
+    """The object ``locked(...)`` returns: a decorator and a (sync or async) context manager."""
+
+    def __init__(
+        self,
+        key: Union[str, Callable[..., Any], None] = None,
+        *,
+        timeout: Any = _DEFAULT,
+        wait: float = 0,
+        limit: Optional[int] = None,
+        status: Optional[int] = None,
+        handler: Optional[Callable[..., Any]] = None,
+        template_name: Optional[str] = None,
+        auto_renew: Optional[bool] = None,
+        rollback_on_loss: bool = False,
+        using: Optional[str] = None,
+        fail_open: Optional[bool] = None,
+        label: Optional[str] = None,
+        params: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        if timeout is not _DEFAULT:
+            check_number("timeout", timeout, allow_none=True, positive=True, lock_name=key)
+        check_number("wait", wait, allow_none=False, positive=False, lock_name=key)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise InvalidLockArgument(f"limit must be a positive int, not {limit!r}", lock_name=key)
+        if status is not None and (isinstance(status, bool) or not isinstance(status, int) or not 400 <= status <= 599):
+            raise InvalidLockArgument(f"status must be an HTTP error status (400-599), not {status!r}", lock_name=key)
+        if handler is not None and not callable(handler):
+            raise InvalidLockArgumentType("handler must be callable", lock_name=key)
+        if template_name is not None and not isinstance(template_name, str):
+            raise InvalidLockArgumentType("template_name must be a str", lock_name=key)
+        if params is not None and not isinstance(params, Mapping):
+            raise InvalidLockArgumentType("params must be a mapping", lock_name=key)
+        if label is not None and not isinstance(label, str):
+            raise InvalidLockArgumentType("label must be a str", lock_name=key)
+        if auto_renew and timeout is None:
+            raise InvalidLockArgument("auto_renew needs a timeout to renew", lock_name=key)
+        self.key = key
+        self.timeout = timeout
+        self.wait = wait
+        self.limit = limit
+        self.status = status
+        self.handler = handler
+        self.template_name = template_name
+        self.auto_renew = auto_renew
+        self.rollback_on_loss = rollback_on_loss
+        self.using = using
+        self.fail_open = fail_open
+        self.label = label
+        self.params = dict(params or {})
+        # Context-manager holds of this object, per thread/task (one object may be shared).
+        self._held: contextvars.ContextVar[tuple] = contextvars.ContextVar(f"locked-{id(self)}", default=())
+
+    # -- primitives ------------------------------------------------------------------------------
+    def _primitive_options(self, settings: CoordSettings) -> dict[str, Any]:
+        timeout = settings.default_timeout if self.timeout is _DEFAULT else self.timeout
+        auto_renew = self.auto_renew
+        if auto_renew is None:
+            auto_renew = settings.auto_renew and timeout is not None
+        return {"timeout": timeout, "auto_renew": bool(auto_renew)}
+
+    def _make(self, name: str, label: Optional[str], settings: CoordSettings, *, is_async: bool) -> Any:
+        options = self._primitive_options(settings)
+        key = settings.prefixed(name)
+        if self.limit is not None:
+            from .shortcuts import make_semaphore
+
+            semaphore = make_semaphore(name, self.limit, options["timeout"], asyncio=is_async, label=label,
+                                       auto_renew=options["auto_renew"])
+            return _AsyncPermitHold(semaphore) if is_async else _PermitHold(semaphore)
+        if is_async:
+            from .connection import get_async_client
+            from .shortcuts import AsyncSignallingLock
+
+            return AsyncSignallingLock(
+                get_async_client(), key, app_name=name, label=label, thread_local=False, **options
+            )
+        from .connection import get_client
+        from .shortcuts import SignallingLock
+
+        return SignallingLock(get_client(), key, app_name=name, label=label, thread_local=False, **options)
+
+    def _acquire_args(self) -> dict[str, Any]:
+        if self.wait:
+            return {"blocking": True, "blocking_timeout": self.wait}
+        return {"blocking": False}
+
+    def _fails_open(self, settings: CoordSettings) -> bool:
+        return settings.fail_open if self.fail_open is None else self.fail_open
+
+    # -- responses -------------------------------------------------------------------------------
+    def _contention(self, name: str, primitive: Any, waited: float, settings: CoordSettings) -> Contention:
+        return Contention(
+            name=name,
+            key=primitive.name if isinstance(primitive.name, str) else primitive.name.decode(),
+            retry_after=getattr(primitive, "retry_after", None),
+            limit=self.limit,
+            wait_time=waited,
+            status=self.status or settings.contention_status,
+        )
+
+    def _handler(self, settings: CoordSettings) -> Optional[Callable[..., Any]]:
+        if self.handler is not None:
+            return self.handler
+        handler = settings.contention_handler
+        if isinstance(handler, str):
+            from django.utils.module_loading import import_string
+
+            handler = import_string(handler)
+        return handler
+
+    def _default_contention_response(self, request: HttpRequest, info: Contention) -> HttpResponse:
+        if self.template_name is not None:
+            from django.shortcuts import render
+
+            response = render(request, self.template_name, {"contention": info}, status=info.status)
+        else:
+            wait = f" Retry in {info.retry_after} s." if info.retry_after is not None else ""
+            what = "all permits are taken" if info.limit is not None else "another request holds it"
+            response = HttpResponse(
+                f"{info.name}: {what}.{wait}\n", status=info.status, content_type="text/plain; charset=utf-8"
+            )
+        return response
+
+    @staticmethod
+    def _with_retry_after(response: Any, info: Contention) -> Any:
+        if isinstance(response, HttpResponseBase) and info.retry_after is not None and "Retry-After" not in response:
+            response["Retry-After"] = str(info.retry_after)
+        return response
+
+    def _contended_sync(self, request: HttpRequest, info: Contention, settings: CoordSettings) -> Any:
+        handler = self._handler(settings)
+        if handler is not None:
+            response = handler(request, info)
+            if inspect.isawaitable(response):
+                raise ImproperlyConfigured(f"The contention handler {handler!r} of a sync view must not be async.")
+        else:
+            response = self._default_contention_response(request, info)
+        return self._with_retry_after(response, info)
+
+    async def _contended_async(self, request: HttpRequest, info: Contention, settings: CoordSettings) -> Any:
+        handler = self._handler(settings)
+        if handler is not None:
+            response = handler(request, info)
+            if inspect.isawaitable(response):
+                response = await response
+        else:
+            response = self._default_contention_response(request, info)
+        return self._with_retry_after(response, info)
+
+    def _unavailable_response(self, name: str, settings: CoordSettings) -> HttpResponse:
+        return HttpResponse(
+            f"{name}: the coordination service is unavailable; try again later.\n",
+            status=settings.unavailable_status,
+            content_type="text/plain; charset=utf-8",
+        )
+
+    def _log_unavailable(self, name: str, exc: BaseException, fail_open: bool) -> None:
+        if fail_open:
+            logger.warning("Redis unreachable for lock %r (%s): running without the lock (fail open)", name, exc)
+        else:
+            logger.error("Redis unreachable for lock %r (%s): refusing (fail closed)", name, exc)
+
+    # -- decoration ------------------------------------------------------------------------------
+    def __call__(self, target: Any) -> Any:
+        if isinstance(target, type):
+            return self._decorate_class(target)
+        if not callable(target):
+            raise InvalidLockArgumentType(f"@locked decorates a function or a class, not {type(target).__name__}")
+        return self._decorate(target, _dotted(target))
+
+    def _decorate_class(self, cls: type) -> type:
+        dispatch = getattr(cls, "dispatch", None)
+        if dispatch is None:
+            raise InvalidLockArgumentType(f"@locked on a class needs a view class with dispatch(); {cls!r} has none")
+        is_async = bool(getattr(cls, "view_is_async", False))
+        cls.dispatch = self._decorate(dispatch, _dotted(cls), force_async=is_async)  # type: ignore[attr-defined]
+        return cls
+
+    def _decorate(self, func: Callable[..., Any], default_name: str, *, force_async: bool = False) -> Any:
+        key = KeyTemplate(self.key, default_name)
+        key.check_against(func, view_names=True)
+        label = self.label or default_name
+        is_async = force_async or iscoroutinefunction(func)
+        if is_async and self.rollback_on_loss:
+            raise ImproperlyConfigured(
+                f"rollback_on_loss needs a sync view: Django's transactions are sync-only ({default_name})."
+            )
+        if is_async:
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                return await self._call_async(func, key, label, args, kwargs)
+
+            async_wrapper.locked = self  # type: ignore[attr-defined]
+            return async_wrapper
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return self._call_sync(func, key, label, args, kwargs)
+
+        wrapper.locked = self  # type: ignore[attr-defined]
+        return wrapper
+
+    # -- naming ----------------------------------------------------------------------------------
+    def _view_namespace(
+        self, func: Callable[..., Any], key: KeyTemplate, request: HttpRequest, index: int, args: tuple, kwargs: dict,
+        user: Any = _DEFAULT,
+    ) -> dict[str, Any]:
+        namespace: dict[str, Any] = dict(self.params)
+        namespace.update(_bound_arguments(func, args, kwargs))
+        roots = key.roots
+        if "user" in roots:
+            if user is _DEFAULT:
+                if not hasattr(request, "user"):
+                    raise KeyTemplateError(
+                        f"The lock key {key.template!r} uses {{user}} but the request has no user "
+                        "(is AuthenticationMiddleware installed?)."
+                    )
+                user = request.user
+            namespace["user"] = user
+        if "query" in roots:
+            namespace["query"] = _QueryValues(request, key.template)
+        if "headers" in roots:
+            namespace["headers"] = _HeaderValues(request, key.template)
+        namespace["request"] = request
+        namespace["args"] = args[index + 1 :]
+        namespace["kwargs"] = kwargs
+        namespace["view"] = key.default_name
+        return namespace
+
+    def _name_sync(self, func: Callable[..., Any], key: KeyTemplate, args: tuple, kwargs: dict) -> tuple[Any, str]:
+        request, index = _find_request(args)
+        if key.callable is not None:
+            name = key.callable(*args[index:], **kwargs) if request is not None else key.callable(*args, **kwargs)
+            if inspect.isawaitable(name):
+                raise ImproperlyConfigured("The key callable of a sync function must not be async.")
+            return request, self._check_name(name, key)
+        if request is not None:
+            return request, key.render(self._view_namespace(func, key, request, index, args, kwargs))
+        return None, key.render({**self.params, **_bound_arguments(func, args, kwargs)})
+
+    async def _name_async(
+        self, func: Callable[..., Any], key: KeyTemplate, args: tuple, kwargs: dict
+    ) -> tuple[Any, str]:
+        request, index = _find_request(args)
+        if key.callable is not None:
+            name = key.callable(*args[index:], **kwargs) if request is not None else key.callable(*args, **kwargs)
+            if inspect.isawaitable(name):
+                name = await name
+            return request, self._check_name(name, key)
+        if request is not None:
+            user = _DEFAULT
+            if "user" in key.roots and hasattr(request, "auser"):
+                user = await request.auser()
+            return request, key.render(self._view_namespace(func, key, request, index, args, kwargs, user))
+        return None, key.render({**self.params, **_bound_arguments(func, args, kwargs)})
+
+    @staticmethod
+    def _check_name(name: Any, key: KeyTemplate) -> str:
+        if name is None or name == "" or name == b"":
+            raise MissingKeyValue(f"The lock key callable {key.callable!r} returned {name!r}.")
+        if not isinstance(name, (str, bytes)):
+            raise KeyTemplateError(f"The lock key callable {key.callable!r} returned a {type(name).__name__}.")
+        return name.decode() if isinstance(name, bytes) else name
+
+    # -- sync calls ------------------------------------------------------------------------------
+    def _call_sync(self, func: Callable[..., Any], key: KeyTemplate, label: str, args: tuple, kwargs: dict) -> Any:
+        request, name = self._name_sync(func, key, args, kwargs)
+        settings = coord_settings()
+        primitive = self._make(name, label, settings, is_async=False)
+        started = _now()
+        try:
+            acquired = primitive.acquire(**self._acquire_args())
+        except UNAVAILABLE_ERRORS as exc:
+            fail_open = self._fails_open(settings)
+            self._log_unavailable(name, exc, fail_open)
+            if fail_open:
+                return func(*args, **kwargs)
+            if request is None:
+                raise
+            return self._unavailable_response(name, settings)
+        if not acquired:
+            info = self._contention(name, primitive, _now() - started, settings)
+            if request is None:
+                raise LockContended(_contended_message(info), lock_name=name, retry_after=info.retry_after)
+            return self._contended_sync(request, info, settings)
+        release = _Release(primitive)
+        token = _current.set(primitive)
+        try:
+            if request is not None:
+                request.coord_lock = primitive  # type: ignore[attr-defined]
+            if self.rollback_on_loss:
+                from django.db import transaction
+
+                with transaction.atomic(using=self.using):
+                    result = func(*args, **kwargs)
+                    if not primitive.valid:
+                        logger.error("Lost %r before the view returned: rolling its transaction back", name)
+                        raise LockLostError(
+                            f"The hold of {name!r} was lost before the view returned; its transaction was rolled back",
+                            lock_name=name,
+                        )
+            else:
+                result = func(*args, **kwargs)
+        except BaseException:
+            release()
+            raise
+        finally:
+            _current.reset(token)
+        if request is not None and isinstance(result, HttpResponseBase):
+            result._resource_closers.append(release)
+        else:
+            release()
+        return result
+
+    # -- asyncio calls ---------------------------------------------------------------------------
+    async def _call_async(
+        self, func: Callable[..., Any], key: KeyTemplate, label: str, args: tuple, kwargs: dict
+    ) -> Any:
+        request, name = await self._name_async(func, key, args, kwargs)
+        settings = coord_settings()
+        primitive = self._make(name, label, settings, is_async=True)
+        started = _now()
+        try:
+            acquired = await primitive.acquire(**self._acquire_args())
+        except UNAVAILABLE_ERRORS as exc:
+            fail_open = self._fails_open(settings)
+            self._log_unavailable(name, exc, fail_open)
+            if fail_open:
+                return await _maybe_await(func(*args, **kwargs))
+            if request is None:
+                raise
+            return self._unavailable_response(name, settings)
+        if not acquired:
+            info = self._contention(name, primitive, _now() - started, settings)
+            if request is None:
+                raise LockContended(_contended_message(info), lock_name=name, retry_after=info.retry_after)
+            return await self._contended_async(request, info, settings)
+        release = _AsyncRelease(primitive, asyncio.get_running_loop())
+        token = _current.set(primitive)
+        try:
+            if request is not None:
+                request.coord_lock = primitive  # type: ignore[attr-defined]
+            result = await _maybe_await(func(*args, **kwargs))
+        except BaseException:
+            await release.arelease()
+            raise
+        finally:
+            _current.reset(token)
+        if request is not None and isinstance(result, HttpResponseBase):
+            if getattr(result, "streaming", False) and getattr(result, "is_async", False):
+                result.streaming_content = _released_after(result.streaming_content, release)  # type: ignore
+            result._resource_closers.append(release)
+        else:
+            await release.arelease()
+        return result
+
+    # -- context manager -------------------------------------------------------------------------
+    def _context_name(self) -> str:
+        if self.key is None:
+            raise KeyTemplateError("locked() used as a context manager needs a key.")
+        key = KeyTemplate(self.key, "")
+        if key.callable is not None:
+            return self._check_name(key.callable(**self.params), key)
+        return key.render(self.params)
+
+    def __enter__(self) -> Any:
+        name = self._context_name()
+        settings = coord_settings()
+        primitive = self._make(name, self.label or name, settings, is_async=False)
+        started = _now()
+        try:
+            acquired = primitive.acquire(**self._acquire_args())
+        except UNAVAILABLE_ERRORS as exc:
+            fail_open = self._fails_open(settings)
+            self._log_unavailable(name, exc, fail_open)
+            if not fail_open:
+                raise
+            self._held.set((*self._held.get(), None))
+            return None
+        if not acquired:
+            info = self._contention(name, primitive, _now() - started, settings)
+            raise LockContended(_contended_message(info), lock_name=name, retry_after=info.retry_after)
+        self._held.set((*self._held.get(), primitive))
+        return primitive
+
+    def __exit__(self, *exc_info: Any) -> None:
+        held = self._held.get()
+        primitive = held[-1]
+        self._held.set(held[:-1])
+        if primitive is not None:
+            _release_logged(primitive)
+
+    async def __aenter__(self) -> Any:
+        name = self._context_name()
+        settings = coord_settings()
+        primitive = self._make(name, self.label or name, settings, is_async=True)
+        started = _now()
+        try:
+            acquired = await primitive.acquire(**self._acquire_args())
+        except UNAVAILABLE_ERRORS as exc:
+            fail_open = self._fails_open(settings)
+            self._log_unavailable(name, exc, fail_open)
+            if not fail_open:
+                raise
+            self._held.set((*self._held.get(), None))
+            return None
+        if not acquired:
+            info = self._contention(name, primitive, _now() - started, settings)
+            raise LockContended(_contended_message(info), lock_name=name, retry_after=info.retry_after)
+        self._held.set((*self._held.get(), primitive))
+        return primitive
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        held = self._held.get()
+        primitive = held[-1]
+        self._held.set(held[:-1])
+        if primitive is not None:
+            await _arelease_logged(primitive)
+
+
+def _contended_message(info: Contention) -> str:
+    what = f"all {info.limit} permits of {info.name!r} are taken" if info.limit else f"{info.name!r} is held"
+    return what + (f"; retry in {info.retry_after} s" if info.retry_after is not None else "")
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def _now() -> float:
+    return time.monotonic()
+
+
+def locked(key: Any = None, /, **options: Any) -> Any:
+    """Decorate a view, a class-based view, a method or a function, or use as a context manager.
+
+    ``@locked`` (bare) locks on the view's dotted name; ``@locked("orders:{pk}", timeout=30)``
+    on a template (a callable key goes by keyword: ``@locked(key=lambda request, pk: ...)``).
+    Options: ``timeout``, ``wait``, ``limit``, ``status``, ``handler``, ``template_name``,
+    ``auto_renew``, ``rollback_on_loss``, ``using``, ``fail_open``, ``label``, ``params``.
+    """
+    if "key" in options:
+        if key is not None:
+            raise InvalidLockArgumentType("locked() got the key twice")
+        return Locked(options.pop("key"), **options)
+    if callable(key) and not options:
+        # Bare @locked on a function or class.
+        return Locked()(key)
+    if callable(key):
+        raise InvalidLockArgumentType("pass a callable key by keyword: locked(key=my_key_function, ...)")
+    return Locked(key, **options)

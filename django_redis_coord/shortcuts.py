@@ -1,0 +1,461 @@
+"""Locks and semaphores configured from ``DJANGO_REDIS_COORD``, sending Django signals.
+
+:func:`lock` and :func:`semaphore` (also importable from ``django_redis_coord``) build the core
+primitives on the client of :func:`django_redis_coord.connection.get_client`, with the
+configured ``KEY_PREFIX``, ``DEFAULT_TIMEOUT`` and ``AUTO_RENEW``; :func:`alock` and
+:func:`asemaphore` are the asyncio forms (call them inside a coroutine).  The objects they return
+are the core classes plus the signals of :mod:`django_redis_coord.signals`.
+
+>>> from django_redis_coord import lock                   # doctest: +SKIP
+>>> with lock("invoice:42") as held:                      # doctest: +SKIP
+...     Invoice.objects.filter(pk=42).update(fence=held.fence, status="sent")
+
+>>> from django_redis_coord.shortcuts import alock        # doctest: +SKIP
+>>> async with alock("invoice:42", timeout=10):           # doctest: +SKIP
+...     ...
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Optional, Union
+
+from .asyncio.lock import Lock as AsyncCoreLock
+from .conf import coord_settings
+from .connection import get_async_client, get_client
+from .exceptions import LockNotOwnedError
+from .locks import Lock as CoreLock
+from .signals import asend, lock_acquired, lock_contended, lock_lost, lock_released, send
+
+__all__ = [
+    "lock",
+    "semaphore",
+    "alock",
+    "asemaphore",
+    "SignallingLock",
+    "AsyncSignallingLock",
+    "retry_after_seconds",
+]
+
+#: Marks an argument the caller did not give (``None`` is a meaningful timeout).
+DEFAULT: Any = object()
+
+Name = Union[str, bytes]
+
+
+def retry_after_seconds(pttl_ms: Optional[int]) -> Optional[int]:
+    """Seconds until a holder's TTL runs out, rounded up (at least 1); ``None`` without expiry."""
+    if pttl_ms is None or pttl_ms == -1:
+        return None
+    if pttl_ms < 0:
+        return 1
+    return max(1, math.ceil(pttl_ms / 1000.0))
+
+
+class SignallingMixin:
+    """Sends the hold signals around a sync primitive's acquire and release."""
+
+    # Provided by the primitive the mixin is combined with.
+    kind: str
+    name: Any
+    on_lost: Any
+    fence: Any
+    _state: Any
+
+    def _init_signals(self, app_name: Optional[Name], on_lost: Any) -> None:
+        self.app_name = app_name if app_name is not None else self.name
+        self._user_on_lost = on_lost
+        self.on_lost = self._lost_callback
+
+    def _signal_args(self) -> dict[str, Any]:
+        return {"name": self.app_name, "key": self.name, "kind": self.kind, "instance": self}
+
+    # The last reply that did not grant: how long the current holder still has.
+    def _note_refusal(self, grant: Any) -> Any:
+        if not grant.acquired:
+            self._state().holder_pttl = grant.pttl
+        return grant
+
+    @property
+    def retry_after(self) -> Optional[int]:
+        """After a refused acquire: seconds until the holder's TTL ends (rounded up), else None."""
+        return retry_after_seconds(getattr(self._state(), "holder_pttl", None))
+
+    def _held_time(self) -> Optional[float]:
+        since = getattr(self._state(), "acquired_at", None)
+        return None if since is None else time.monotonic() - since
+
+    def _outermost_hold(self) -> bool:
+        return int(getattr(self._state(), "count", 1) or 1) <= 1
+
+    def _after_acquire(self, acquired: bool, started: float) -> None:
+        waited = time.monotonic() - started
+        state = self._state()
+        if acquired:
+            if self._outermost_hold():
+                state.acquired_at = time.monotonic()
+                state.lost_signalled = False
+                send(lock_acquired, type(self), fence=self.fence, wait_time=waited, **self._signal_args())
+        else:
+            send(lock_contended, type(self), wait_time=waited, retry_after=self.retry_after, **self._signal_args())
+
+    def _lost_callback(self, primitive: Any) -> None:
+        state = self._state()
+        if not getattr(state, "lost_signalled", False):
+            state.lost_signalled = True
+            send(lock_lost, type(self), fence=getattr(state, "fence", None), held_time=self._held_time(),
+                 **self._signal_args())
+        if self._user_on_lost is not None:
+            self._user_on_lost(primitive)
+
+
+class SignallingLock(SignallingMixin, CoreLock):
+    """:class:`django_redis_coord.locks.Lock` sending the signals of :mod:`django_redis_coord.signals`."""
+
+    def __init__(self, redis: Any, name: Name, *args: Any, app_name: Optional[Name] = None, **kwargs: Any) -> None:
+        on_lost = kwargs.pop("on_lost", None)
+        super().__init__(redis, name, *args, **kwargs)
+        self._init_signals(app_name, on_lost)
+
+    def acquire(self, *args: Any, **kwargs: Any) -> bool:
+        started = time.monotonic()
+        acquired = super().acquire(*args, **kwargs)
+        self._after_acquire(acquired, started)
+        return acquired
+
+    def do_acquire(self, *args: Any, **kwargs: Any) -> Any:
+        return self._note_refusal(super().do_acquire(*args, **kwargs))
+
+    def do_cancel(self, *args: Any, **kwargs: Any) -> Any:
+        return self._note_refusal(super().do_cancel(*args, **kwargs))
+
+    def release(self) -> None:
+        state = self._state()
+        fence = self.fence
+        held = self._held_time()
+        try:
+            super().release()
+        except LockNotOwnedError:
+            if not getattr(state, "lost_signalled", False):
+                state.lost_signalled = True
+                send(lock_lost, type(self), fence=fence, held_time=held, **self._signal_args())
+            raise
+        if state.token is None:
+            send(lock_released, type(self), fence=fence, held_time=held, **self._signal_args())
+
+
+class AsyncSignallingLock(SignallingMixin, AsyncCoreLock):
+    """The asyncio :class:`~django_redis_coord.asyncio.lock.Lock` sending the same signals."""
+
+    def __init__(self, redis: Any, name: Name, *args: Any, app_name: Optional[Name] = None, **kwargs: Any) -> None:
+        on_lost = kwargs.pop("on_lost", None)
+        super().__init__(redis, name, *args, **kwargs)
+        self._init_signals(app_name, on_lost)
+
+    async def acquire(self, *args: Any, **kwargs: Any) -> bool:  # type: ignore[override]
+        started = time.monotonic()
+        acquired = await super().acquire(*args, **kwargs)
+        waited = time.monotonic() - started
+        state = self._state()
+        if acquired:
+            if self._outermost_hold():
+                state.acquired_at = time.monotonic()
+                state.lost_signalled = False
+                await asend(lock_acquired, type(self), fence=self.fence, wait_time=waited, **self._signal_args())
+        else:
+            await asend(
+                lock_contended, type(self), wait_time=waited, retry_after=self.retry_after, **self._signal_args()
+            )
+        return acquired
+
+    async def do_acquire(self, *args: Any, **kwargs: Any) -> Any:
+        return self._note_refusal(await super().do_acquire(*args, **kwargs))
+
+    async def do_cancel(self, *args: Any, **kwargs: Any) -> Any:
+        return self._note_refusal(await super().do_cancel(*args, **kwargs))
+
+    def _lost_callback(self, primitive: Any) -> Any:  # type: ignore[override]
+        state = self._state()
+        first = not getattr(state, "lost_signalled", False)
+        state.lost_signalled = True
+        fence, held = getattr(state, "fence", None), self._held_time()
+        user = self._user_on_lost
+
+        async def notify() -> None:
+            if first:
+                await asend(lock_lost, type(self), fence=fence, held_time=held, **self._signal_args())
+            if user is not None:
+                result = user(primitive)
+                if hasattr(result, "__await__"):
+                    await result
+
+        return notify()
+
+    async def release(self) -> None:  # type: ignore[override]
+        state = self._state()
+        fence = self.fence
+        held = self._held_time()
+        try:
+            await super().release()
+        except LockNotOwnedError:
+            if not getattr(state, "lost_signalled", False):
+                state.lost_signalled = True
+                await asend(lock_lost, type(self), fence=fence, held_time=held, **self._signal_args())
+            raise
+        if state.token is None:
+            await asend(lock_released, type(self), fence=fence, held_time=held, **self._signal_args())
+
+
+def _options(timeout: Any, auto_renew: Optional[bool]) -> tuple[Any, bool]:
+    settings = coord_settings()
+    if timeout is DEFAULT:
+        timeout = settings.default_timeout
+    if auto_renew is None:
+        auto_renew = settings.auto_renew and timeout is not None
+    return timeout, bool(auto_renew)
+
+
+def lock(
+    name: Name,
+    timeout: Any = DEFAULT,
+    *,
+    auto_renew: Optional[bool] = None,
+    client: Any = None,
+    **kwargs: Any,
+) -> SignallingLock:
+    """A :class:`~django_redis_coord.locks.Lock` named ``KEY_PREFIX:name`` on the configured Redis.
+
+    ``timeout`` defaults to ``DEFAULT_TIMEOUT`` and ``auto_renew`` to ``AUTO_RENEW``; every
+    other keyword goes to the Lock (``blocking_timeout``, ``label``, ``on_lost``, ...).
+    """
+    timeout, auto_renew = _options(timeout, auto_renew)
+    settings = coord_settings()
+    return SignallingLock(
+        client if client is not None else get_client(),
+        settings.prefixed(name),
+        timeout=timeout,
+        auto_renew=auto_renew,
+        app_name=name,
+        **kwargs,
+    )
+
+
+def alock(
+    name: Name,
+    timeout: Any = DEFAULT,
+    *,
+    auto_renew: Optional[bool] = None,
+    client: Any = None,
+    **kwargs: Any,
+) -> AsyncSignallingLock:
+    """The asyncio form of :func:`lock` (call it inside a coroutine: the client is per event loop)."""
+    timeout, auto_renew = _options(timeout, auto_renew)
+    settings = coord_settings()
+    return AsyncSignallingLock(
+        client if client is not None else get_async_client(),
+        settings.prefixed(name),
+        timeout=timeout,
+        auto_renew=auto_renew,
+        app_name=name,
+        **kwargs,
+    )
+
+
+class SemaphoreSignals:
+    """Sends the hold signals around a semaphore's acquire and release (sync and asyncio share it).
+
+    Permits are tracked by token, so a permit taken with an ``identity`` can be released, with
+    its signal, from any thread or task.
+    """
+
+    kind: str
+    name: Any
+    on_lost: Any
+    permit: Any
+
+    def _init_signals(self, app_name: Optional[Name], on_lost: Any) -> None:
+        self.app_name = app_name if app_name is not None else self.name
+        self._user_on_lost = on_lost
+        self.on_lost = self._lost_callback
+        self._acquired_at: dict[bytes, float] = {}
+        self._lost_signalled: set[bytes] = set()
+        #: Milliseconds until the earliest permit ends, from the latest refused acquire.
+        self.refused_pttl: Optional[int] = None
+
+    def _signal_args(self) -> dict[str, Any]:
+        return {"name": self.app_name, "key": self.name, "kind": self.kind, "instance": self}
+
+    def _note_refusal(self, grant: Any) -> Any:
+        if not grant.acquired:
+            self.refused_pttl = grant.pttl
+        return grant
+
+    @property
+    def retry_after(self) -> Optional[int]:
+        """After a refused acquire: seconds until the earliest permit ends (rounded up), else None."""
+        return retry_after_seconds(self.refused_pttl)
+
+    def _acquired(self, identity: Any, started: float) -> dict[str, Any]:
+        permit = self.permit(identity)
+        now = time.monotonic()
+        self._acquired_at[permit.token] = now
+        self._lost_signalled.discard(permit.token)
+        return {"fence": permit.fence, "wait_time": now - started, **self._signal_args()}
+
+    def _before_release(self, identity: Any) -> tuple[Any, dict[str, Any]]:
+        permit = self.permit(identity)
+        if permit is None:
+            return None, {}
+        since = self._acquired_at.pop(permit.token, None)
+        held = None if since is None else time.monotonic() - since
+        return permit, {"fence": permit.fence, "held_time": held, **self._signal_args()}
+
+    def _first_loss(self, permit: Any) -> bool:
+        if permit is None or permit.token in self._lost_signalled:
+            return False
+        self._lost_signalled.add(permit.token)
+        return True
+
+    def _lost_callback(self, permit: Any) -> Any:
+        if self._first_loss(permit):
+            since = self._acquired_at.get(permit.token)
+            send(lock_lost, type(self), fence=permit.fence,
+                 held_time=None if since is None else time.monotonic() - since, **self._signal_args())
+        if self._user_on_lost is not None:
+            return self._user_on_lost(permit)
+        return None
+
+
+def _semaphore_class() -> type:
+    from .semaphores import Semaphore
+
+    class SignallingSemaphore(SemaphoreSignals, Semaphore):  # type: ignore[misc, valid-type]
+        """:class:`django_redis_coord.semaphores.Semaphore` sending the hold signals."""
+
+        def __init__(self, redis: Any, name: Name, *args: Any, app_name: Optional[Name] = None, **kwargs: Any):
+            on_lost = kwargs.pop("on_lost", None)
+            super().__init__(redis, name, *args, **kwargs)
+            self._init_signals(app_name, on_lost)
+
+        def do_acquire(self, *args: Any, **kwargs: Any) -> Any:
+            return self._note_refusal(super().do_acquire(*args, **kwargs))
+
+        def do_cancel(self, *args: Any, **kwargs: Any) -> Any:
+            return self._note_refusal(super().do_cancel(*args, **kwargs))
+
+        def acquire(self, identity: Any = None, blocking: Any = None, blocking_timeout: Any = None) -> bool:
+            started = time.monotonic()
+            acquired = super().acquire(identity, blocking, blocking_timeout)
+            if acquired:
+                send(lock_acquired, type(self), **self._acquired(identity, started))
+            else:
+                send(lock_contended, type(self), wait_time=time.monotonic() - started,
+                     retry_after=self.retry_after, **self._signal_args())
+            return acquired
+
+        def release(self, identity: Any = None) -> bool:
+            permit, args = self._before_release(identity)
+            released = super().release(identity)
+            if released and permit is not None and not permit.lost:
+                send(lock_released, type(self), **args)
+            elif self._first_loss(permit):
+                send(lock_lost, type(self), **args)
+            return released
+
+    return SignallingSemaphore
+
+
+def _async_semaphore_class() -> type:
+    from .asyncio.semaphore import Semaphore  # type: ignore[import-not-found]
+
+    class AsyncSignallingSemaphore(SemaphoreSignals, Semaphore):  # type: ignore[misc, valid-type]
+        """The asyncio :class:`~django_redis_coord.asyncio.semaphore.Semaphore` sending the hold signals."""
+
+        def __init__(self, redis: Any, name: Name, *args: Any, app_name: Optional[Name] = None, **kwargs: Any):
+            on_lost = kwargs.pop("on_lost", None)
+            super().__init__(redis, name, *args, **kwargs)
+            self._init_signals(app_name, on_lost)
+
+        async def do_acquire(self, *args: Any, **kwargs: Any) -> Any:
+            return self._note_refusal(await super().do_acquire(*args, **kwargs))
+
+        async def do_cancel(self, *args: Any, **kwargs: Any) -> Any:
+            return self._note_refusal(await super().do_cancel(*args, **kwargs))
+
+        async def acquire(self, identity: Any = None, blocking: Any = None, blocking_timeout: Any = None) -> bool:
+            started = time.monotonic()
+            acquired = await super().acquire(identity, blocking, blocking_timeout)
+            if acquired:
+                await asend(lock_acquired, type(self), **self._acquired(identity, started))
+            else:
+                await asend(lock_contended, type(self), wait_time=time.monotonic() - started,
+                            retry_after=self.retry_after, **self._signal_args())
+            return acquired
+
+        async def release(self, identity: Any = None) -> bool:
+            permit, args = self._before_release(identity)
+            released = await super().release(identity)
+            if released and permit is not None and not permit.lost:
+                await asend(lock_released, type(self), **args)
+            elif self._first_loss(permit):
+                await asend(lock_lost, type(self), **args)
+            return released
+
+        def _lost_callback(self, permit: Any) -> Any:
+            first = self._first_loss(permit)
+            since = self._acquired_at.get(permit.token)
+            held = None if since is None else time.monotonic() - since
+            user = self._user_on_lost
+
+            async def notify() -> None:
+                if first:
+                    await asend(lock_lost, type(self), fence=permit.fence, held_time=held, **self._signal_args())
+                if user is not None:
+                    result = user(permit)
+                    if hasattr(result, "__await__"):
+                        await result
+
+            return notify()
+
+    return AsyncSignallingSemaphore
+
+
+_classes: dict[str, type] = {}
+
+
+def semaphore_class(*, asyncio: bool = False) -> type:
+    """The signalling semaphore class (sync or asyncio), built on first use."""
+    key = "async" if asyncio else "sync"
+    cls = _classes.get(key)
+    if cls is None:
+        cls = _classes[key] = _async_semaphore_class() if asyncio else _semaphore_class()
+    return cls
+
+
+def make_semaphore(name: Name, limit: int, timeout: Any = DEFAULT, *, asyncio: bool = False,
+                   auto_renew: Optional[bool] = None, client: Any = None, **kwargs: Any) -> Any:
+    """A signalling semaphore named ``KEY_PREFIX:name`` with ``limit`` permits (see :func:`semaphore`)."""
+    timeout, auto_renew = _options(timeout, auto_renew)
+    settings = coord_settings()
+    if client is None:
+        client = get_async_client() if asyncio else get_client()
+    return semaphore_class(asyncio=asyncio)(
+        client, settings.prefixed(name), limit, timeout, app_name=name, auto_renew=auto_renew, **kwargs
+    )
+
+
+def semaphore(name: Name, limit: int, timeout: Any = DEFAULT, **kwargs: Any) -> Any:
+    """A :class:`~django_redis_coord.semaphores.Semaphore` of ``limit`` permits named ``KEY_PREFIX:name``.
+
+    ``timeout`` (each permit's lease) defaults to ``DEFAULT_TIMEOUT`` and ``auto_renew`` to
+    ``AUTO_RENEW``; other keywords go to the Semaphore (``blocking``, ``blocking_timeout``, ``label``,
+    ``on_lost``, ...).  The limit is stored in Redis by the first acquire of the name; see
+    :meth:`~django_redis_coord.semaphores.Semaphore.set_max_size` to change it.
+    """
+    return make_semaphore(name, limit, timeout, asyncio=False, **kwargs)
+
+
+def asemaphore(name: Name, limit: int, timeout: Any = DEFAULT, **kwargs: Any) -> Any:
+    """The asyncio form of :func:`semaphore` (call it inside a coroutine)."""
+    return make_semaphore(name, limit, timeout, asyncio=True, **kwargs)

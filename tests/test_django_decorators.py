@@ -1,0 +1,508 @@
+"""@locked on real views through Django's test clients, against the session's redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import AsyncClient, Client, override_settings
+
+from django_redis_coord import locked
+from django_redis_coord.decorators import KeyTemplateError, LockContended, MissingKeyValue, current_lock
+from django_redis_coord.exceptions import InvalidLockArgument, LockLostError
+from tests.procs import CTX, run_processes
+from tests.testapp.models import Account
+
+
+def wait_for(predicate, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
+
+
+def entered(client, name: str, count: int = 1) -> bool:
+    return int(client.get(f"entered:{name}") or 0) >= count
+
+
+def in_thread(target):
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = target()
+        except BaseException as exc:  # reported by result()
+            box["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+
+    def result():
+        thread.join(30)
+        assert not thread.is_alive(), "request thread did not finish"
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    return result
+
+
+def contend(redis_client, path: str, name: str):
+    """First request holds ``path``; a second one arrives while it is inside; then let go."""
+    first = in_thread(lambda: Client().get(path))
+    wait_for(lambda: entered(redis_client, name))
+    second = Client().get(path)
+    redis_client.set(f"go:{name}", 1)
+    return first(), second
+
+
+def assert_conflict(response, timeout: float = 30) -> None:
+    assert response.status_code == 409
+    retry_after = int(response["Retry-After"])
+    # The holder took the lock for `timeout` seconds a moment ago: the remaining TTL rounded up.
+    assert timeout - 5 <= retry_after <= timeout
+
+
+# -- two concurrent requests ---------------------------------------------------------------------
+def test_threads_one_200_one_409_with_retry_after(redis_client):
+    first, second = contend(redis_client, "/t/hold/a/", "a")
+    assert first.status_code == 200
+    assert first.content.startswith(b"hold:a fence=")
+    assert_conflict(second)
+    assert b"another request holds it" in second.content
+    # Released once the first response finished: the next request gets in.
+    redis_client.delete("go:a", "entered:a")
+    redis_client.set("go:a", 1)
+    assert Client().get("/t/hold/a/").status_code == 200
+
+
+def _request_in_child(path: str, name: str, role: str):
+    import redis
+    from django.conf import settings
+
+    flags = redis.Redis.from_url(settings.REDIS_URL)
+    if role == "second":
+        wait_for(lambda: entered(flags, name))
+    response = Client().get(path)
+    if role == "second":
+        flags.set(f"go:{name}", 1)
+    return role, response.status_code, response.get("Retry-After")
+
+
+def test_processes_one_200_one_409_with_retry_after(redis_client):
+    results = dict(
+        (role, (status, retry))
+        for role, status, retry in run_processes(
+            _request_in_child, [("/t/hold/p/", "p", "first"), ("/t/hold/p/", "p", "second")]
+        )
+    )
+    assert results["first"] == (200, None)
+    status, retry_after = results["second"]
+    assert status == 409
+    assert 25 <= int(retry_after) <= 30
+
+
+def test_processes_racing_at_once_exactly_one_wins(redis_client):
+    barrier = CTX.Barrier(3)
+
+    def racer(index: int):
+        import redis
+        from django.conf import settings
+
+        barrier.wait(10)
+        response = Client().get("/t/hold/race/")
+        if response.status_code != 200:
+            redis.Redis.from_url(settings.REDIS_URL).incr("refused:race")
+        return response.status_code
+
+    runner = in_thread(lambda: run_processes(racer, [(0,), (1,), (2,)]))
+    # All three are on their way; once one is inside and the others were refused, let it go.
+    wait_for(lambda: entered(redis_client, "race") and int(redis_client.get("refused:race") or 0) >= 2)
+    redis_client.set("go:race", 1)
+    statuses = sorted(runner())
+    assert statuses == [200, 409, 409]
+
+
+# -- views of every shape ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "path, prefix",
+    [("/t/cbv/c/", b"cbv:c"), ("/t/cbv-method/c/", b"cbvm:c"), ("/t/cbv-dispatch/c/", b"cbvd:c")],
+)
+def test_class_based_views(redis_client, path, prefix):
+    first, second = contend(redis_client, path, "c")
+    assert first.status_code == 200 and first.content.startswith(prefix)
+    assert_conflict(second)
+
+
+def test_async_view_two_concurrent_requests(redis_client):
+    async def scenario():
+        client = AsyncClient()
+        first = asyncio.ensure_future(client.get("/t/ahold/x/"))
+        while not entered(redis_client, "x"):
+            await asyncio.sleep(0.01)
+        second = await client.get("/t/ahold/x/")
+        redis_client.set("go:x", 1)
+        return await first, second
+
+    first, second = asyncio.run(scenario())
+    assert first.status_code == 200 and first.content.startswith(b"hold:x fence=")
+    assert_conflict(second)
+    # The async view released its lock: a sync request to the same key gets in.
+    redis_client.delete("entered:x")
+    assert Client().get("/t/hold/x/").status_code == 200
+
+
+def test_async_view_uses_asyncio_client_without_thread_hop(redis_client):
+    seen = {}
+
+    @locked("nohop")
+    async def view(request):
+        seen["thread"] = threading.get_ident()
+        seen["lock"] = type(current_lock()).__mro__
+        return "done"
+
+    async def scenario():
+        from django.test import RequestFactory
+
+        seen["loop_thread"] = threading.get_ident()
+        return await view(RequestFactory().get("/"))
+
+    assert asyncio.run(scenario()) == "done"
+    assert seen["thread"] == seen["loop_thread"]
+    from django_redis_coord.asyncio.lock import Lock as AsyncLock
+
+    assert AsyncLock in seen["lock"]
+
+
+def test_async_class_based_view(redis_client):
+    async def scenario():
+        client = AsyncClient()
+        first = asyncio.ensure_future(client.get("/t/acbv/y/"))
+        while not entered(redis_client, "y"):
+            await asyncio.sleep(0.01)
+        second = await client.get("/t/acbv/y/")
+        redis_client.set("go:y", 1)
+        return await first, second
+
+    first, second = asyncio.run(scenario())
+    assert first.status_code == 200 and first.content.startswith(b"acbv:y")
+    assert_conflict(second)
+
+
+# -- lifetime ------------------------------------------------------------------------------------
+def test_streaming_response_holds_until_stream_closed(redis_client):
+    response = Client().get("/t/stream/s/")
+    assert response.status_code == 200
+    assert redis_client.exists("stream:s"), "the lock must outlive the view while the stream is open"
+    assert Client().get("/t/stream/s/").status_code == 409
+    assert b"".join(response.streaming_content) == b"0\n1\n2\n"
+    assert not redis_client.exists("stream:s")
+    follow_up = Client().get("/t/stream/s/")
+    assert follow_up.status_code == 200
+    assert b"".join(follow_up.streaming_content) == b"0\n1\n2\n"
+
+
+def test_async_streaming_response_holds_until_stream_closed(redis_client):
+    async def scenario():
+        client = AsyncClient()
+        response = await client.get("/t/astream/s2/")
+        held_during = bool(redis_client.exists("stream:s2"))
+        refused = (await client.get("/t/astream/s2/")).status_code
+        body = b"".join([chunk async for chunk in response.streaming_content])
+        await asyncio.sleep(0)
+        return held_during, refused, body
+
+    held_during, refused, body = asyncio.run(scenario())
+    assert held_during and refused == 409 and body == b"0\n1\n2\n"
+    wait_for(lambda: not redis_client.exists("stream:s2"), timeout=5)
+
+
+def test_exception_releases(redis_client):
+    client = Client(raise_request_exception=True)
+    for _ in range(2):  # the second call would be a 409 if the first had kept the lock
+        with pytest.raises(ValueError, match="boom e"):
+            client.get("/t/boom/e/")
+    assert not redis_client.exists("boom:e")
+    assert Client(raise_request_exception=False).get("/t/boom/e/").status_code == 500
+
+
+def test_async_exception_releases(redis_client):
+    async def scenario():
+        client = AsyncClient(raise_request_exception=True)
+        for _ in range(2):
+            with pytest.raises(ValueError, match="boom f"):
+                await client.get("/t/aboom/f/")
+
+    asyncio.run(scenario())
+    assert not redis_client.exists("boom:f")
+
+
+def test_wait_lets_the_second_request_in_after_the_first(redis_client):
+    first = in_thread(lambda: Client().get("/t/wait/w/"))
+    wait_for(lambda: entered(redis_client, "w"))
+    second = in_thread(lambda: Client().get("/t/wait/w/"))
+    time.sleep(0.3)
+    assert not entered(redis_client, "w", 2), "the second request must wait for the first"
+    redis_client.set("go:w", 1)
+    assert first().status_code == 200
+    assert second().status_code == 200
+
+
+@pytest.mark.django_db
+def test_rollback_on_loss_rolls_back_the_views_transaction(redis_client):
+    Account.objects.create(name="r", balance=0)
+    client = Client(raise_request_exception=True)
+    with pytest.raises(LockLostError):
+        client.get("/t/rollback/r/?sleep=0.6")
+    assert Account.objects.get(name="r").balance == 0
+    assert client.get("/t/rollback/r/").status_code == 200
+    assert Account.objects.get(name="r").balance == 100
+
+
+@pytest.mark.django_db(transaction=True)
+def test_watchdog_keeps_a_long_view_locked(redis_client):
+    Account.objects.create(name="k", balance=0)
+    first = in_thread(lambda: Client().get("/t/renewed/k/"))
+    wait_for(lambda: entered(redis_client, "k"))
+    time.sleep(1.0)  # more than three lock timeouts
+    second = Client().get("/t/renewed/k/")
+    redis_client.set("go:k", 1)
+    assert first().status_code == 200
+    assert second.status_code == 409
+    assert Account.objects.get(name="k").balance == 1
+
+
+# -- keys ----------------------------------------------------------------------------------------
+@pytest.mark.django_db(transaction=True)
+def test_key_from_request_user(redis_client):
+    alice = User.objects.create_user("alice")
+    client = Client()
+    client.force_login(alice)
+    response = client.get("/t/user/")
+    assert response.content.startswith(f"user:{alice.pk} ".encode())
+
+    async def scenario():
+        async_client = AsyncClient()
+        await async_client.aforce_login(alice)
+        return await async_client.get("/t/auser/")
+
+    assert asyncio.run(scenario()).content.startswith(f"user:{alice.pk} ".encode())
+
+
+@pytest.mark.django_db
+def test_anonymous_user_is_refused_rather_than_sharing_a_key(redis_client):
+    response = Client().get("/t/user/")
+    assert response.status_code == 400
+    assert not redis_client.keys("user:*")
+
+
+def test_key_from_query_and_headers(redis_client):
+    assert Client().get("/t/query/", {"item": "a b/c"}).content.startswith(b"item:a%20b%2Fc ")
+    assert Client().get("/t/header/", headers={"X-Tenant": "acme"}).content.startswith(b"tenant:acme ")
+
+
+def test_missing_query_or_header_is_a_bad_request_not_a_shared_key(redis_client):
+    assert Client().get("/t/query/").status_code == 400
+    assert Client().get("/t/header/").status_code == 400
+    assert Client().get("/t/query/", {"item": ""}).status_code == 400
+    assert redis_client.dbsize() == 0
+
+
+def test_values_are_encoded_so_different_values_never_share_a_key(redis_client):
+    @locked("pair:{a}:{b}")
+    def job(a, b):
+        return current_lock().name
+
+    assert job("x:y", "z") != job("x", "y:z")
+
+
+def test_default_key_is_the_views_dotted_name(redis_client):
+    assert Client().get("/t/default/").content == b"tests.testapp.views.default_key"
+
+
+def test_callable_key(redis_client):
+    assert Client().get("/t/callable/abc/").content.startswith(b"callable:cba ")
+
+
+def test_template_naming_an_unknown_argument_fails_at_decoration():
+    with pytest.raises(KeyTemplateError, match="pkk"):
+
+        @locked("order:{pkk}")
+        def view(request, pk):
+            pass
+
+    with pytest.raises(KeyTemplateError, match="positional"):
+        locked("order:{}")(lambda request: None)
+    with pytest.raises(KeyTemplateError, match="not a valid template"):
+        locked("order:{pk")(lambda request, pk: None)
+
+
+def test_template_on_view_with_kwargs_fails_at_request_time(redis_client, rf):
+    @locked("order:{pk}")
+    def view(request, **kwargs):
+        return "ran"
+
+    assert view(rf.get("/"), pk=3) == "ran"
+    with pytest.raises(KeyTemplateError, match=r"\{pk\}"):
+        view(rf.get("/"), other=3)
+    with pytest.raises(KeyTemplateError, match="cannot fill"):
+        locked("order:{kwargs[nope]}")(view)(rf.get("/"), pk=1)
+
+
+def test_bad_options_fail_at_decoration():
+    with pytest.raises(InvalidLockArgument):
+        locked("x", limit=0)
+    with pytest.raises(InvalidLockArgument):
+        locked("x", status=200)
+    with pytest.raises(InvalidLockArgument):
+        locked("x", timeout=-1)
+    from django.core.exceptions import ImproperlyConfigured
+
+    with pytest.raises(ImproperlyConfigured, match="rollback_on_loss"):
+
+        @locked("x", rollback_on_loss=True)
+        async def view(request):
+            pass
+
+
+# -- contention answers --------------------------------------------------------------------------
+def test_configurable_status_handler_and_template(redis_client, rf):
+    blocker = locked("busy")
+    with blocker:
+
+        @locked("busy", status=423)
+        def with_status(request):
+            return "ran"
+
+        response = with_status(rf.get("/"))
+        assert response.status_code == 423 and int(response["Retry-After"]) >= 1
+
+        def handler(request, contention):
+            from django.http import JsonResponse
+
+            return JsonResponse({"name": contention.name, "retry": contention.retry_after}, status=429)
+
+        response = locked("busy", handler=handler)(lambda request: "ran")(rf.get("/"))
+        body = json.loads(response.content)
+        assert response.status_code == 429 and body["name"] == "busy"
+        assert response["Retry-After"] == str(body["retry"])
+
+        with override_settings(
+            TEMPLATES=[{"BACKEND": "django.template.backends.django.DjangoTemplates", "DIRS": [], "OPTIONS": {
+                "loaders": [("django.template.loaders.locmem.Loader", {"busy.html": "busy {{ contention.name }}"})]
+            }}]
+        ):
+            response = locked("busy", template_name="busy.html")(lambda request: "ran")(rf.get("/"))
+        assert response.status_code == 409 and response.content == b"busy busy"
+
+        with override_settings(DJANGO_REDIS_COORD={"URL": redis_client_url(redis_client), "CONTENTION_STATUS": 429}):
+            assert locked("busy")(lambda request: "ran")(rf.get("/")).status_code == 429
+
+
+def redis_client_url(client) -> str:
+    kwargs = client.connection_pool.connection_kwargs
+    return f"redis://{kwargs['host']}:{kwargs['port']}/0"
+
+
+# -- plain functions and the context manager -----------------------------------------------------
+def test_plain_function_and_context_manager(redis_client):
+    calls = []
+
+    @locked("report:{day}", timeout=10)
+    def build(day, *, force=False):
+        calls.append((day, current_lock().name))
+        return "built"
+
+    assert build("mon") == "built"
+    assert calls == [("mon", "report:mon")]
+    with locked("report:{day}", params={"day": "tue"}) as held:
+        assert held.fence and held.name == "report:tue"
+        assert build("mon") == "built"  # other key
+        with pytest.raises(LockContended) as info:
+            build("tue")
+        assert 1 <= info.value.retry_after <= 60
+    assert build("tue") == "built"
+
+
+def test_async_plain_function_and_context_manager(redis_client):
+    @locked("job:{n}")
+    async def job(n):
+        return current_lock().name
+
+    async def scenario():
+        async with locked("job:{n}", params={"n": 1}) as held:
+            assert held.fence
+            with pytest.raises(LockContended):
+                await job(1)
+            assert await job(2) == "job:2"
+        return await job(1)
+
+    assert asyncio.run(scenario()) == "job:1"
+
+
+def test_celery_style_bound_task(redis_client):
+    class Task:
+        name = "tasks.send"
+
+    @locked("task:{self.name}:{order_id}")
+    def send(self, order_id):
+        return current_lock().name
+
+    assert send(Task(), 7) == "task:tasks.send:7"
+
+
+# -- limit=N: a semaphore ------------------------------------------------------------------------
+def _limited_racer(barrier, path: str, name: str):
+    import redis
+    from django.conf import settings
+
+    barrier.wait(10)
+    response = Client().get(path)
+    if response.status_code != 200:
+        redis.Redis.from_url(settings.REDIS_URL).incr(f"refused:{name}")
+    return response.status_code, response.get("Retry-After")
+
+
+def test_limit_two_lets_exactly_two_in_across_processes(redis_client):
+    barrier = CTX.Barrier(4)
+    runner = in_thread(
+        lambda: run_processes(_limited_racer, [(barrier, "/t/limited/l/", "l") for _ in range(4)])
+    )
+    wait_for(lambda: entered(redis_client, "l", 2) and int(redis_client.get("refused:l") or 0) >= 2)
+    assert int(redis_client.get("entered:l")) == 2
+    redis_client.set("go:l", 1)
+    results = runner()
+    assert sorted(status for status, _ in results) == [200, 200, 409, 409]
+    for status, retry_after in results:
+        if status == 409:
+            assert 25 <= int(retry_after) <= 30
+    # Both permits came back: two more get in at once.
+    redis_client.delete("entered:l")
+    assert [Client().get("/t/limited/l/").status_code for _ in range(2)] == [200, 200]
+
+
+def test_limit_two_with_threads_and_permit_fences(redis_client):
+    firsts = [in_thread(lambda: Client().get("/t/limited/m/")) for _ in range(2)]
+    wait_for(lambda: entered(redis_client, "m", 2))
+    third = Client().get("/t/limited/m/")
+    assert third.status_code == 409 and b"all permits are taken" in third.content
+    redis_client.set("go:m", 1)
+    bodies = [first().content for first in firsts]
+    fences = sorted(int(body.split(b"=")[1]) for body in bodies)
+    assert fences[0] < fences[1]
+
+
+def test_plain_function_with_a_missing_value_raises(redis_client):
+    @locked("invoice:{invoice_id}")
+    def send(invoice_id=None):
+        return "sent"
+
+    with pytest.raises(MissingKeyValue, match="None"):
+        send()
+    assert send(5) == "sent"
+    assert redis_client.dbsize() > 0 and not redis_client.exists("invoice:None")
