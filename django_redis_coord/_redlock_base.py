@@ -24,7 +24,7 @@ from ._base import Grant, LockBase, Number, check_number, drift, to_ms
 from .exceptions import CoordError, InvalidLockArgument, InvalidLockArgumentType
 from .scripts import script_text
 
-__all__ = ["QuorumUnavailable", "RedlockBase", "Command", "DEFAULT_TIMEOUT", "DEFAULT_RETRY_DELAY"]
+__all__ = ["QuorumUnavailable", "RedlockBase", "Command", "DEFAULT_TIMEOUT", "DEFAULT_RETRY_DELAY", "pack"]
 
 #: Lease of a Redlock hold when none is given (seconds).
 DEFAULT_TIMEOUT = 10.0
@@ -49,6 +49,40 @@ class QuorumUnavailable(CoordError, RedisConnectionError):
     ) -> None:
         super().__init__(message, lock_name=lock_name)
         self.failures: dict[str, BaseException] = dict(failures or {})
+
+
+class NoBackoff:
+    """No pause between retries (the dedicated connections to masters never retry anyway)."""
+
+    def compute(self, failures: int) -> float:
+        return 0.0
+
+    def reset(self) -> None:
+        pass
+
+
+def _encode(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, int):
+        return b"%d" % value
+    return repr(value).encode()
+
+
+def pack(commands: Sequence[tuple]) -> bytes:
+    """RESP encoding of ``commands`` (the same bytes go to every master)."""
+    out = []
+    for args in commands:
+        out.append(b"*%d\r\n" % len(args))
+        for arg in args:
+            data = _encode(arg)
+            out.append(b"$%d\r\n" % len(data))
+            out.append(data)
+            out.append(b"\r\n")
+    return b"".join(out)
+
 
 
 class Command(NamedTuple):

@@ -49,9 +49,11 @@ from ._redlock_base import (
     DEFAULT_RETRY_DELAY,
     DEFAULT_TIMEOUT,
     Command,
+    NoBackoff,
     QuorumUnavailable,
     RedlockBase,
     SharedHold,
+    pack,
 )
 from .exceptions import LockAcquireTimeout, LockError, LockLostError, LockNotOwnedError
 
@@ -61,14 +63,6 @@ logger = logging.getLogger("django_redis_coord")
 
 
 # -- talking to all masters at once -----------------------------------------------------------
-class _NoBackoff:
-    def compute(self, failures: int) -> float:
-        return 0.0
-
-    def reset(self) -> None:
-        pass
-
-
 class _Link:
     """Dedicated connections to one master, built from its client's connection settings with
     no retries and socket timeouts of ``node_timeout``; idle ones are kept for reuse."""
@@ -76,7 +70,7 @@ class _Link:
     def __init__(self, pool: Any, node_timeout: float) -> None:
         self.connection_class = pool.connection_class
         kwargs = dict(pool.connection_kwargs)
-        kwargs["retry"] = Retry(_NoBackoff(), 0)  # type: ignore[arg-type]
+        kwargs["retry"] = Retry(NoBackoff(), 0)  # type: ignore[arg-type]
         kwargs["socket_timeout"] = node_timeout
         if "host" in kwargs or "service_name" in kwargs or "connection_pool" in kwargs:
             kwargs["socket_connect_timeout"] = node_timeout
@@ -154,29 +148,6 @@ def _executor() -> ThreadPoolExecutor:
             if connector is None or connector.pid != os.getpid():
                 connector = _connector = _Connector()
     return connector.executor
-
-
-def _encode(value: Any) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    if isinstance(value, int):
-        return b"%d" % value
-    return repr(value).encode()
-
-
-def pack(commands: Sequence[tuple]) -> bytes:
-    """RESP encoding of ``commands`` (the same bytes go to every master)."""
-    out = []
-    for args in commands:
-        out.append(b"*%d\r\n" % len(args))
-        for arg in args:
-            data = _encode(arg)
-            out.append(b"$%d\r\n" % len(data))
-            out.append(data)
-            out.append(b"\r\n")
-    return b"".join(out)
 
 
 def _send(conn: Any, packed: bytes) -> None:
@@ -448,14 +419,18 @@ class Redlock(RedlockBase):
                     if self.auto_renew:
                         _watchdog.sync_watchdog().register(self, hold, token)
                     return True
-        # Not held: undo wherever the request may have been granted (all but clear refusals).
-        release = [self.release_command(token)]
-        undo = [release if i not in tally.refused else [] for i in range(n)]
-        if any(undo):
-            self._fan_out(undo)
+        self._undo(token, set(tally.refused))
         if len(tally.failures) > n - self.quorum:
             raise self.unreachable(tally.failures, "acquire")
         return self.holder_hint(tally.refused)
+
+    def _undo(self, token: bytes, skip: set[int]) -> None:
+        """Release an attempt everywhere it may have been granted (all masters but ``skip``,
+        which clearly refused it)."""
+        release = [self.release_command(token)]
+        undo = [release if i not in skip else [] for i in range(len(self.masters))]
+        if any(undo):
+            self._fan_out(undo)
 
     # -- inspection ----------------------------------------------------------------------------
     def _tokens(self, action: str) -> list[Optional[bytes]]:
