@@ -24,4 +24,5 @@ urlpatterns = [
     path("callable/<str:name>/", views.by_callable),
     path("rollback/<str:name>/", views.rollback),
     path("renewed/<str:name>/", views.renewed),
+    path("fenced/<str:name>/", views.fenced),
 ]

@@ -187,3 +187,13 @@ def renewed(request, name):
     Account.objects.filter(name=name).update(balance=F("balance") + 1)
     hold_until_released(name)
     return describe(request)
+
+
+@locked("fenced:{name}", timeout=30)
+def fenced(request, name):
+    from django_redis_coord import fenced_update
+
+    applied = fenced_update(
+        Account.objects.filter(name=name), request.coord_lock.fence, balance=int(request.GET["balance"])
+    )
+    return HttpResponse("applied" if applied else "refused")

@@ -1,0 +1,153 @@
+"""Fenced writes: the protected resource itself refuses a holder whose lock has moved on.
+
+A lock alone cannot stop a holder that was paused (GC, swap, a slow network) past its TTL from
+writing after the next holder got in.  Every grant carries a fence token that is greater than
+every fence issued before for that name, so the resource can compare: a write carrying a fence
+lower than the last one it accepted comes from a stale holder and is refused.
+
+* :func:`fenced_update` does it for a database row: one ``UPDATE ... SET fence = %s, ...
+  WHERE ... AND fence <= %s``, atomic in the database, returning whether it applied.
+* :func:`fenced_set` / :func:`fenced_get` do it for a value in Redis (one Lua script,
+  ``lua/fenced_set.lua``).
+
+A holder paused past its TTL cannot overwrite the newer holder's row::
+
+    from django_redis_coord import fenced_update, lock
+
+    first = lock("account:7", timeout=5)
+    first.acquire()
+    stale_fence = first.fence
+    # ... first is paused for more than 5 s; its lock expires ...
+    second = lock("account:7", timeout=5)
+    second.acquire()
+    fenced_update(Account.objects.filter(pk=7), second.fence, balance=200)   # True
+    # first wakes up and writes what it computed before the pause:
+    fenced_update(Account.objects.filter(pk=7), stale_fence, balance=100)    # False: refused
+
+The model needs an integer column for the fence (``models.BigIntegerField(default=0)``: fences
+are microsecond-scale integers, larger than 2^31).  A write with the same fence as the last one is
+accepted: it is the same holder writing again (fences are never issued twice).
+
+This module imports Django only inside :func:`fenced_update`; the Redis helpers work anywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+from .exceptions import InvalidLockArgument, InvalidLockArgumentType
+from .keys import encode_name
+from .scripts import async_scripts, sync_scripts
+
+__all__ = ["fenced_update", "afenced_update", "fenced_set", "afenced_set", "fenced_get", "afenced_get"]
+
+#: Fences are compared as Lua numbers (doubles) in Redis: exact below 2^53.
+MAX_FENCE = 2**53 - 1
+
+
+def check_fence(fence: object) -> int:
+    """Refuse anything but a non-negative integer fence (``None`` means no hold)."""
+    if fence is None:
+        raise InvalidLockArgumentType("fence is None: the write is not made under a hold")
+    if isinstance(fence, bool) or not isinstance(fence, int):
+        raise InvalidLockArgumentType(f"fence must be an int, not {type(fence).__name__}")
+    if fence < 0 or fence > MAX_FENCE:
+        raise InvalidLockArgument(f"fence must be between 0 and 2**53 - 1, got {fence}")
+    return fence
+
+
+# -- database rows -------------------------------------------------------------------------------
+def fenced_update(queryset: Any, fence: int, field: str = "fence", **values: Any) -> bool:
+    """Update the rows of ``queryset`` with ``values`` and ``field = fence``, unless a newer fence wrote.
+
+    One ``UPDATE`` whose ``WHERE`` adds ``field <= fence``: the comparison and the write happen
+    atomically in the database, without a transaction around them.  Returns True when at least
+    one row was updated, False when every matching row carries a newer fence (or none matched).
+    """
+    check_fence(fence)
+    if not isinstance(field, str) or not field:
+        raise InvalidLockArgumentType("field must be the name of the fence column")
+    if field in values:
+        raise InvalidLockArgument(f"{field!r} is set to the fence; do not pass it among the values")
+    return queryset.filter(**{f"{field}__lte": fence}).update(**{field: fence}, **values) > 0
+
+
+async def afenced_update(queryset: Any, fence: int, field: str = "fence", **values: Any) -> bool:
+    """The asyncio form of :func:`fenced_update` (``QuerySet.aupdate``)."""
+    check_fence(fence)
+    if not isinstance(field, str) or not field:
+        raise InvalidLockArgumentType("field must be the name of the fence column")
+    if field in values:
+        raise InvalidLockArgument(f"{field!r} is set to the fence; do not pass it among the values")
+    return await queryset.filter(**{f"{field}__lte": fence}).aupdate(**{field: fence}, **values) > 0
+
+
+# -- Redis values --------------------------------------------------------------------------------
+Value = Union[str, bytes, int, float]
+
+
+def _set_args(key: Union[str, bytes], value: Value, fence: int, ttl: Optional[float]) -> tuple[bytes, tuple]:
+    raw = encode_name(key)
+    check_fence(fence)
+    if isinstance(value, bool) or not isinstance(value, (str, bytes, int, float)):
+        raise InvalidLockArgumentType(f"value must be str, bytes or a number, not {type(value).__name__}")
+    if ttl is not None:
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0:
+            raise InvalidLockArgument(f"ttl must be a positive number of seconds, got {ttl!r}")
+    ttl_ms = max(1, int(round(ttl * 1000))) if ttl is not None else 0
+    return raw, (fence, value, ttl_ms)
+
+
+def _default_client(key: Union[str, bytes], asyncio: bool) -> tuple[Any, Union[str, bytes]]:
+    from .conf import prefixed
+    from .connection import get_async_client, get_client
+
+    return (get_async_client() if asyncio else get_client()), prefixed(key)
+
+
+def fenced_set(
+    key: Union[str, bytes], value: Value, fence: int, *, client: Any = None, ttl: Optional[float] = None
+) -> bool:
+    """Store ``value`` at ``key`` unless a holder with a newer fence stored one; True when stored.
+
+    ``key`` is a hash holding the value and the highest fence that wrote it.  Without ``client``
+    the configured Redis and ``KEY_PREFIX`` are used (Django settings).  ``ttl`` (seconds) expires
+    the value *and* its fence memory: after that, any fence is accepted again.
+    """
+    if client is None:
+        client, key = _default_client(key, asyncio=False)
+    raw, args = _set_args(key, value, fence, ttl)
+    script = sync_scripts.get(client, "fenced_set")
+    return int(script((raw,), args, client=client)[0]) == 1
+
+
+async def afenced_set(
+    key: Union[str, bytes], value: Value, fence: int, *, client: Any = None, ttl: Optional[float] = None
+) -> bool:
+    """The asyncio form of :func:`fenced_set`."""
+    if client is None:
+        client, key = _default_client(key, asyncio=True)
+    raw, args = _set_args(key, value, fence, ttl)
+    script = async_scripts.get(client, "fenced_set")
+    return int((await script((raw,), args, client=client))[0]) == 1
+
+
+def _parse(reply: Any) -> tuple[Optional[bytes], Optional[int]]:
+    value, fence = reply
+    if isinstance(value, str):
+        value = value.encode()
+    return value, (int(fence) if fence is not None else None)
+
+
+def fenced_get(key: Union[str, bytes], *, client: Any = None) -> tuple[Optional[bytes], Optional[int]]:
+    """``(value, fence)`` stored by :func:`fenced_set` (``(None, None)`` when nothing is)."""
+    if client is None:
+        client, key = _default_client(key, asyncio=False)
+    return _parse(client.hmget(encode_name(key), "value", "fence"))
+
+
+async def afenced_get(key: Union[str, bytes], *, client: Any = None) -> tuple[Optional[bytes], Optional[int]]:
+    """The asyncio form of :func:`fenced_get`."""
+    if client is None:
+        client, key = _default_client(key, asyncio=True)
+    return _parse(await client.hmget(encode_name(key), "value", "fence"))
