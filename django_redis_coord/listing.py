@@ -43,6 +43,7 @@ from .scripts import script_text, sync_scripts
 
 __all__ = [
     "KINDS",
+    "format_ms",
     "HolderListing",
     "LiveHolder",
     "RegistryEntry",
@@ -62,6 +63,22 @@ def _text(value: Any) -> str:
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).decode("utf-8", "replace")
     return str(value)
+
+
+def format_ms(ms: Optional[int]) -> str:
+    """A duration for people: ``850ms``, ``12.3s``, ``5m03s``, ``2h05m``; ``∞`` for ``None``."""
+    if ms is None:
+        return "∞"
+    if ms < 1000:
+        return f"{ms}ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f}s"
+    seconds = ms // 1000
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
 
 
 def holder_id(kind: str, name: bytes) -> str:

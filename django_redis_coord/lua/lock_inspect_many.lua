@@ -11,9 +11,10 @@ local count = 1
 
 for i = 1, #KEYS, 3 do
   local name, meta, queue = KEYS[i], KEYS[i + 1], KEYS[i + 2]
-  local token = redis.call('GET', name)
+  -- pcall: a key of another type under this name (a semaphore, a cache entry) is not a lock.
+  local token = redis.pcall('GET', name)
   local record = '-2'
-  if token then
+  if token and type(token) ~= 'table' then
     local f = redis.call('HMGET', meta, 'token', 'fence', 'info', 'since')
     local info, since = '', '-'
     if f[1] == token then

@@ -11,7 +11,11 @@ local count = 1
 
 for i = 1, #KEYS, 3 do
   local permits, meta, queue = KEYS[i], KEYS[i + 1], KEYS[i + 2]
-  local entries = redis.call('ZRANGEBYSCORE', permits, '(' .. now_text, '+inf', 'WITHSCORES')
+  -- pcall: a key of another type under this name (a lock, a cache entry) holds no permits.
+  local entries = redis.pcall('ZRANGEBYSCORE', permits, '(' .. now_text, '+inf', 'WITHSCORES')
+  if entries.err then
+    entries = {}
+  end
   local limit = redis.call('HGET', meta, 'limit') or '-'
   local waiting = tostring(redis.call('ZCARD', queue))
   local held = {}

@@ -1,0 +1,391 @@
+"""``manage.py locks``: who holds which lock or semaphore permit, and taking a hold back.
+
+    manage.py locks list [--kind lock|sem] [--search TEXT] [--json] [--watch SECONDS [--count N]]
+    manage.py locks show NAME [--kind lock|sem] [--json]
+    manage.py locks waiters NAME [--kind lock|sem] [--json]
+    manage.py locks release NAME [--kind lock|sem] [--fence FENCE] [--yes]
+    manage.py locks ping [--json]
+
+Names are given and shown without ``KEY_PREFIX`` (as the code names them); ``--all-prefixes``
+lists every holder in the database under its full key.  Exit status: 0 success, 1 bad
+arguments, 3 Redis unreachable, 4 nothing held under that name, 5 release not confirmed,
+6 the holder changed before the release (nothing was released).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from django_redis_coord.conf import coord_settings
+from django_redis_coord.connection import describe_connection, get_client
+from django_redis_coord.exceptions import InvalidLockArgument
+from django_redis_coord.listing import KINDS, HolderListing, LiveHolder, Waiter, format_ms
+
+#: Exit statuses (also documented in docs/operations.md).
+EXIT_USAGE = 1
+EXIT_UNREACHABLE = 3
+EXIT_NOT_HELD = 4
+EXIT_NOT_CONFIRMED = 5
+EXIT_CHANGED = 6
+
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+_OPTIONAL_INT = {"type": ["integer", "null"]}
+_OPTIONAL_STR = {"type": ["string", "null"]}
+
+#: JSON Schema of one element of ``locks list --json`` (and of ``holders`` in ``show --json``).
+HOLDER_JSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "name", "key", "kind", "fence", "ttl_ms", "owner", "token", "waiters", "used", "limit"],
+    "properties": {
+        "id": {"type": "string"},
+        "name": {"type": "string"},
+        "key": {"type": "string"},
+        "kind": {"enum": sorted(KINDS)},
+        "fence": {"type": "integer"},
+        "ttl_ms": _OPTIONAL_INT,
+        "acquired_at": _OPTIONAL_STR,
+        "acquired_at_ms": _OPTIONAL_INT,
+        "held_for_ms": _OPTIONAL_INT,
+        "owner": {
+            "type": "object",
+            "required": ["host", "pid", "thread", "label", "view"],
+            "properties": {
+                "host": _OPTIONAL_STR,
+                "pid": _OPTIONAL_INT,
+                "thread": _OPTIONAL_STR,
+                "label": _OPTIONAL_STR,
+                "view": _OPTIONAL_STR,
+            },
+        },
+        "token": {"type": "string"},
+        "waiters": {"type": "integer"},
+        "used": _OPTIONAL_INT,
+        "limit": _OPTIONAL_INT,
+        "extra": {"type": "object"},
+    },
+}
+
+
+class Command(BaseCommand):
+    help = "List live lock and semaphore holders, show one, list its waiters, force-release it, check Redis."
+
+    # -- arguments ---------------------------------------------------------------------------
+    def add_arguments(self, parser: CommandParser) -> None:
+        subparsers = parser.add_subparsers(dest="action", metavar="{list,show,waiters,release,ping}")
+        subparsers.required = True
+
+        listing = subparsers.add_parser("list", help="live holders, sorted by name")
+        listing.add_argument("--kind", choices=sorted(KINDS), help="only locks or only semaphore permits")
+        listing.add_argument("--search", default=None, help="substring of the name (case-insensitive, literal)")
+        listing.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+        listing.add_argument("--watch", type=float, default=None, metavar="SECONDS",
+                             help="refresh every SECONDS until Ctrl-C, like top")
+        listing.add_argument("--count", type=int, default=None, metavar="N",
+                             help="with --watch: stop after N refreshes")
+        listing.add_argument("--limit", type=int, default=None, metavar="N", help="at most N holders")
+        self._add_scope(listing)
+
+        show = subparsers.add_parser("show", help="the holder(s) of one lock or semaphore")
+        show.add_argument("name")
+        show.add_argument("--kind", choices=sorted(KINDS), help="default: the lock, else the semaphore")
+        show.add_argument("--json", action="store_true")
+        self._add_scope(show)
+
+        waiters = subparsers.add_parser("waiters", help="callers queued for one lock or semaphore")
+        waiters.add_argument("name")
+        waiters.add_argument("--kind", choices=sorted(KINDS), default="lock")
+        waiters.add_argument("--json", action="store_true")
+        self._add_scope(waiters)
+
+        release = subparsers.add_parser(
+            "release",
+            help="force release: delete the hold, move the fence past it, hand off to the next waiter",
+        )
+        release.add_argument("name")
+        release.add_argument("--kind", choices=sorted(KINDS), help="default: the lock, else the semaphore")
+        release.add_argument("--fence", type=int, default=None,
+                             help="release only the hold with this fence (required for a semaphore "
+                                  "with several permits)")
+        release.add_argument("--yes", "--no-input", action="store_true", dest="yes",
+                             help="do not ask for confirmation")
+        self._add_scope(release)
+
+        ping = subparsers.add_parser("ping", help="check the connection: server, latency, clock, holders")
+        ping.add_argument("--json", action="store_true")
+
+    @staticmethod
+    def _add_scope(parser: CommandParser) -> None:
+        parser.add_argument("--all-prefixes", action="store_true",
+                            help="every name in the database, with its full key (ignores KEY_PREFIX)")
+
+    # -- entry point ---------------------------------------------------------------------------
+    def handle(self, *args: Any, **options: Any) -> None:
+        action = options["action"]
+        self.all_prefixes = options.get("all_prefixes", False)
+        try:
+            self.key_prefix = coord_settings().key_prefix
+            client = get_client()
+            prefix = "" if self.all_prefixes or not self.key_prefix else self.key_prefix + ":"
+            self.listing = HolderListing(client, prefix=prefix)
+            getattr(self, f"do_{action}")(options)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise CommandError(f"Redis is unreachable ({describe_connection()}): {exc}", returncode=EXIT_UNREACHABLE)
+        except InvalidLockArgument as exc:
+            raise CommandError(str(exc), returncode=EXIT_USAGE)
+        except RedisError as exc:
+            raise CommandError(f"Redis error: {exc}", returncode=EXIT_USAGE)
+
+    # -- names ---------------------------------------------------------------------------------
+    def key_for(self, name: str) -> str:
+        if self.all_prefixes or not self.key_prefix:
+            return name
+        return f"{self.key_prefix}:{name}"
+
+    def shown(self, holder_name: str) -> str:
+        if self.all_prefixes or not self.key_prefix:
+            return holder_name
+        head = self.key_prefix + ":"
+        return holder_name[len(head):] if holder_name.startswith(head) else holder_name
+
+    def as_json(self, holder: LiveHolder) -> dict[str, Any]:
+        data = holder.as_dict()
+        data["key"] = data["name"]
+        data["name"] = self.shown(holder.name)
+        return data
+
+    # -- list ----------------------------------------------------------------------------------
+    def do_list(self, options: dict[str, Any]) -> None:
+        watch, count = options["watch"], options["count"]
+        if watch is not None and watch <= 0:
+            raise CommandError("--watch needs a positive number of seconds", returncode=EXIT_USAGE)
+        if count is not None and count < 1:
+            raise CommandError("--count needs a positive number", returncode=EXIT_USAGE)
+        if options["limit"] is not None and options["limit"] < 1:
+            raise CommandError("--limit needs a positive number", returncode=EXIT_USAGE)
+        if watch is None:
+            self.print_list(options)
+            return
+        refreshes = 0
+        try:
+            while True:
+                if self.stdout.isatty():
+                    self.stdout.write(CLEAR_SCREEN, ending="")
+                stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+                self.stdout.write(f"Every {watch:g}s: live holders on {describe_connection()}   {stamp}")
+                self.print_list(options)
+                self.stdout.flush()
+                refreshes += 1
+                if count is not None and refreshes >= count:
+                    return
+                time.sleep(watch)
+        except KeyboardInterrupt:
+            self.stdout.write("")
+
+    def print_list(self, options: dict[str, Any]) -> None:
+        holders = self.listing.holders(kind=options["kind"], search=options["search"], limit=options["limit"])
+        if options["json"]:
+            self.stdout.write(json.dumps([self.as_json(h) for h in holders], indent=2, ensure_ascii=False))
+            return
+        if not holders:
+            self.stdout.write("No live holders.")
+            return
+        self.stdout.write(self.table(holders))
+        locks = sum(1 for h in holders if h.kind == "lock")
+        self.stdout.write(f"{len(holders)} holder(s): {locks} lock(s), {len(holders) - locks} semaphore permit(s)")
+
+    def table(self, holders: Sequence[LiveHolder]) -> str:
+        headers = ["NAME", "KIND", "FENCE", "TTL", "HELD FOR", "OWNER", "LABEL / VIEW", "WAITING", "USAGE", "TOKEN"]
+        rows = [
+            [
+                self.shown(h.name),
+                h.kind,
+                str(h.fence),
+                format_ms(h.ttl_ms),
+                format_ms(h.held_for_ms) if h.held_for_ms is not None else "?",
+                h.owner,
+                " / ".join(part for part in (h.label, h.view) if part) or "-",
+                str(h.waiters),
+                h.usage or "-",
+                h.masked_token,
+            ]
+            for h in holders
+        ]
+        return render_table(headers, rows)
+
+    # -- show ----------------------------------------------------------------------------------
+    def find(self, name: str, kind: Optional[str]) -> tuple[str, list[LiveHolder]]:
+        """The holders of ``name`` (the lock first, else the semaphore, unless ``kind`` is given)."""
+        key = self.key_for(name)
+        for candidate in [kind] if kind else ["lock", "sem"]:
+            holders = self.listing.holder(key, candidate)
+            if holders:
+                return candidate, holders
+        what = KINDS[kind].lower() if kind else "lock or semaphore"
+        raise CommandError(f"No {what} named {name!r} is held.", returncode=EXIT_NOT_HELD)
+
+    def do_show(self, options: dict[str, Any]) -> None:
+        name = options["name"]
+        kind, holders = self.find(name, options["kind"])
+        waiters = self.listing.waiters(self.key_for(name), kind)
+        now_ms = holders[0].server_now_ms
+        if options["json"]:
+            payload = {
+                "name": self.shown(holders[0].name),
+                "key": holders[0].name,
+                "kind": kind,
+                "holders": [self.as_json(h) for h in holders],
+                "waiters": [w.as_dict(now_ms) for w in waiters],
+            }
+            self.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False))
+            return
+        first = holders[0]
+        self.stdout.write(f"{KINDS[kind]} {self.shown(first.name)!r} (key {first.name!r})")
+        if first.usage:
+            self.stdout.write(f"  permits in use: {first.usage}")
+        for holder in holders:
+            self.stdout.write("")
+            acquired = holder.acquired_at.isoformat(timespec="milliseconds") if holder.acquired_at else "?"
+            details = [
+                ("fence", str(holder.fence)),
+                ("remaining", format_ms(holder.ttl_ms)),
+                ("acquired at", f"{acquired} (server time), held for {format_ms(holder.held_for_ms)}"),
+                ("host", holder.host or "?"),
+                ("pid", str(holder.pid) if holder.pid is not None else "?"),
+                ("thread/task", holder.thread or "?"),
+                ("label", holder.label or "-"),
+                ("view", holder.view or "-"),
+                ("token", holder.masked_token),
+            ]
+            details += [(key, json.dumps(value)) for key, value in sorted(holder.extra.items())]
+            width = max(len(key) for key, _ in details)
+            for key, value in details:
+                self.stdout.write(f"  {key.ljust(width)}  {value}")
+        self.stdout.write("")
+        self.stdout.write(f"  waiting: {len(waiters)}")
+        if waiters:
+            self.stdout.write(self.waiter_table(waiters, now_ms))
+
+    # -- waiters -------------------------------------------------------------------------------
+    def do_waiters(self, options: dict[str, Any]) -> None:
+        name, kind = options["name"], options["kind"]
+        waiters = self.listing.waiters(self.key_for(name), kind)
+        now_ms = self.listing.server_time_ms()
+        if options["json"]:
+            self.stdout.write(json.dumps([w.as_dict(now_ms) for w in waiters], indent=2, ensure_ascii=False))
+            return
+        if not waiters:
+            self.stdout.write(f"Nobody is waiting for {KINDS[kind].lower()} {name!r}.")
+            return
+        self.stdout.write(self.waiter_table(waiters, now_ms))
+
+    @staticmethod
+    def waiter_table(waiters: Sequence[Waiter], now_ms: int) -> str:
+        rows = []
+        for waiter in waiters:
+            data = waiter.as_dict(now_ms)
+            owner = " ".join(str(part) for part in (waiter.host or "?", f"pid {waiter.pid}" if waiter.pid else None,
+                                                    waiter.thread) if part)
+            rows.append([str(waiter.position), owner, waiter.label or "-",
+                         format_ms(data["lease_ms"]) if data["lease_ms"] is not None else "?", waiter.masked_token])
+        return render_table(["#", "OWNER", "LABEL", "PLACE KEPT FOR", "TOKEN"], rows)
+
+    # -- release -------------------------------------------------------------------------------
+    def do_release(self, options: dict[str, Any]) -> None:
+        name, fence = options["name"], options["fence"]
+        kind, holders = self.find(name, options["kind"])
+        if fence is not None:
+            chosen = [h for h in holders if h.fence == fence]
+            if not chosen:
+                fences = ", ".join(str(h.fence) for h in holders)
+                raise CommandError(
+                    f"{KINDS[kind]} {name!r} is held under fence {fences}, not {fence}: nothing released.",
+                    returncode=EXIT_CHANGED,
+                )
+            target = chosen[0]
+        elif len(holders) > 1:
+            fences = ", ".join(str(h.fence) for h in holders)
+            raise CommandError(
+                f"Semaphore {name!r} has {len(holders)} permits (fences {fences}): choose one with --fence.",
+                returncode=EXIT_USAGE,
+            )
+        else:
+            target = holders[0]
+        summary = (
+            f"{KINDS[kind]} {self.shown(target.name)!r}, fence {target.fence}, held by {target.owner}"
+            + (f" ({target.label})" if target.label else "")
+            + f" for {format_ms(target.held_for_ms)}, {format_ms(target.ttl_ms)} left"
+        )
+        if not options["yes"]:
+            self.stdout.write(f"Force release {summary}?")
+            self.stdout.write("The holder is fenced out and the next waiter gets the hold.")
+            self.stdout.flush()
+            try:
+                answer = input("Type 'yes' to continue: ")
+            except EOFError:
+                answer = ""
+            if answer.strip().lower() not in ("yes", "y"):
+                raise CommandError("Release cancelled: nothing changed.", returncode=EXIT_NOT_CONFIRMED)
+        result = self.listing.force_release(self.key_for(name), kind, expected_fence=target.fence)
+        if result.fence_mismatch or result.was_free:
+            raise CommandError(
+                f"The hold changed before the release (now fence {result.fence}): nothing released.",
+                returncode=EXIT_CHANGED,
+            )
+        self.stdout.write(
+            self.style.SUCCESS(f"Released {summary}.")
+            + f"\nFence counter moved to {result.fence_after}; "
+            + ("handed to the next waiter." if result.handed_off else "nobody was waiting.")
+        )
+
+    # -- ping ----------------------------------------------------------------------------------
+    def do_ping(self, options: dict[str, Any]) -> None:
+        client = self.listing.client
+        started = time.perf_counter()
+        client.ping()
+        latency_ms = (time.perf_counter() - started) * 1000.0
+        sent = time.time()
+        server_ms = self.listing.server_time_ms()
+        skew_ms = server_ms - (sent * 1000.0)
+        info = client.info("server")
+        if isinstance(info, dict) and "redis_version" not in info:  # a cluster answers per node
+            info = next(iter(info.values()), {})
+        entries = self.listing.entries()
+        report = {
+            "connection": describe_connection(),
+            "mode": "cluster" if hasattr(client, "get_primaries") else "standalone",
+            "redis_version": info.get("redis_version"),
+            "latency_ms": round(latency_ms, 3),
+            "clock_difference_ms": round(skew_ms, 1),
+            "key_prefix": self.key_prefix,
+            "live_holds": len(entries),
+        }
+        if options["json"]:
+            self.stdout.write(json.dumps(report, indent=2))
+            return
+        self.stdout.write(self.style.SUCCESS("PONG") + f" from {report['connection']} ({report['mode']}, "
+                          f"Redis {report['redis_version']})")
+        self.stdout.write(f"  round trip        {latency_ms:.2f} ms")
+        self.stdout.write(f"  server clock      {skew_ms:+.0f} ms from this machine's (deadlines use the server's)")
+        self.stdout.write(f"  key prefix        {self.key_prefix or '(none)'}")
+        self.stdout.write(f"  live holds        {len(entries)}")
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns separated by two spaces."""
+    widths = [len(header) for header in headers]
+    for row in rows:
+        widths = [max(width, len(cell)) for width, cell in zip(widths, row)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(headers, widths)).rstrip()]
+    for row in rows:
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return "\n".join(lines)
