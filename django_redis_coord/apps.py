@@ -14,6 +14,7 @@ class DjangoRedisCoordConfig(AppConfig):
     def ready(self) -> None:
         from django.core.signals import setting_changed
 
+        from . import checks  # noqa: F401  (registers the system checks)
         from .conf import on_setting_changed
 
         # Cached settings and the clients built from them follow override_settings.
