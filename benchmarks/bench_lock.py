@@ -197,6 +197,7 @@ def contend(lib: str, host: str, port: int, name: str, start_ns: int, end_ns: in
     holds: list[tuple[int, int]] = []
     releases: list[int] = []
     sleep_until_ns(start_ns)
+    cpu_started = time.process_time()
     while time.monotonic_ns() < end_ns:
         asked = time.monotonic_ns()
         if not lock.acquire():
@@ -209,19 +210,28 @@ def contend(lib: str, host: str, port: int, name: str, start_ns: int, end_ns: in
         waits.append(got - asked)
         holds.append((got, left))
         time.sleep(think_s)
-    return {"pid": pid, "waits": waits, "holds": holds, "releases": releases, "sent": sent_commands()}
+    return {"pid": pid, "waits": waits, "holds": holds, "releases": releases, "sent": sent_commands(),
+            "cpu": time.process_time() - cpu_started}
+
+
+def server_cpu(client: Any) -> float:
+    """CPU seconds the redis-server has used (user + system, main thread and all)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def measure_contention(ctx: Context, lib: str, procs: int, sizes: Sizes) -> dict[str, Any]:
     name = key_name(lib) + f":c{procs}"
     admin = ctx.client()
     before = commandstats(admin)
+    cpu_before = server_cpu(admin)
     start_ns = time.monotonic_ns() + int(0.3e9 + procs * 0.02e9)
     end_ns = start_ns + int(sizes.contention_seconds * 1e9)
     args = [(lib, ctx.server.host, ctx.server.port, name, start_ns, end_ns, sizes.hold_s, sizes.think_s)
             for _ in range(procs)]
     results = run_workers(contend, args, timeout=sizes.contention_seconds + 120)
     after = commandstats(admin)
+    cpu_after = server_cpu(admin)
     admin.close()
     window = (end_ns - start_ns) / 1e9
     all_holds = [(a, b, r["pid"]) for r in results for a, b in r["holds"]]
@@ -252,6 +262,8 @@ def measure_contention(ctx: Context, lib: str, procs: int, sizes: Sizes) -> dict
         "release_p50": percentile([x / 1e6 for r in results for x in r["releases"]], 50),
         "sent_by_name": {command: calls / total for command, calls in sorted(sent_by_name.items())} if total else {},
         "acquisitions": total,
+        "client_cpu_us": sum(r["cpu"] for r in results) / total * 1e6 if total else float("nan"),
+        "server_cpu_us": (cpu_after - cpu_before) / total * 1e6 if total else float("nan"),
         "waits_ms": waits_ms,
     }
 
@@ -300,12 +312,15 @@ def measure_expiry(ctx: Context, lib: str, ttl: float, trial: int) -> float:
         if pttl < 0:
             raise RuntimeError(f"{lib}: key {key!r} has no TTL ({pttl})")
         expires_ms = sec * 1000.0 + usec / 1000.0 + pttl
+        # The waiter arrives half-way through the hold (so a waiter's own timeouts do not happen to
+        # line up with the expiry), then the holder crashes: nobody will ever release.
+        time.sleep(pttl / 2000.0)
         waiter = FORK.Process(target=expiry_waiter, args=(lib, host, port, name, ttl, queue), daemon=True)
         waiter.start()
         if queue.get(timeout=30) != "waiting":
             raise RuntimeError("waiter did not start")
-        time.sleep(min(0.2, ttl / 4))
-        os.kill(holder.pid, signal.SIGKILL)  # the holder crashes: nobody will ever release
+        time.sleep(min(0.05, ttl / 10))
+        os.kill(holder.pid, signal.SIGKILL)
         owned_ms = float(queue.get(timeout=ttl + 30))
         admin.close()
         return owned_ms - expires_ms
@@ -408,7 +423,9 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
                  "counts what the clients sent (one EVALSHA = 1) and *server cmds/acq* is the INFO commandstats "
                  "delta, which also counts every command run inside a Lua script (the peers' published figures "
                  "use this count); *gap* is the time from one hold's end to the next hold's start (the handoff "
-                 "as the contenders see it) and *release* the duration of the release call.")
+                 "as the contenders see it) and *release* the duration of the release call; *CPU µs/acq* is the "
+                 "CPU time of all contending processes (process_time) and of redis-server (INFO cpu) per "
+                 "acquisition: on a 2-core machine it bounds the rate.")
     contention: dict[tuple[str, int], list[dict[str, Any]]] = {}
     runs: list[tuple[str, int]] = []
     for procs_index, procs in enumerate(sizes.contention_procs):
@@ -432,23 +449,24 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
             results = contention[(lib, procs)]
             med = {key: statistics.median(r[key] for r in results)
                    for key in ("acq_per_s", "held", "p50", "p99", "max", "fairness", "server_cmds", "sent_cmds",
-                                "gap_p50", "release_p50")}
+                                "gap_p50", "release_p50", "client_cpu_us", "server_cpu_us")}
             med["overlaps"] = max(r["overlaps"] for r in results)
             med["waits_ms"] = [w for r in results for w in r["waits_ms"]]
             medians[(lib, procs)] = med
             med["sent_by_name"] = results[0]["sent_by_name"]
             for key in ("acq_per_s", "held", "p50", "p99", "max", "fairness", "sent_cmds", "server_cmds", "overlaps",
-                        "gap_p50", "release_p50"):
+                        "gap_p50", "release_p50", "client_cpu_us", "server_cpu_us"):
                 section.figure(f"contention{procs}.{lib}.{key}", med[key])
             held_range = spread([r["held"] * 100 for r in results]) if len(results) > 1 else "–"
             rows.append([lib, med["acq_per_s"], med["held"], held_range, med["p50"], med["p99"], med["max"],
                          med["fairness"], med["sent_cmds"], med["server_cmds"], med["overlaps"], med["gap_p50"],
-                         med["release_p50"]])
+                         med["release_p50"], med["client_cpu_us"], med["server_cpu_us"]])
         rounds_note = f" (median of {sizes.contention_rounds} rounds)" if procs == sizes.contention_procs[0] and \
             sizes.contention_rounds > 1 else ""
         section.heading(f"{procs} processes{rounds_note}", level=3)
         section.table(["library", "acq/s", "held", "held % range", "wait p50 ms", "wait p99 ms", "wait max ms",
-                       "fairness", "cmds/acq", "server cmds/acq", "overlaps", "gap p50 ms", "release p50 ms"], rows)
+                       "fairness", "cmds/acq", "server cmds/acq", "overlaps", "gap p50 ms", "release p50 ms",
+                       "client CPU µs/acq", "server CPU µs/acq"], rows)
         section.text("Commands sent per acquisition, by command: "
                      + "; ".join(f"**{lib}** {by_name(medians[(lib, procs)])}" for lib in sizes.contenders) + ".")
     first = sizes.contention_procs[0]
@@ -468,9 +486,10 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
     expiry: dict[str, list[float]] = {}
     if sizes.expiry_libs:
         section.heading("Crash-expiry handoff")
-        section.text(f"A holder acquires with a {sizes.expiry_ttl:g} s TTL and is SIGKILLed while a waiter is "
-                     "blocked; the delay runs from the TTL's end (server TIME + PTTL read right after the grant) "
-                     "to the waiter owning the lock (server TIME read right after its acquire returned).")
+        section.text(f"A holder acquires with a {sizes.expiry_ttl:g} s TTL; a waiter arrives half-way through "
+                     "the hold and blocks; the holder is SIGKILLed (it never releases). The delay runs from the "
+                     "TTL's end (server TIME + PTTL read right after the grant) to the waiter owning the lock "
+                     "(server TIME read right after its acquire returned).")
         for lib in sizes.expiry_libs:
             for trial in range(sizes.expiry_trials):
                 ctx.log(f"crash-expiry: {lib}, trial {trial + 1}")
