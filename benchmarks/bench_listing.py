@@ -1,10 +1,10 @@
 """Listing live holders: 1,000 holders among 1,000,000 unrelated keys, without scanning.
 
 The listing (``django_redis_coord.listing.HolderListing``) reads the 16384 per-slot registries in
-one script call and the details of the live entries in one pipelined round trip; the unrelated
-keys (here ``DEBUG POPULATE`` strings standing for a large cache in the same database) are never
-touched.  For scale, the report also times what a listing built on ``SCAN`` would pay just to
-walk the keyspace once.
+one round trip (``TIME`` and one ``ZUNION`` in ``MULTI``/``EXEC``) and the details of the live
+entries in one more (one read-only script call); the unrelated keys (here ``DEBUG POPULATE``
+strings standing for a large cache in the same database) are never touched.  For scale, the
+report also times what a listing built on ``SCAN`` would pay just to walk the keyspace once.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ def run(ctx: Context) -> Section:
     client.config_resetstat()
     full = _timed(listing.holders, rounds)
     stats = client.info("commandstats")
-    server_us = stats.get("cmdstat_evalsha", {}).get("usec", 0) / rounds
+    # Commands inside MULTI/EXEC and scripts count twice (EXEC/EVALSHA include them): top level only.
+    server_us = sum(stats.get(f"cmdstat_{c}", {}).get("usec", 0) for c in ("exec", "evalsha", "multi")) / rounds
     scans = sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("scan", "keys"))
 
     registries = _timed(listing.entries, rounds)
@@ -77,7 +78,7 @@ def run(ctx: Context) -> Section:
     section.figure("list_all.p50_ms", p50, "list every holder with details, p50 (ms)")
     section.figure("list_all.p90_ms", percentile(full, 90), "list every holder, p90 (ms)")
     section.figure("list_all.max_ms", max(full), "list every holder, max (ms)")
-    section.figure("list_all.server_ms", server_us / 1000.0, "server time per listing (EVALSHA, ms)")
+    section.figure("list_all.server_ms", server_us / 1000.0, "server time per listing (ms)")
     section.figure("registries.p50_ms", percentile(registries, 50), "step 1: read the 16384 registries (ms)")
     section.figure("details.p50_ms", percentile(details, 50), f"step 2: details of {holders} entries (ms)")
     section.figure("page_100.p50_ms", percentile(page, 50), "one admin page of 100 holders (ms)")
@@ -90,9 +91,9 @@ def run(ctx: Context) -> Section:
         ["operation", "p50 ms", "p90 ms", "max ms"],
         [
             ["list every holder (both steps)", p50, percentile(full, 90), max(full)],
-            ["step 1: 16384 registries, one EVALSHA", percentile(registries, 50), percentile(registries, 90),
-             max(registries)],
-            [f"step 2: details of {holders} entries, one pipeline", percentile(details, 50),
+            ["step 1: 16384 registries (TIME + ZUNION in MULTI/EXEC)", percentile(registries, 50),
+             percentile(registries, 90), max(registries)],
+            [f"step 2: details of {holders} entries, one script call", percentile(details, 50),
              percentile(details, 90), max(details)],
             ["one page of 100 (admin)", percentile(page, 50), percentile(page, 90), max(page)],
             ["search, one match", percentile(search, 50), percentile(search, 90), max(search)],
@@ -102,8 +103,8 @@ def run(ctx: Context) -> Section:
     section.text(
         f"{holders} locks held (600 s TTL) among {dbsize:,} keys; {rounds} rounds each after warm-up; "
         "times are wall-clock on the client, including parsing. The listing issues no SCAN or KEYS: "
-        "the server spends its time in a few ZUNIONs over the (mostly empty) registries and in one "
-        "read-only inspect script per live entry."
+        "the server spends its time in one ZUNION over the (mostly empty) registries and in one "
+        "read-only inspect script call covering every live entry."
     )
     for lock in locks:
         lock.release()
