@@ -14,9 +14,9 @@ Both come from the same settings:
 * ``CLUSTER``: ``True`` (the URL is a seed node) or ``{"STARTUP_NODES": [...], "OPTIONS": {...}}``.
 
 Nothing here runs at import time, and building a client never connects: the first command does.
-For the sources configured here (not a cache), ``socket_connect_timeout`` defaults to 5 s and
-``socket_timeout`` to 10 s so that a server that stops answering fails a request instead of
-hanging it; ``CLIENT_OPTIONS`` overrides both.
+For the sources configured here (not a cache), ``socket_connect_timeout`` defaults to 2 s and
+``socket_timeout`` to 5 s so that a server that stops answering fails a request (503 from
+``@locked``) instead of hanging it; ``CLIENT_OPTIONS`` overrides both.
 
 >>> from django_redis_coord.connection import get_client   # doctest: +SKIP
 >>> get_client().ping()                                     # doctest: +SKIP
@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 #: Client options applied under ``CLIENT_OPTIONS`` for the URL, Sentinel and Cluster sources.
-DEFAULT_CLIENT_OPTIONS: Mapping[str, Any] = {"socket_connect_timeout": 5.0, "socket_timeout": 10.0}
+DEFAULT_CLIENT_OPTIONS: Mapping[str, Any] = {"socket_connect_timeout": 2.0, "socket_timeout": 5.0}
 
 _lock = threading.Lock()
 _sync_client: Optional[Any] = None

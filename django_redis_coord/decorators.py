@@ -735,6 +735,8 @@ class Locked:
             fail_open = self._fails_open(settings)
             self._log_unavailable(name, exc, fail_open)
             if fail_open:
+                if request is not None:
+                    request.coord_lock = None  # type: ignore[attr-defined]
                 return func(*args, **kwargs)
             if request is None:
                 raise
@@ -787,6 +789,8 @@ class Locked:
             fail_open = self._fails_open(settings)
             self._log_unavailable(name, exc, fail_open)
             if fail_open:
+                if request is not None:
+                    request.coord_lock = None  # type: ignore[attr-defined]
                 return await _maybe_await(func(*args, **kwargs))
             if request is None:
                 raise

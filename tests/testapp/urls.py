@@ -25,4 +25,6 @@ urlpatterns = [
     path("rollback/<str:name>/", views.rollback),
     path("renewed/<str:name>/", views.renewed),
     path("fenced/<str:name>/", views.fenced),
+    path("avail/<str:name>/", views.availability),
+    path("aavail/<str:name>/", views.aavailability),
 ]

@@ -197,3 +197,15 @@ def fenced(request, name):
         Account.objects.filter(name=name), request.coord_lock.fence, balance=int(request.GET["balance"])
     )
     return HttpResponse("applied" if applied else "refused")
+
+
+@locked("avail:{name}", timeout=30)
+def availability(request, name):
+    if request.GET.get("hold"):
+        hold_until_released(name)
+    return HttpResponse(f"ran locked={current_lock() is not None}")
+
+
+@locked("avail:{name}", timeout=30)
+async def aavailability(request, name):
+    return HttpResponse(f"ran locked={current_lock() is not None}")
