@@ -17,6 +17,7 @@ are the core classes plus the signals of :mod:`django_redis_coord.signals`.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from typing import Any, Optional, Union
@@ -43,6 +44,9 @@ DEFAULT: Any = object()
 
 Name = Union[str, bytes]
 
+#: Signal deliveries scheduled from watchdog callbacks (kept referenced until they ran).
+_pending: set[asyncio.Future] = set()
+
 
 def retry_after_seconds(pttl_ms: Optional[int]) -> Optional[int]:
     """Seconds until a holder's TTL runs out, rounded up (at least 1); ``None`` without expiry."""
@@ -63,13 +67,20 @@ class SignallingMixin:
     fence: Any
     _state: Any
 
-    def _init_signals(self, app_name: Optional[Name], on_lost: Any) -> None:
+    def _init_signals(self, app_name: Optional[Name]) -> None:
         self.app_name = app_name if app_name is not None else self.name
-        self._user_on_lost = on_lost
-        self.on_lost = self._lost_callback
 
     def _signal_args(self) -> dict[str, Any]:
         return {"name": self.app_name, "key": self.name, "kind": self.kind, "instance": self}
+
+    def _loss_args(self, local: Any) -> Optional[dict[str, Any]]:
+        """The lock_lost arguments for the hold kept in ``local``, once per hold (else None)."""
+        if getattr(local, "lost", False) or getattr(local, "lost_signalled", False):
+            return None
+        local.lost_signalled = True
+        since = getattr(local, "acquired_at", None)
+        held = None if since is None else time.monotonic() - since
+        return {"fence": getattr(local, "fence", None), "held_time": held, **self._signal_args()}
 
     # The last reply that did not grant: how long the current holder still has.
     def _note_refusal(self, grant: Any) -> Any:
@@ -100,23 +111,21 @@ class SignallingMixin:
         else:
             send(lock_contended, type(self), wait_time=waited, retry_after=self.retry_after, **self._signal_args())
 
-    def _lost_callback(self, primitive: Any) -> None:
-        state = self._state()
-        if not getattr(state, "lost_signalled", False):
-            state.lost_signalled = True
-            send(lock_lost, type(self), fence=getattr(state, "fence", None), held_time=self._held_time(),
-                 **self._signal_args())
-        if self._user_on_lost is not None:
-            self._user_on_lost(primitive)
 
 
 class SignallingLock(SignallingMixin, CoreLock):
     """:class:`django_redis_coord.locks.Lock` sending the signals of :mod:`django_redis_coord.signals`."""
 
     def __init__(self, redis: Any, name: Name, *args: Any, app_name: Optional[Name] = None, **kwargs: Any) -> None:
-        on_lost = kwargs.pop("on_lost", None)
         super().__init__(redis, name, *args, **kwargs)
-        self._init_signals(app_name, on_lost)
+        self._init_signals(app_name)
+
+    def _mark_lost(self, local: Any) -> None:
+        # Called by the watchdog (another thread) with the hold's own state.
+        args = self._loss_args(local)
+        if args is not None:
+            send(lock_lost, type(self), **args)
+        super()._mark_lost(local)
 
     def acquire(self, *args: Any, **kwargs: Any) -> bool:
         started = time.monotonic()
@@ -149,9 +158,17 @@ class AsyncSignallingLock(SignallingMixin, AsyncCoreLock):
     """The asyncio :class:`~django_redis_coord.asyncio.lock.Lock` sending the same signals."""
 
     def __init__(self, redis: Any, name: Name, *args: Any, app_name: Optional[Name] = None, **kwargs: Any) -> None:
-        on_lost = kwargs.pop("on_lost", None)
         super().__init__(redis, name, *args, **kwargs)
-        self._init_signals(app_name, on_lost)
+        self._init_signals(app_name)
+
+    def _mark_lost(self, local: Any) -> None:
+        # Called by the event loop's watchdog task with the hold's own state.
+        args = self._loss_args(local)
+        if args is not None:
+            task = asyncio.ensure_future(asend(lock_lost, type(self), **args))
+            _pending.add(task)
+            task.add_done_callback(_pending.discard)
+        super()._mark_lost(local)
 
     async def acquire(self, *args: Any, **kwargs: Any) -> bool:  # type: ignore[override]
         started = time.monotonic()
@@ -174,23 +191,6 @@ class AsyncSignallingLock(SignallingMixin, AsyncCoreLock):
 
     async def do_cancel(self, *args: Any, **kwargs: Any) -> Any:
         return self._note_refusal(await super().do_cancel(*args, **kwargs))
-
-    def _lost_callback(self, primitive: Any) -> Any:  # type: ignore[override]
-        state = self._state()
-        first = not getattr(state, "lost_signalled", False)
-        state.lost_signalled = True
-        fence, held = getattr(state, "fence", None), self._held_time()
-        user = self._user_on_lost
-
-        async def notify() -> None:
-            if first:
-                await asend(lock_lost, type(self), fence=fence, held_time=held, **self._signal_args())
-            if user is not None:
-                result = user(primitive)
-                if hasattr(result, "__await__"):
-                    await result
-
-        return notify()
 
     async def release(self) -> None:  # type: ignore[override]
         state = self._state()
@@ -271,13 +271,10 @@ class SemaphoreSignals:
 
     kind: str
     name: Any
-    on_lost: Any
     permit: Any
 
-    def _init_signals(self, app_name: Optional[Name], on_lost: Any) -> None:
+    def _init_signals(self, app_name: Optional[Name]) -> None:
         self.app_name = app_name if app_name is not None else self.name
-        self._user_on_lost = on_lost
-        self.on_lost = self._lost_callback
         self._acquired_at: dict[bytes, float] = {}
         self._lost_signalled: set[bytes] = set()
         #: Milliseconds until the earliest permit ends, from the latest refused acquire.
@@ -317,14 +314,13 @@ class SemaphoreSignals:
         self._lost_signalled.add(permit.token)
         return True
 
-    def _lost_callback(self, permit: Any) -> Any:
-        if self._first_loss(permit):
-            since = self._acquired_at.get(permit.token)
-            send(lock_lost, type(self), fence=permit.fence,
-                 held_time=None if since is None else time.monotonic() - since, **self._signal_args())
-        if self._user_on_lost is not None:
-            return self._user_on_lost(permit)
-        return None
+    def _watchdog_loss(self, permit: Any) -> Optional[dict[str, Any]]:
+        """The lock_lost arguments when the watchdog gives up ``permit`` (once per permit)."""
+        if permit.lost or not self._first_loss(permit):
+            return None
+        since = self._acquired_at.get(permit.token)
+        held = None if since is None else time.monotonic() - since
+        return {"fence": permit.fence, "held_time": held, **self._signal_args()}
 
 
 def _semaphore_class() -> type:
@@ -334,9 +330,14 @@ def _semaphore_class() -> type:
         """:class:`django_redis_coord.semaphores.Semaphore` sending the hold signals."""
 
         def __init__(self, redis: Any, name: Name, *args: Any, app_name: Optional[Name] = None, **kwargs: Any):
-            on_lost = kwargs.pop("on_lost", None)
             super().__init__(redis, name, *args, **kwargs)
-            self._init_signals(app_name, on_lost)
+            self._init_signals(app_name)
+
+        def _mark_lost(self, permit: Any) -> None:
+            args = self._watchdog_loss(permit)
+            if args is not None:
+                send(lock_lost, type(self), **args)
+            super()._mark_lost(permit)
 
         def do_acquire(self, *args: Any, **kwargs: Any) -> Any:
             return self._note_refusal(super().do_acquire(*args, **kwargs))
@@ -373,9 +374,8 @@ def _async_semaphore_class() -> type:
         """The asyncio :class:`~django_redis_coord.asyncio.semaphore.Semaphore` sending the hold signals."""
 
         def __init__(self, redis: Any, name: Name, *args: Any, app_name: Optional[Name] = None, **kwargs: Any):
-            on_lost = kwargs.pop("on_lost", None)
             super().__init__(redis, name, *args, **kwargs)
-            self._init_signals(app_name, on_lost)
+            self._init_signals(app_name)
 
         async def do_acquire(self, *args: Any, **kwargs: Any) -> Any:
             return self._note_refusal(await super().do_acquire(*args, **kwargs))
@@ -402,21 +402,13 @@ def _async_semaphore_class() -> type:
                 await asend(lock_lost, type(self), **args)
             return released
 
-        def _lost_callback(self, permit: Any) -> Any:
-            first = self._first_loss(permit)
-            since = self._acquired_at.get(permit.token)
-            held = None if since is None else time.monotonic() - since
-            user = self._user_on_lost
-
-            async def notify() -> None:
-                if first:
-                    await asend(lock_lost, type(self), fence=permit.fence, held_time=held, **self._signal_args())
-                if user is not None:
-                    result = user(permit)
-                    if hasattr(result, "__await__"):
-                        await result
-
-            return notify()
+        def _mark_lost(self, permit: Any) -> None:
+            args = self._watchdog_loss(permit)
+            if args is not None:
+                task = asyncio.ensure_future(asend(lock_lost, type(self), **args))
+                _pending.add(task)
+                task.add_done_callback(_pending.discard)
+            super()._mark_lost(permit)
 
     return AsyncSignallingSemaphore
 

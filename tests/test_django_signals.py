@@ -1,0 +1,170 @@
+"""Signals sent by the Django-facing locks, semaphores and @locked."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+from django.test import Client, override_settings
+
+from django_redis_coord import lock, semaphore
+from django_redis_coord.exceptions import LockNotOwnedError
+from django_redis_coord.shortcuts import alock
+from django_redis_coord.signals import lock_acquired, lock_contended, lock_lost, lock_released
+from tests.test_django_decorators import entered, in_thread, wait_for
+
+SIGNALS = {"acquired": lock_acquired, "released": lock_released, "contended": lock_contended, "lost": lock_lost}
+
+
+@pytest.fixture
+def received():
+    events: list[tuple[str, dict]] = []
+    receivers = {}
+    for label, signal in SIGNALS.items():
+
+        def receiver(sender, signal=None, _label=label, **kwargs):
+            events.append((_label, {"sender": sender, **kwargs}))
+
+        receivers[label] = receiver
+        signal.connect(receiver, weak=False)
+    yield events
+    for label, signal in SIGNALS.items():
+        signal.disconnect(receivers[label])
+
+
+def kinds(events):
+    return [label for label, _ in events]
+
+
+def test_lock_acquire_contend_release(received, redis_client, redis_url):
+    with override_settings(DJANGO_REDIS_COORD={"URL": redis_url, "KEY_PREFIX": "shop"}):
+        holder = lock("orders", timeout=20)
+        assert holder.acquire()
+        other = lock("orders", timeout=20)
+        assert not other.acquire(blocking=False)
+        time.sleep(0.05)
+        holder.release()
+    assert kinds(received) == ["acquired", "contended", "released"]
+    acquired, contended, released = (data for _, data in received)
+    assert acquired["name"] == "orders" and acquired["key"] == "shop:orders" and acquired["kind"] == "lock"
+    assert acquired["fence"] == released["fence"] > 0
+    assert acquired["wait_time"] >= 0 and acquired["instance"] is holder
+    assert contended["retry_after"] == 20 and contended["instance"] is other
+    assert released["held_time"] >= 0.05
+
+
+def test_waiting_acquire_reports_its_wait_time(received, redis_client):
+    holder = lock("queue", timeout=20)
+    assert holder.acquire()
+    waiter = lock("queue", timeout=20)
+    result = in_thread(lambda: waiter.acquire(blocking=True, blocking_timeout=10))
+    time.sleep(0.3)
+    holder.release()
+    assert result() is True
+    waiter_acquired = [data for label, data in received if label == "acquired" and data["instance"] is waiter]
+    assert waiter_acquired and waiter_acquired[0]["wait_time"] >= 0.25
+
+
+def test_lock_lost_when_released_after_expiry(received, redis_client):
+    holder = lock("expiring", timeout=0.2)
+    assert holder.acquire()
+    fence = holder.fence
+    time.sleep(0.35)
+    assert lock("expiring", timeout=5).acquire()
+    with pytest.raises(LockNotOwnedError):
+        holder.release()
+    lost = [data for label, data in received if label == "lost"]
+    assert len(lost) == 1 and lost[0]["fence"] == fence and lost[0]["instance"] is holder
+
+
+def test_lock_lost_from_the_watchdog(received, redis_servers):
+    (server,) = redis_servers(1)
+    client = server.client(socket_timeout=0.2, socket_connect_timeout=0.2)
+    holder = lock("renewed", timeout=0.6, auto_renew=True, client=client)
+    assert holder.acquire()
+    server.pause()
+    try:
+        wait_for(lambda: "lost" in kinds(received), timeout=10)
+    finally:
+        server.resume()
+    lost = [data for label, data in received if label == "lost"]
+    assert len(lost) == 1 and lost[0]["name"] == "renewed" and lost[0]["fence"] == holder.fence
+    assert not holder.valid
+    with pytest.raises(LockNotOwnedError):
+        holder.release()
+    assert kinds(received).count("lost") == 1, "one hold, one lost signal"
+
+
+def test_semaphore_signals(received, redis_client):
+    first = semaphore("pool", 1, timeout=10)
+    second = semaphore("pool", 1, timeout=10)
+    assert first.acquire()
+    assert not second.acquire()
+    assert first.release()
+    assert kinds(received) == ["acquired", "contended", "released"]
+    acquired, contended, released = (data for _, data in received)
+    assert acquired["kind"] == "semaphore" and acquired["fence"] == released["fence"]
+    assert 1 <= contended["retry_after"] <= 10
+
+
+def test_async_lock_signals(received, redis_client):
+    async def scenario():
+        holder = alock("async-orders", timeout=5)
+        assert await holder.acquire()
+        assert not await alock("async-orders", timeout=5).acquire(blocking=False)
+        await holder.release()
+
+    asyncio.run(scenario())
+    assert kinds(received) == ["acquired", "contended", "released"]
+
+
+def test_locked_view_sends_the_signals(received, redis_client):
+    first = in_thread(lambda: Client().get("/t/hold/sig/"))
+    wait_for(lambda: entered(redis_client, "sig"))
+    assert Client().get("/t/hold/sig/").status_code == 409
+    redis_client.set("go:sig", 1)
+    assert first().status_code == 200
+    assert kinds(received) == ["acquired", "contended", "released"]
+    assert {data["name"] for _, data in received} == {"hold:sig"}
+    assert received[1][1]["retry_after"] == 30
+
+
+def test_limited_view_sends_semaphore_signals(received, redis_client):
+    redis_client.set("go:sem", 1)
+    assert Client().get("/t/limited/sem/").status_code == 200
+    assert kinds(received) == ["acquired", "released"]
+    assert {data["kind"] for _, data in received} == {"semaphore"}
+
+
+def test_a_failing_receiver_is_logged_and_the_lock_still_works(redis_client, caplog):
+    def broken(sender, **kwargs):
+        raise RuntimeError("receiver bug")
+
+    lock_acquired.connect(broken, weak=False)
+    try:
+        with caplog.at_level(logging.ERROR, logger="django_redis_coord"):
+            holder = lock("robust", timeout=5)
+            assert holder.acquire()
+            holder.release()
+    finally:
+        lock_acquired.disconnect(broken)
+    assert any("receiver bug" in record.getMessage() for record in caplog.records)
+
+
+def test_semaphore_permit_lost_from_the_watchdog_and_user_callback_still_runs(received, redis_servers):
+    (server,) = redis_servers(1)
+    client = server.client(socket_timeout=0.2, socket_connect_timeout=0.2)
+    called = []
+    pool = semaphore("renewed-pool", 2, timeout=0.6, auto_renew=True, client=client, on_lost=called.append)
+    assert pool.acquire()
+    fence = pool.fence
+    server.pause()
+    try:
+        wait_for(lambda: "lost" in kinds(received) and called, timeout=10)
+    finally:
+        server.resume()
+    lost = [data for label, data in received if label == "lost"]
+    assert len(lost) == 1 and lost[0]["kind"] == "semaphore" and lost[0]["fence"] == fence
+    assert called[0].fence == fence
