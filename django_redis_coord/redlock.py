@@ -183,7 +183,9 @@ def _drop_late(future: Future) -> None:
     conn.disconnect()
 
 
-def _read(link: _Link, conn: Any, batch: Sequence[Command], deadline: float, where: str) -> list[Any]:
+def _read(
+    link: _Link, conn: Any, batch: Sequence[Command], deadline: float, budget: float, where: str
+) -> list[Any]:
     """Read one reply per command (errors become exception values) before ``deadline``."""
     replies: list[Any] = []
     retry: list[int] = []
@@ -193,7 +195,9 @@ def _read(link: _Link, conn: Any, batch: Sequence[Command], deadline: float, whe
             if isinstance(replies[-1], NoScriptError) and batch[index].fallback is not None:
                 retry.append(index)
         if retry:
+            # The script cache was flushed: one more round trip, with its own budget.
             _send(conn, pack([batch[i].fallback for i in retry]))  # type: ignore[misc]
+            deadline = time.monotonic() + budget
             for index in retry:
                 replies[index] = _read_one(conn, deadline, where)
     except BaseException as exc:
@@ -237,11 +241,11 @@ def fan_out(
     for index, (link, batch) in enumerate(zip(links, batches)):
         if not batch:
             continue
-        data = packed.get(id(batch))
-        if data is None:
-            data = packed[id(batch)] = pack([command.args for command in batch])
         conn = link.take()
         if conn is not None:
+            data = packed.get(id(batch))
+            if data is None:
+                data = packed[id(batch)] = pack([command.args for command in batch])
             try:
                 _send(conn, data)
                 ready.append((index, conn))
@@ -253,10 +257,13 @@ def fan_out(
             error = RedisTimeoutError(f"{names[index]} is unreachable (a connection attempt is under way)")
             results[index] = [error] * len(batch)
             continue
+        # A new connection may reach a new (or restarted) server: send the scripts' text, which
+        # also caches them there, instead of their SHA1 digests.
+        text = pack([command.fallback or command.args for command in batch])
         link.connecting += 1
-        dialling.append((index, _executor().submit(_connect_and_send, link, data, deadline)))
+        dialling.append((index, _executor().submit(_connect_and_send, link, text, deadline)))
     for index, conn in ready:
-        results[index] = _read(links[index], conn, batches[index], deadline, names[index])
+        results[index] = _read(links[index], conn, batches[index], deadline, node_timeout, names[index])
     for index, future in dialling:
         batch = batches[index]
         try:
@@ -268,7 +275,7 @@ def fan_out(
         except Exception as exc:
             results[index] = [exc] * len(batch)
             continue
-        results[index] = _read(links[index], conn, batch, deadline, names[index])
+        results[index] = _read(links[index], conn, batch, deadline, node_timeout, names[index])
     return started, results
 
 

@@ -54,7 +54,7 @@ class _Link:
     async def take(self) -> Optional[Any]:
         while self.idle:
             conn = self.idle.pop()
-            check = getattr(conn, "can_read_destructive", None) or conn.can_read
+            check = conn.can_read if hasattr(conn, "can_read") else conn.can_read_destructive
             try:
                 if not await check():
                     return conn
@@ -94,6 +94,9 @@ def _links_for(masters: Sequence[Any], node_timeout: float) -> list[_Link]:
 async def _exchange(link: _Link, batch: Sequence[Command], packed: bytes) -> list[Any]:
     conn = await link.take()
     if conn is None:
+        # A new connection may reach a new (or restarted) server: send the scripts' text, which
+        # also caches them there, instead of their SHA1 digests.
+        packed = pack([command.fallback or command.args for command in batch])
         conn = await link.open()
     try:
         await conn.send_packed_command([packed], check_health=False)
