@@ -1,0 +1,177 @@
+"""DJANGO_REDIS_COORD: the cached settings reader and the clients built from every source."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+import pytest
+import redis
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from django_redis_coord import lock, semaphore
+from django_redis_coord.conf import coord_settings, prefixed, unprefixed
+from django_redis_coord.connection import describe_connection, get_async_client, get_client
+from django_redis_coord.server import free_port
+from django_redis_coord.shortcuts import alock
+from tests.cluster import LocalCluster, LocalSentinel
+
+
+def db_of(url: str, db: int) -> str:
+    return url.rsplit("/", 1)[0] + f"/{db}"
+
+
+def test_defaults_and_override_settings(redis_url):
+    settings = coord_settings()
+    assert settings.url == redis_url and settings.source == "url"
+    assert settings.default_timeout == 60 and settings.contention_status == 409 and not settings.fail_open
+    assert settings["KEY_PREFIX"] == "" and settings["UNAVAILABLE_STATUS"] == 503
+    with override_settings(DJANGO_REDIS_COORD={"URL": redis_url, "KEY_PREFIX": "shop", "DEFAULT_TIMEOUT": 5}):
+        assert coord_settings().key_prefix == "shop"
+        assert prefixed("orders") == "shop:orders" and prefixed(b"orders") == b"shop:orders"
+        assert unprefixed("shop:orders") == "orders" and unprefixed("other") == "other"
+        assert lock("orders").timeout == 5
+    assert coord_settings().key_prefix == "" and prefixed("orders") == "orders"
+    with pytest.raises(KeyError):
+        settings["NOPE"]
+
+
+def test_settings_are_read_only(redis_url):
+    settings = coord_settings()
+    with pytest.raises(AttributeError):
+        settings.key_prefix = "x"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        settings.client_options["socket_timeout"] = 1  # type: ignore[index]
+
+
+def test_bad_settings_raise_improperly_configured_listing_every_problem():
+    with override_settings(DJANGO_REDIS_COORD={"URL": "http://x", "DEFAULT_TIMEOUT": -1}):
+        with pytest.raises(ImproperlyConfigured) as info:
+            coord_settings()
+    assert "django_redis_coord.E006" in str(info.value) and "django_redis_coord.E011" in str(info.value)
+
+
+def test_url_client_is_pooled_and_follows_settings(redis_client, redis_url):
+    client = get_client()
+    assert client is get_client()
+    assert client.connection_pool.connection_kwargs["socket_timeout"] == 5.0
+    other_db = db_of(redis_url, 5)
+    with override_settings(DJANGO_REDIS_COORD={"URL": other_db, "CLIENT_OPTIONS": {"socket_timeout": 3}}):
+        moved = get_client()
+        assert moved is not client
+        assert moved.connection_pool.connection_kwargs["db"] == 5
+        assert moved.connection_pool.connection_kwargs["socket_timeout"] == 3
+        with lock("where"):
+            assert redis.Redis.from_url(other_db).exists("where")
+    assert get_client() is not moved
+
+
+def test_async_client_per_event_loop(redis_client):
+    async def two_calls():
+        first = get_async_client()
+        assert first is get_async_client()
+        assert await first.ping()
+        return first
+
+    assert asyncio.run(two_calls()) is not asyncio.run(two_calls())
+
+
+@pytest.mark.parametrize(
+    "backend", ["django_redis.cache.RedisCache", "django.core.cache.backends.redis.RedisCache"]
+)
+def test_cache_alias_sources(redis_client, redis_url, backend):
+    caches = {"default": {"BACKEND": backend, "LOCATION": db_of(redis_url, 6)}}
+    in_db6 = redis.Redis.from_url(db_of(redis_url, 6))
+    for coord in ({"CACHE_ALIAS": "default"}, {}):  # explicit, and the default cache as fallback
+        with override_settings(CACHES=caches, DJANGO_REDIS_COORD=coord):
+            assert coord_settings().source == "cache"
+            assert describe_connection().startswith("cache 'default'")
+            with lock("sync-in-cache-db"):
+                assert in_db6.exists("sync-in-cache-db")
+            assert get_client() is get_client()
+
+            async def scenario():
+                client = get_async_client()
+                assert client.connection_pool.connection_kwargs["db"] == 6
+                async with alock("async-in-cache-db"):
+                    return bool(in_db6.exists("async-in-cache-db"))
+
+            assert asyncio.run(scenario())
+
+
+def test_password_is_masked_in_the_description():
+    with override_settings(DJANGO_REDIS_COORD={"URL": "redis://user:secret@127.0.0.1:6379/0"}):
+        assert describe_connection() == "redis://user:***@127.0.0.1:6379/0"
+
+
+def test_django_setup_does_not_connect():
+    """A project whose Redis is down still starts: ready() and imports never connect."""
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    code = (
+        "import django, os;"
+        "django.setup();"
+        "from django_redis_coord import connection, lock, locked, semaphore;"
+        "from django.core import checks;"
+        "assert checks.run_checks(tags=['django_redis_coord']) == [];"
+        "assert connection._sync_client is None;"
+        "print('ok')"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DCOORD_TEST_REDIS_URL": dead}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
+                            cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+# -- Sentinel and Cluster ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sentinel_deployment():
+    deployment = LocalSentinel(service="coord", replicas=0, sentinels=1).start()
+    yield deployment
+    deployment.stop()
+
+
+def test_sentinel_source(sentinel_deployment):
+    nodes = [f"{host}:{port}" for host, port in sentinel_deployment.sentinel_addresses]
+    settings = {"SENTINEL": {"SENTINELS": nodes, "SERVICE_NAME": "coord", "DB": 2}, "KEY_PREFIX": "s"}
+    primary = sentinel_deployment.primary.client(db=2)
+    with override_settings(DJANGO_REDIS_COORD=settings):
+        assert describe_connection().startswith("sentinel service 'coord'")
+        with lock("via-sentinel") as held:
+            assert held.fence and primary.exists("s:via-sentinel")
+
+        async def scenario():
+            async with alock("async-via-sentinel"):
+                return bool(primary.exists("s:async-via-sentinel"))
+
+        assert asyncio.run(scenario())
+
+
+@pytest.fixture(scope="module")
+def cluster_deployment():
+    deployment = LocalCluster(primaries=3, replicas_per_primary=0).start()
+    yield deployment
+    deployment.stop()
+
+
+def test_cluster_source(cluster_deployment):
+    nodes = [f"{host}:{port}" for host, port in cluster_deployment.startup_nodes]
+    seed = "redis://{}:{}/0".format(*cluster_deployment.startup_nodes[0])
+    check = cluster_deployment.client()
+    for settings in ({"CLUSTER": {"STARTUP_NODES": nodes}}, {"URL": seed, "CLUSTER": True}):
+        with override_settings(DJANGO_REDIS_COORD=settings):
+            assert coord_settings().source == "cluster"
+            for name in ("{user:1}:orders", "report", "batch-7"):
+                with lock(name) as held:
+                    assert held.fence and check.exists(name)
+            pool = semaphore("cluster-pool", 2, timeout=5)
+            assert pool.acquire() and pool.release()
+
+            async def scenario():
+                async with alock("async-in-cluster"):
+                    return bool(check.exists("async-in-cluster"))
+
+            assert asyncio.run(scenario())
