@@ -30,6 +30,7 @@ DRIFT_FIXED = 0.002
 DRIFT_FACTOR = 0.01
 
 _HOSTNAME = socket.gethostname()
+_INFO_CACHE: dict[tuple, str] = {}
 
 
 def check_number(name: str, value: object, *, allow_none: bool, positive: bool, lock_name: object) -> None:
@@ -207,7 +208,14 @@ class LockBase:
 
     # -- arguments of the scripts ------------------------------------------------------------
     def holder_info(self, worker: str) -> str:
-        return json.dumps({**self._info_head, "pid": os.getpid(), "thread": worker})
+        """Holder metadata sent with each acquire (JSON), cached per label, process and worker."""
+        key = (self.label, os.getpid(), worker)
+        info = _INFO_CACHE.get(key)
+        if info is None:
+            if len(_INFO_CACHE) > 4096:
+                _INFO_CACHE.clear()
+            info = _INFO_CACHE[key] = json.dumps({**self._info_head, "pid": key[1], "thread": worker})
+        return info
 
     def acquire_keys(self, token: bytes) -> tuple:
         k = self.keys

@@ -20,22 +20,30 @@ local function next_fence(meta, now_us)
   return fence
 end
 
--- Make `token` the holder of `name` for `ttl` ms (0 = no expiry) and record who holds it; the
--- fence is next_fence() inlined into the same HSET (this is the hot path).
-local function grant_lock(name, meta, registry, member, token, ttl, info, now_ms, now_us, retention)
+-- Record that `token` now holds `name` for `ttl` ms (0 = no expiry): the next fence (next_fence()
+-- inlined into the same HSET: this is the hot path), who holds it, and its registry entry.
+local function record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention)
   local fence = math.max(tonumber(redis.call('HGET', meta, 'fence') or '0') + 1, now_us)
   redis.call('HSET', meta, 'fence', int(fence), 'token', token, 'info', info, 'since', int(now_ms),
              'ttl', int(ttl), 'claim', '0')
   if ttl > 0 then
-    redis.call('SET', name, token, 'PX', ttl)
     redis.call('ZADD', registry, int(now_ms + ttl), member)
     redis.call('PEXPIRE', meta, ttl + retention)
   else
-    redis.call('SET', name, token)
     redis.call('ZADD', registry, '+inf', member)
     redis.call('PERSIST', meta)
   end
   return fence
+end
+
+-- Make `token` the holder of `name` (whoever held it before) and record the grant.
+local function grant_lock(name, meta, registry, member, token, ttl, info, now_ms, now_us, retention)
+  if ttl > 0 then
+    redis.call('SET', name, token, 'PX', ttl)
+  else
+    redis.call('SET', name, token)
+  end
+  return record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention)
 end
 
 -- Drop registry entries whose hold ended without a release (crashed holders).

@@ -10,8 +10,28 @@
 local name, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token, ttl, enqueue, retry, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3] ~= '0', ARGV[3] == '2', tonumber(ARGV[4])
 local info, member, wake_prefix, wake_suffix, retention = ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
-local now_ms, now_us = server_now()
 
+-- Fast path: a first attempt on a lock nobody waits for is one SET NX.
+if not retry and redis.call('EXISTS', queue) == 0 then
+  local granted
+  if ttl > 0 then
+    granted = redis.call('SET', name, token, 'NX', 'PX', ttl)
+  else
+    granted = redis.call('SET', name, token, 'NX')
+  end
+  if granted then
+    local now_ms, now_us = server_now()
+    local fence = record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention)
+    local pttl = -1
+    if ttl > 0 then pttl = ttl end
+    return {1, fence, pttl, 0}
+  end
+  if not enqueue then
+    return {0, redis.call('PTTL', name), -1}
+  end
+end
+
+local now_ms, now_us = server_now()
 local current = redis.call('GET', name)
 if current == token then
   -- Handed to us while we were not blocked on our wake list.
