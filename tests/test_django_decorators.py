@@ -506,3 +506,19 @@ def test_plain_function_with_a_missing_value_raises(redis_client):
         send()
     assert send(5) == "sent"
     assert redis_client.dbsize() > 0 and not redis_client.exists("invoice:None")
+
+
+def test_limit_two_on_an_async_view(redis_client):
+    async def scenario():
+        client = AsyncClient()
+        firsts = [asyncio.ensure_future(client.get("/t/alimited/n/")) for _ in range(2)]
+        while not entered(redis_client, "n", 2):
+            await asyncio.sleep(0.01)
+        third = await client.get("/t/alimited/n/")
+        redis_client.set("go:n", 1)
+        return [await first for first in firsts], third
+
+    firsts, third = asyncio.run(scenario())
+    assert [first.status_code for first in firsts] == [200, 200]
+    assert third.status_code == 409 and 25 <= int(third["Retry-After"]) <= 30
+    wait_for(lambda: redis_client.zcard("limited:n") == 0, timeout=5)
