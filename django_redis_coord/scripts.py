@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
-from typing import Any, Sequence
+from typing import Any
 
 import redis
 from redis.commands.core import Script
@@ -45,7 +45,9 @@ def _bulk(value: Any) -> bytes:
 class FastScript(Script):
     """A redis-py ``Script`` with the short path described in the module docstring."""
 
-    def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = (), client: Any = None) -> Any:
+    def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        keys = keys or ()
+        args = args or ()
         if client is None:
             client = self.registered_client
         if type(client) is not redis.Redis or client.connection is not None:
