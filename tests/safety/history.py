@@ -55,6 +55,13 @@ class Operation:
     args: Any = None
     value: Any = None
     index: int = -1
+    #: When the process saw the call end (also for ``info``; None if it never ended).
+    completed: Optional[int] = None
+
+    @property
+    def duration(self) -> Optional[float]:
+        """Seconds from invoke until the process saw the call end."""
+        return None if self.completed is None else (self.completed - self.start) / 1e9
 
     @property
     def ok(self) -> bool:
@@ -153,7 +160,8 @@ class History:
                 if pending is None or pending.f != event.f:
                     raise ValueError(f"p{process}: {event} completes nothing")
                 end = NEVER if event.type == INFO else event.time
-                ops.append(Operation(process, event.f, event.type, pending.time, end, pending.value, event.value))
+                ops.append(Operation(process, event.f, event.type, pending.time, end, pending.value, event.value,
+                                     completed=event.time))
                 pending = None
             if pending is not None:
                 ops.append(Operation(process, pending.f, INFO, pending.time, NEVER, pending.value, None))

@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 import redis
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
 
 from django_redis_coord import Lock, LockLostError, LockNotOwnedError
 
@@ -187,6 +189,9 @@ class Workload:
     blocking_timeout: float = 3.0
     fenced: bool = True
     socket_timeout: Optional[float] = 2.0
+    #: How often redis-py retries a call that hit a connection error or timeout (None: its default,
+    #: 3 retries with backoff, each reconnecting - through a blackhole that is many socket timeouts).
+    retries: Optional[int] = 1
     limit: int = 1
     #: Time between the two round trips of the unsafe locks (a slow network or a paused client).
     gap: float = 0.0
@@ -203,7 +208,10 @@ class Workload:
 
 
 def _connect(url: str, w: Workload) -> Any:
-    return redis.Redis.from_url(url, socket_timeout=w.socket_timeout, socket_connect_timeout=w.socket_timeout)
+    options: dict[str, Any] = {"socket_timeout": w.socket_timeout, "socket_connect_timeout": w.socket_timeout}
+    if w.retries is not None:
+        options["retry"] = Retry(NoBackoff(), w.retries)
+    return redis.Redis.from_url(url, **options)
 
 
 def client_main(w: Workload, index: int) -> list:
@@ -323,6 +331,8 @@ class Nemesis:
         self.every = every
         self.faults = 0
         self.log: list[str] = []
+        #: ``monotonic_ns`` instants at which each fault began.
+        self.times: list[int] = []
         self.procs: list[Any] = []
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -356,6 +366,7 @@ class Nemesis:
             raise self.error
 
     def record(self, message: str) -> None:
+        self.times.append(time.monotonic_ns())
         self.faults += 1
         self.log.append(f"{time.monotonic():.3f} {message}")
 
@@ -474,6 +485,7 @@ class Outcome:
     faults: int = 0
     fault_log: list[str] = field(default_factory=list)
     elapsed: float = 0.0
+    fault_times: list[int] = field(default_factory=list)
 
     @property
     def violations(self) -> int:
@@ -555,4 +567,4 @@ def run_workload(w: Workload, nemesis: Optional[Nemesis] = None, timeout: float 
     resource_client.close()
     lock_client.close()
     return Outcome(w, history, final, report, nemesis.faults if nemesis else 0,
-                   nemesis.log if nemesis else [], elapsed)
+                   nemesis.log if nemesis else [], elapsed, nemesis.times if nemesis else [])
