@@ -117,6 +117,10 @@ class LocalCluster:
                 roles = client.cluster("nodes")
                 if len(roles) != len(self.nodes):
                     return False
+                # Every node must know every slot range's replicas (clients read this map).
+                for entry in client.execute_command("CLUSTER SLOTS"):
+                    if len(entry) < 3 + self.replicas_per_primary:
+                        return False
             finally:
                 client.close()
         # Replicas must have finished their initial sync before tests write and WAIT.
