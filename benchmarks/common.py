@@ -384,6 +384,7 @@ def write_report(section: Section, ctx: Context, *, started: float, error: Optio
     info["redis-py"] = _version("redis")
     info["date"] = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     info["duration"] = f"{time.monotonic() - started:.1f} s"
+    info["code"] = code_version()
     info["mode"] = "quick (rough figures)" if ctx.quick else "full"
     info["command"] = "python3 dev.py bench " + " ".join(sys.argv[1:])
     lines = [f"# {section.title}", ""]
@@ -411,6 +412,23 @@ def write_report(section: Section, ctx: Context, *, started: float, error: Optio
     (ctx.results_dir / f"{section.name}.json").write_text(json.dumps(payload, indent=2, default=str) + "\n",
                                                           encoding="utf-8")
     return path
+
+
+def code_version() -> str:
+    """The git commit measured, flagged when the package had uncommitted changes."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "django_redis_coord"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    if not commit:
+        return "?"
+    return commit + (" + uncommitted changes in django_redis_coord/" if dirty else "")
 
 
 def _version(package: str) -> str:
