@@ -261,7 +261,8 @@ class LockBase:
         script = self.scripts.get(self.redis, "lock_extend")
         pipe.scripts.add(script)
         keys = self.extend_keys()
-        pipe.evalsha(script.sha, len(keys), *keys, *self.extend_args(token, self._ttl_ms, "replace"))
+        mode = "replace" if self._ttl_ms else "persist"
+        pipe.evalsha(script.sha, len(keys), *keys, *self.extend_args(token, self._ttl_ms, mode))
 
     def inspect_keys(self) -> tuple:
         k = self.keys

@@ -140,8 +140,14 @@ class Lock(LockBase):
         local.deadline = self.deadline_for(sent_at, grant.pttl)
         local.count = 1
         local.lost = False
+        local.watched = self.auto_renew or grant.provisional
         if self.auto_renew:
-            _watchdog.sync_watchdog().register(self, local, token)
+            first_in = min(self.renew_ttl_ms / 3000.0, self.waiter_lease / 2) if grant.provisional else None
+            _watchdog.sync_watchdog().register(self, local, token, first_in)
+        elif grant.provisional:
+            # Handed over provisionally (two waiter leases): the watchdog claims the full TTL in
+            # the background, unless the hold ends first.
+            _watchdog.sync_watchdog().register(self, local, token, self.waiter_lease / 2, once=True)
 
     def _mark_lost(self, local: Any) -> None:
         """Called by the watchdog when a hold could not be renewed in time."""
@@ -216,9 +222,6 @@ class Lock(LockBase):
                 raise
             if not grant.acquired:
                 return False
-        if grant.provisional:
-            sent_at = time.monotonic()
-            grant.pttl = self.claim(token)
         self._own(token, grant, sent_at)
         return True
 
@@ -235,7 +238,8 @@ class Lock(LockBase):
             payload = blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
             if payload is not None:
                 fence, provisional = self.parse_wake(payload)
-                return Grant(True, fence, self._ttl_ms if self._ttl_ms else -1, provisional), sent_at
+                pttl = 2 * self._lease_ms if provisional else (self._ttl_ms or -1)
+                return Grant(True, fence, pttl, provisional), sent_at
             sent_at = time.monotonic()
             grant = self.do_acquire(token, 2, worker)
             if grant.acquired:
@@ -248,12 +252,6 @@ class Lock(LockBase):
                 self.do_release(token)
         except Exception:  # the original error matters more; the waiter lease bounds the rest
             pass
-
-    def claim(self, token: bytes) -> int:
-        """Turn a provisional hand-off (two waiter leases long) into the full hold."""
-        if self._ttl_ms:
-            return self.do_extend(token, self._ttl_ms, "replace")
-        return self.do_extend(token, 0, "persist")
 
     def do_acquire(self, token: bytes, enqueue: int, worker: str) -> Grant:
         script = self.scripts.get(self.redis, "lock_acquire")
@@ -286,7 +284,7 @@ class Lock(LockBase):
             local.count -= 1
             return
         lost = getattr(local, "lost", False)
-        if self.auto_renew:
+        if getattr(local, "watched", False):
             _watchdog.sync_watchdog().unregister(self, local)
         # Keep the token until Redis answered: a connection error must leave a way to retry.
         self.do_release(token)

@@ -34,14 +34,37 @@ class Hold:
     owner: Any
     local: Any
     token: bytes
-    ttl_ms: int
+    #: Seconds between renewals (a third of the timeout).
+    interval: float
     due: float = 0.0
     in_flight: bool = False
+    #: Renew once, then forget (claiming the rest of a provisional hand-off).
+    once: bool = False
     key: tuple = field(default=())
 
-    @property
-    def interval(self) -> float:
-        return self.ttl_ms / 3000.0
+    @classmethod
+    def create(cls, owner: Any, local: Any, token: bytes, first_in: Optional[float], once: bool) -> Hold:
+        interval = max(owner.renew_ttl_ms / 3000.0, RETRY_INTERVAL)
+        hold = cls(owner, local, token, interval, once=once, key=(id(owner), id(local), token))
+        hold.due = time.monotonic() + (interval if first_in is None else first_in)
+        return hold
+
+
+def _settle(holds: dict, hold: Hold, sent_at: float, reply: Any, now: float) -> None:
+    """Apply a renewal outcome to a registered hold: reschedule, forget, or declare it lost."""
+    hold.in_flight = False
+    if hold.key not in holds:
+        return
+    outcome = _renew_reply(hold, sent_at, reply)
+    if outcome is False:
+        holds.pop(hold.key, None)
+        Watchdog._lose(hold)
+    elif outcome is None:
+        hold.due = now + min(RETRY_INTERVAL, hold.interval)
+    elif hold.once:
+        holds.pop(hold.key, None)
+    else:
+        hold.due = now + hold.interval
 
 
 def _renew_reply(hold: Hold, sent_at: float, reply: Any) -> Optional[bool]:
@@ -68,12 +91,13 @@ class Watchdog:
         self._thread.start()
 
     # -- registration ------------------------------------------------------------------------
-    def register(self, owner: Any, local: Any, token: bytes) -> None:
-        key = (id(owner), id(local), token)
-        hold = Hold(owner, local, token, owner.renew_ttl_ms, key=key)
-        hold.due = time.monotonic() + hold.interval
+    def register(
+        self, owner: Any, local: Any, token: bytes, first_in: Optional[float] = None, once: bool = False
+    ) -> None:
+        """Renew ``token``'s hold every third of its timeout (or once, ``first_in`` seconds from now)."""
+        hold = Hold.create(owner, local, token, first_in, once)
         with self._cond:
-            self._holds[key] = hold
+            self._holds[hold.key] = hold
             self._cond.notify()
 
     def unregister(self, owner: Any, local: Any) -> None:
@@ -135,17 +159,7 @@ class Watchdog:
             with self._cond:
                 now = time.monotonic()
                 for hold, reply in zip(batch, replies):
-                    hold.in_flight = False
-                    if hold.key not in self._holds:
-                        continue
-                    outcome = _renew_reply(hold, sent_at, reply)
-                    if outcome is False:
-                        self._holds.pop(hold.key, None)
-                        self._lose(hold)
-                    elif outcome is None:
-                        hold.due = now + min(RETRY_INTERVAL, hold.interval)
-                    else:
-                        hold.due = now + hold.interval
+                    _settle(self._holds, hold, sent_at, reply, now)
                 self._cond.notify()
 
         return done
@@ -184,11 +198,11 @@ class AsyncWatchdog:
         self._changed = asyncio.Event()
         self._task = loop.create_task(self._run(), name="dcoord-watchdog")
 
-    def register(self, owner: Any, local: Any, token: bytes) -> None:
-        key = (id(owner), id(local), token)
-        hold = Hold(owner, local, token, owner.renew_ttl_ms, key=key)
-        hold.due = time.monotonic() + hold.interval
-        self._holds[key] = hold
+    def register(
+        self, owner: Any, local: Any, token: bytes, first_in: Optional[float] = None, once: bool = False
+    ) -> None:
+        hold = Hold.create(owner, local, token, first_in, once)
+        self._holds[hold.key] = hold
         self._changed.set()
 
     def unregister(self, owner: Any, local: Any) -> None:
@@ -240,17 +254,7 @@ class AsyncWatchdog:
             replies = [exc] * len(batch)
         now = time.monotonic()
         for hold, reply in zip(batch, replies):
-            hold.in_flight = False
-            if hold.key not in self._holds:
-                continue
-            outcome = _renew_reply(hold, sent_at, reply)
-            if outcome is False:
-                self._holds.pop(hold.key, None)
-                Watchdog._lose(hold)
-            elif outcome is None:
-                hold.due = now + min(RETRY_INTERVAL, hold.interval)
-            else:
-                hold.due = now + hold.interval
+            _settle(self._holds, hold, sent_at, reply, now)
         self._changed.set()
 
 

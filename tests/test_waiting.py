@@ -106,8 +106,29 @@ def test_a_waiter_killed_while_queued_stalls_the_queue_for_a_bounded_time(redis_
     stalled = time.monotonic() - started
     # The hand-off to the dead waiter was provisional: two of its leases (1 s), not 30 s.
     assert stalled < 2.0, stalled
-    assert 25_000 < redis_client.pttl("deadwaiter") <= 30_000
+    _wait_for(lambda: redis_client.pttl("deadwaiter") > 25_000, timeout=3)
+    assert survivor.valid and survivor.deadline - time.monotonic() > 25
     survivor.release()
+
+
+def test_a_long_hold_handed_to_a_waiter_is_claimed_in_the_background(redis_client):
+    holder = Lock(redis_client, "claim", timeout=30, thread_local=False)
+    holder.acquire()
+    waiter = Lock(redis_client, "claim", timeout=30, waiter_lease=0.6)
+    import threading
+
+    timer = threading.Timer(0.1, holder.release)
+    timer.start()
+    assert waiter.acquire(blocking_timeout=5)
+    timer.join()
+    # Provisional: two waiter leases (1.2 s) ...
+    assert redis_client.pttl("claim") <= 1_200
+    assert waiter.deadline - time.monotonic() < 1.2
+    # ... until the watchdog claims the full 30 s half a lease later.
+    _wait_for(lambda: redis_client.pttl("claim") > 25_000, timeout=3)
+    _wait_for(lambda: waiter.deadline - time.monotonic() > 25, timeout=1)
+    waiter.release()
+    assert not redis_client.exists("claim")
 
 
 def test_a_waiter_whose_lease_lapsed_is_skipped(redis_client, redis_url):

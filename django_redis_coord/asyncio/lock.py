@@ -138,8 +138,14 @@ class Lock(LockBase):
         local.deadline = self.deadline_for(sent_at, grant.pttl)
         local.count = 1
         local.lost = False
+        local.watched = self.auto_renew or grant.provisional
         if self.auto_renew:
-            _watchdog.async_watchdog().register(self, local, token)
+            first_in = min(self.renew_ttl_ms / 3000.0, self.waiter_lease / 2) if grant.provisional else None
+            _watchdog.async_watchdog().register(self, local, token, first_in)
+        elif grant.provisional:
+            # Handed over provisionally (two waiter leases): the watchdog claims the full TTL in
+            # the background, unless the hold ends first.
+            _watchdog.async_watchdog().register(self, local, token, self.waiter_lease / 2, once=True)
 
     def _mark_lost(self, local: Any) -> None:
         if getattr(local, "lost", False):
@@ -210,17 +216,8 @@ class Lock(LockBase):
                 raise
             if not grant.acquired:
                 return False
-        if grant.provisional:
-            sent_at = time.monotonic()
-            grant.pttl = await self.claim(token)
         self._own(token, grant, sent_at)
         return True
-
-    async def claim(self, token: bytes) -> int:
-        """Turn a provisional hand-off (two waiter leases long) into the full hold."""
-        if self._ttl_ms:
-            return await self.do_extend(token, self._ttl_ms, "replace")
-        return await self.do_extend(token, 0, "persist")
 
     async def _wait(self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float]) -> tuple[Grant, float]:
         """Wait in the queue until handed the lock, the holder expires or ``stop_at`` passes."""
@@ -233,7 +230,8 @@ class Lock(LockBase):
             payload = await blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
             if payload is not None:
                 fence, provisional = self.parse_wake(payload)
-                return Grant(True, fence, self._ttl_ms if self._ttl_ms else -1, provisional), sent_at
+                pttl = 2 * self._lease_ms if provisional else (self._ttl_ms or -1)
+                return Grant(True, fence, pttl, provisional), sent_at
             sent_at = time.monotonic()
             grant = await self.do_acquire(token, 2, worker)
             if grant.acquired:
@@ -275,7 +273,7 @@ class Lock(LockBase):
             local.count -= 1
             return
         lost = getattr(local, "lost", False)
-        if self.auto_renew:
+        if getattr(local, "watched", False):
             _watchdog.async_watchdog().unregister(self, local)
         try:
             await self.do_release(token)
