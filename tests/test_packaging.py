@@ -1,0 +1,48 @@
+"""The package's promises about itself: Django-free core, shipped data files, the Quick start."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import django_redis_coord
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = Path(django_redis_coord.__file__).resolve().parent
+
+
+def test_the_core_imports_nothing_from_django():
+    code = (
+        "import sys\n"
+        "from django_redis_coord import Lock, IdentityLock, lock_holder, LockLostError\n"
+        "from django_redis_coord.asyncio import Lock as AsyncLock\n"
+        "import django_redis_coord.watchdog, django_redis_coord.server\n"
+        "bad = sorted(m for m in sys.modules if m == 'django' or m.startswith('django.'))\n"
+        "assert not bad, bad\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_lua_scripts_and_type_marker_are_package_data():
+    assert (PACKAGE / "py.typed").exists()
+    scripts = sorted(p.name for p in (PACKAGE / "lua").glob("*.lua"))
+    assert {"common.lua", "lock_acquire.lua", "lock_release.lua", "lock_extend.lua"} <= set(scripts)
+    setup_cfg = (ROOT / "setup.cfg").read_text()
+    assert "lua/*.lua" in setup_cfg and "py.typed" in setup_cfg
+
+
+def test_readme_opens_with_a_two_command_quick_start_that_ci_runs():
+    readme = (ROOT / "README.md").read_text()
+    quick_start = readme.split("## Quick start", 1)[1].split("##", 1)[0]
+    block = re.search(r"```(?:bash|sh)?\n(.*?)```", quick_start, re.S)
+    assert block is not None
+    commands = [line.split("#", 1)[0].strip() for line in block.group(1).splitlines()]
+    commands = [command for command in commands if command]
+    assert commands == ["python3 dev.py demo", "python3 dev.py test"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "python3 dev.py test" in ci
