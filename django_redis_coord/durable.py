@@ -1,0 +1,158 @@
+"""Locks whose grants are acknowledged by replicas (``WAIT``), failing closed when they are not.
+
+Redis replicates asynchronously: a primary that crashes right after granting a lock may take the
+grant with it, and the replica promoted in its place (by Sentinel or Redis Cluster) lets a second
+client take the same lock.  :class:`DurableLock` closes that window for the grants it confirms:
+after acquiring (and after ``extend``/``reacquire``) it waits until ``replicas`` replicas have the
+hold, for at most ``replica_timeout`` seconds.  When they do not acknowledge in time, the hold is
+released and :class:`ReplicationNotAcknowledged` is raised, so the caller never runs on a grant
+that a failover could forget.
+
+>>> from redis.sentinel import Sentinel                                  # doctest: +SKIP
+>>> from django_redis_coord.durable import DurableLock
+>>> client = Sentinel([("10.0.0.1", 26379)]).master_for("coord", socket_timeout=1)
+>>> with DurableLock(client, "payouts", timeout=30, replicas=1) as lock:
+...     pay_out(fence=lock.fence)
+
+What it does not do: ``WAIT`` makes a grant survive the failure of the primary when a replica
+that acknowledged it is promoted; it does not make Redis a consensus system (a partitioned old
+primary can still accept writes until it notices), and renewals made by the watchdog are not
+confirmed.  Use fencing tokens at the resource for safety (see docs/redlock.md).
+
+How: the confirmation is one pipeline on one connection to the lock's server: a lock script that
+re-writes the hold without changing it (checking it is still ours) followed by ``WAIT``.  ``WAIT``
+counts replicas that received every write up to this connection's last one, so it covers the
+grant even when the lock was handed over by another client's release.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional, Union
+
+from . import watchdog as _watchdog
+from ._base import Number, check_number
+from .exceptions import CoordError, InvalidLockArgument, InvalidLockArgumentType, LockLostError
+from .locks import Lock
+from .scripts import sync_scripts
+
+__all__ = ["DurableLock", "ReplicationNotAcknowledged"]
+
+#: How long a grant waits for its replicas by default (seconds).
+DEFAULT_REPLICA_TIMEOUT = 0.5
+
+
+class ReplicationNotAcknowledged(CoordError):
+    """Fewer than the required replicas acknowledged a grant in time; the hold was released."""
+
+    def __init__(self, message: str, acknowledged: int, required: int, lock_name: Any = None) -> None:
+        super().__init__(message, lock_name=lock_name)
+        self.acknowledged = acknowledged
+        self.required = required
+
+
+def check_replicas(replicas: object, replica_timeout: object, name: object) -> None:
+    if isinstance(replicas, bool) or not isinstance(replicas, int):
+        raise InvalidLockArgumentType("replicas must be an int", lock_name=name)
+    if replicas < 1:
+        raise InvalidLockArgument(f"replicas must be at least 1, got {replicas}", lock_name=name)
+    check_number("replica_timeout", replica_timeout, allow_none=False, positive=True, lock_name=name)
+
+
+def node_client(client: Any, key: bytes) -> Any:
+    """The client of the one server that serves ``key`` (the client itself unless a cluster)."""
+    if getattr(client, "connection_pool", None) is not None:
+        return client
+    return client.get_redis_connection(client.get_node_from_key(key))  # redis.cluster.RedisCluster
+
+
+class DurableLock(Lock):
+    """A :class:`~django_redis_coord.Lock` whose grants ``replicas`` replicas acknowledge.
+
+    Takes the Lock's arguments plus, keyword-only, ``replicas`` (default 1) and
+    ``replica_timeout`` (seconds, default 0.5).  ``acquire``, ``extend`` and ``reacquire`` raise
+    :class:`ReplicationNotAcknowledged` (after releasing, for ``acquire``) when too few replicas
+    acknowledge in time.
+    """
+
+    def __init__(
+        self,
+        redis: Any,
+        name: Union[str, bytes],
+        *args: Any,
+        replicas: int = 1,
+        replica_timeout: Number = DEFAULT_REPLICA_TIMEOUT,
+        **kwargs: Any,
+    ) -> None:
+        check_replicas(replicas, replica_timeout, name)
+        super().__init__(redis, name, *args, **kwargs)
+        self.replicas = replicas
+        self.replica_timeout = replica_timeout
+
+    def acquire(self, *args: Any, **kwargs: Any) -> bool:
+        if not super().acquire(*args, **kwargs):
+            return False
+        hold = self._state()
+        if getattr(hold, "count", 1) > 1:
+            return True  # a reentrant acquire: the first one was confirmed
+        try:
+            self.confirm()
+        except BaseException:
+            self._give_back()
+            raise
+        return True
+
+    def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
+        super().extend(additional_time, replace_ttl)
+        self.confirm()
+        return True
+
+    def reacquire(self) -> bool:
+        super().reacquire()
+        self.confirm()
+        return True
+
+    def confirm(self) -> int:
+        """Wait until ``replicas`` replicas have the current hold; returns how many acknowledged."""
+        hold = self._state()
+        token = hold.token
+        if token is None:
+            raise LockLostError("Nothing to confirm: the lock is not held", lock_name=self.name)
+        client = node_client(self.redis, self.keys.name)
+        script = sync_scripts.get(client, "lock_extend")
+        keys = self.extend_keys()
+        # Re-write the hold as it is: same remaining time ("add" 0 ms), or still no expiry.
+        args = self.extend_args(token, 0, "add" if self._ttl_ms else "persist")
+        pipe = client.pipeline(transaction=False)
+        pipe.scripts.add(script)
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+        pipe.execute_command("WAIT", self.replicas, max(1, int(self.replica_timeout * 1000)))
+        started = time.monotonic()
+        still_ours, acknowledged = pipe.execute()
+        if int(still_ours) == -2:
+            raise LockLostError("The lock was lost before its replicas acknowledged it", lock_name=self.name)
+        acknowledged = int(acknowledged)
+        if acknowledged < self.replicas:
+            raise ReplicationNotAcknowledged(
+                f"Only {acknowledged} of {self.replicas} replicas acknowledged lock {self.name!r} within "
+                f"{time.monotonic() - started:.3f}s (replica_timeout {self.replica_timeout}s); not holding it",
+                acknowledged,
+                self.replicas,
+                lock_name=self.name,
+            )
+        return acknowledged
+
+    def _give_back(self) -> None:
+        """Release an unconfirmed grant (best effort: it expires at its TTL otherwise)."""
+        hold = self._state()
+        token: Optional[bytes] = hold.token
+        if token is None:
+            return
+        if self.auto_renew:
+            _watchdog.sync_watchdog().unregister(self, hold)
+        try:
+            self.do_release(token)
+        except Exception:
+            pass
+        hold.token = None
+        hold.count = 0
