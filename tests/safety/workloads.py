@@ -36,6 +36,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from django_redis_coord import Lock, LockLostError, LockNotOwnedError
+from django_redis_coord.fencing import fenced_get, fenced_set
 
 from .checkers import Report, check_lock_history, check_semaphore_history
 from .history import History, Recorder
@@ -44,18 +45,23 @@ from .unsafe import GetThenDelLock, RacyFenceLock, RacySemaphore, TokenlessLock
 #: Errors that leave a call's outcome unknown (the network or the server went away).
 IO_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
 
-FENCED_SCRIPT = (Path(__file__).with_name("fenced_set.lua")).read_text(encoding="utf-8")
+FENCED_READ = (Path(__file__).with_name("fenced_read.lua")).read_text(encoding="utf-8")
 
 
 # -- the protected resource -------------------------------------------------------------------------
 class Resource:
-    """The set the lock protects: one string of comma-separated elements, plus its highest fence."""
+    """The set the lock protects: one comma-separated string in the hash layout of
+    :func:`django_redis_coord.fencing.fenced_set` (fields ``value`` and ``fence``).
+
+    Writes under a hold go through ``fenced_set``.  Reads under a hold are fenced too
+    (``fenced_read.lua``): a read-modify-write needs it, or a stale holder's write that lands
+    between the new holder's read and write is accepted and then overwritten - a lost update.
+    """
 
     def __init__(self, client: Any, name: str) -> None:
         self.client = client
-        self.value_key = f"{{resource:{name}}}:value"
-        self.fence_key = f"{{resource:{name}}}:fence"
-        self._script = client.register_script(FENCED_SCRIPT)
+        self.key = f"{{resource:{name}}}"
+        self._read = client.register_script(FENCED_READ)
 
     @staticmethod
     def decode(raw: Any) -> list[str]:
@@ -65,22 +71,22 @@ class Resource:
 
     def fenced_read(self, fence: int) -> Optional[list[str]]:
         """The elements, or None when a newer holder has been seen (``fence`` is stale)."""
-        accepted, value = self._script(keys=[self.value_key, self.fence_key], args=["read", fence])
+        accepted, value = self._read(keys=[self.key], args=[fence])
         return self.decode(value) if int(accepted) else None
 
     def fenced_write(self, fence: int, elements: Sequence[str]) -> bool:
-        accepted, _ = self._script(keys=[self.value_key, self.fence_key], args=["write", fence, ",".join(elements)])
-        return bool(int(accepted))
+        return fenced_set(self.key, ",".join(elements), fence, client=self.client)
 
     def read(self) -> list[str]:
-        return self.decode(self.client.get(self.value_key))
+        """The elements, unfenced (``fenced_get``)."""
+        return self.decode(fenced_get(self.key, client=self.client)[0])
 
     def write(self, elements: Sequence[str]) -> bool:
-        self.client.set(self.value_key, ",".join(elements))
+        self.client.hset(self.key, "value", ",".join(elements))
         return True
 
     def clear(self) -> None:
-        self.client.delete(self.value_key, self.fence_key)
+        self.client.delete(self.key)
 
 
 # -- what a client contends for ---------------------------------------------------------------
@@ -187,7 +193,10 @@ class Workload:
     stall: float = 0.0
     stall_for: float = 0.0
     blocking_timeout: float = 3.0
+    #: Writes under a hold through fenced_set (else a plain HSET).
     fenced: bool = True
+    #: Reads under a hold fenced too (else fenced_get, which does not record the reader's fence).
+    fenced_reads: bool = True
     socket_timeout: Optional[float] = 2.0
     #: How often redis-py retries a call that hit a connection error or timeout (None: its default,
     #: 3 retries with backoff, each reconnecting - through a blackhole that is many socket timeouts).
@@ -271,7 +280,7 @@ def _protected_update(w: Workload, rng: random.Random, rec: Recorder, adapter: A
     if not w.is_semaphore:
         rec.invoke("read", {"fence": fence})
         try:
-            elements = resource.fenced_read(fence) if fenced else resource.read()
+            elements = resource.fenced_read(fence) if fenced and w.fenced_reads else resource.read()
         except IO_ERRORS as exc:
             rec.info("read", type(exc).__name__)
             raise
@@ -496,7 +505,9 @@ class Outcome:
 
     def describe(self) -> str:
         w = self.workload
-        return (f"{w.kind} x{w.processes} ({'fenced' if w.fenced else 'plain'} writes): "
+        fencing = "fenced reads and writes" if w.fenced and w.fenced_reads else (
+            "fenced writes" if w.fenced else "plain reads and writes")
+        return (f"{w.kind} x{w.processes} ({fencing}): "
                 f"{len(self.history)} events, {self.faults} faults, {self.violations} violations\n{self.report}")
 
 
