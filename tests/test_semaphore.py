@@ -217,6 +217,32 @@ def test_every_key_hashes_to_the_slot_of_the_name_and_the_registry_lists_it(redi
         redis_client.flushall()
 
 
+def test_the_registry_score_follows_the_latest_lease_end(redis_client):
+    ks = keys_for(b"mixed", b"sem")
+
+    def listed_in() -> float:
+        score = redis_client.zscore(ks.registry, b"sem:mixed")
+        return score - int(redis_client.time()[0]) * 1000 if score is not None else None
+
+    long = Semaphore(redis_client, "mixed", limit=3, timeout=30)
+    short = Semaphore(redis_client, "mixed", limit=3, timeout=5)
+    assert short.acquire("s")
+    assert 3_000 < listed_in() <= 6_000
+    assert long.acquire("l")
+    assert 28_000 < listed_in() <= 31_000
+    assert short.acquire("s")  # renewing the shorter lease leaves the latest end in place
+    assert 28_000 < listed_in() <= 31_000
+    assert long.extend(2, replace_ttl=True, identity="l")  # the latest lease got shorter
+    assert 3_000 < listed_in() <= 6_000
+    assert long.release("l")
+    assert 3_000 < listed_in() <= 6_000
+    endless = Semaphore(redis_client, "mixed", limit=3)
+    assert endless.acquire("e")
+    assert listed_in() == float("inf")
+    assert endless.release("e") and short.release("s")
+    assert listed_in() is None
+
+
 def test_a_semaphore_without_timeout_hands_off_and_the_waiter_claims_an_endless_permit(redis_client):
     holder = Semaphore(redis_client, "endless", limit=1)
     assert holder.acquire("peter")

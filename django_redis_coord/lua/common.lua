@@ -100,29 +100,30 @@ end
 -- Semaphores.  The sorted set at the name maps each permit's token to the end of its lease (ms,
 -- server time; +inf: no expiry).  The meta hash keeps the limit ('limit'), the fence counter and
 -- one record per permit, field "p:<token>" = "fence since claim info" (claim 1: provisional).
+-- Scores go to Redis as Lua numbers (exact below 2^53); strings are built with int().
 
 -- Drop the permits whose lease has ended (with their records); returns how many.
 local function sem_reclaim(permits, meta, now_ms)
-  local expired = redis.call('ZRANGEBYSCORE', permits, '-inf', int(now_ms))
+  local expired = redis.call('ZRANGEBYSCORE', permits, '-inf', now_ms)
+  if #expired == 0 then
+    return 0
+  end
   for _, token in ipairs(expired) do
     redis.call('HDEL', meta, 'p:' .. token)
   end
-  if #expired > 0 then
-    redis.call('ZREMRANGEBYSCORE', permits, '-inf', int(now_ms))
-  end
+  redis.call('ZREMRANGEBYSCORE', permits, '-inf', now_ms)
   return #expired
 end
 
--- Give `token` a permit for `ttl` ms (0 = no expiry); returns its fence (next_fence() inlined
--- into the record's HSET: this is the hot path).
-local function sem_grant(permits, meta, token, ttl, claim, info, now_ms, now_us)
-  local fence = math.max(tonumber(redis.call('HGET', meta, 'fence') or '0') + 1, now_us)
+-- Give `token` a permit for `ttl` ms (0 = no expiry) after the fence `last` (next_fence() inlined
+-- into the record's HSET: this is the hot path).  Returns the fence and the lease end.
+local function sem_grant(permits, meta, token, ttl, claim, info, now_ms, now_us, last)
+  local fence = int(math.max(tonumber(last or '0') + 1, now_us))
   local expiry = '+inf'
-  if ttl > 0 then expiry = int(now_ms + ttl) end
+  if ttl > 0 then expiry = now_ms + ttl end
   redis.call('ZADD', permits, expiry, token)
-  redis.call('HSET', meta, 'fence', int(fence),
-             'p:' .. token, int(fence) .. ' ' .. int(now_ms) .. ' ' .. claim .. ' ' .. info)
-  return fence
+  redis.call('HSET', meta, 'fence', fence, 'p:' .. token, fence .. ' ' .. int(now_ms) .. ' ' .. claim .. ' ' .. info)
+  return tonumber(fence), expiry
 end
 
 -- Parse a permit record: fence, since ms, claim flag, info.
@@ -140,20 +141,20 @@ local function sem_left(score, now_ms)
   return tonumber(score) - now_ms
 end
 
--- Give the permit held by `token` a full lease of `ttl` ms from now (0: no expiry) and clear its
--- provisional mark.  Returns its fence and the lease in ms (-1: no expiry).
-local function sem_claim(permits, meta, token, ttl, now_ms)
-  local field = 'p:' .. token
-  local fence, since, _, info = sem_record(redis.call('HGET', meta, field) or '0 0 0 {}')
-  local expiry, pttl = '+inf', -1
-  if ttl > 0 then expiry, pttl = int(now_ms + ttl), ttl end
-  redis.call('ZADD', permits, expiry, token)
-  redis.call('HSET', meta, field, int(fence) .. ' ' .. int(since) .. ' 0 ' .. info)
-  return fence, pttl
-end
-
--- Point the registry entry of the semaphore at its latest lease end (or remove it).
-local function sem_publish(permits, registry, member)
+-- Keep the registry entry of the semaphore at its latest lease end: raise it to `expiry` (a new
+-- or renewed lease), or recompute it when `expiry` is nil (a permit left).
+local function sem_publish(permits, registry, member, expiry)
+  if expiry then
+    local listed = redis.call('ZSCORE', registry, member)
+    local raise = not listed
+    if listed and not string.find(listed, 'inf', 1, true) then
+      raise = expiry == '+inf' or tonumber(listed) < expiry
+    end
+    if raise then
+      redis.call('ZADD', registry, expiry, member)
+    end
+    return
+  end
   local last = redis.call('ZRANGE', permits, -1, -1, 'WITHSCORES')
   if last[1] then
     redis.call('ZADD', registry, last[2], member)
@@ -162,15 +163,35 @@ local function sem_publish(permits, registry, member)
   end
 end
 
+-- Give the permit held by `token` a full lease of `ttl` ms from now (0: no expiry) and clear its
+-- provisional mark.  Returns its fence and the lease in ms (-1: no expiry).
+local function sem_claim(permits, meta, registry, member, token, ttl, now_ms)
+  local field = 'p:' .. token
+  local fence, since, _, info = sem_record(redis.call('HGET', meta, field) or '0 0 0 {}')
+  local expiry, pttl = '+inf', -1
+  if ttl > 0 then expiry, pttl = now_ms + ttl, ttl end
+  local before = redis.call('ZSCORE', permits, token)
+  redis.call('ZADD', permits, expiry, token)
+  redis.call('HSET', meta, field, int(fence) .. ' ' .. int(since) .. ' 0 ' .. info)
+  if before and pttl ~= -1 and (not sem_left(before, now_ms) or tonumber(before) > expiry) then
+    sem_publish(permits, registry, member, nil)  -- the lease got shorter: recompute
+  else
+    sem_publish(permits, registry, member, expiry)
+  end
+  return fence, pttl
+end
+
 -- Serve the FIFO queue while permits are free: each live waiter at the head gets a permit pushed
 -- onto its wake list ("fence provisional", as for locks); dead ones are dropped.  Stops at
--- `except` (the caller, may be nil).  Returns true when a permit is free and nobody is queued
--- ahead of `except`.
-local function sem_hand_off(permits, meta, queue, waiters, wake_prefix, wake_suffix, limit, now_ms, now_us, except)
+-- `except` (the caller, may be nil).  Returns whether a permit is free with nobody queued ahead
+-- of `except`, and whether anyone was granted one here.
+local function sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, limit,
+                            now_ms, now_us, except)
+  local granted_any = false
   while redis.call('ZCARD', permits) < limit do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head or head == except then
-      return true
+      return true, granted_any
     end
     redis.call('ZREM', queue, head)
     local data = redis.call('HGET', waiters, head)
@@ -184,15 +205,17 @@ local function sem_hand_off(permits, meta, queue, waiters, wake_prefix, wake_suf
         if ttl == 0 or ttl > 2 * lease then
           provisional, grant_ttl = 1, 2 * lease
         end
-        local fence = sem_grant(permits, meta, head, grant_ttl, provisional, info, now_ms, now_us)
+        local fence, expiry = sem_grant(permits, meta, head, grant_ttl, provisional, info, now_ms, now_us,
+                                        redis.call('HGET', meta, 'fence'))
+        sem_publish(permits, registry, member, expiry)
         redis.call('RPUSH', wake, int(fence) .. ' ' .. provisional)
         redis.call('PEXPIRE', wake, math.max(lease_until - now_ms, 1) + 60000)
-        granted = true
+        granted, granted_any = true, true
       end
     end
     if not granted then
       redis.call('DEL', wake)
     end
   end
-  return false
+  return false, granted_any
 end

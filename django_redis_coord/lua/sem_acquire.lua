@@ -12,7 +12,8 @@ local permits, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS
 local token, ttl, enqueue, retry, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3] ~= '0', ARGV[3] == '2', tonumber(ARGV[4])
 local info, member, wake_prefix, wake_suffix = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 
-local limit = tonumber(redis.call('HGET', meta, 'limit'))
+local state = redis.call('HMGET', meta, 'limit', 'fence')
+local limit = tonumber(state[1])
 if not limit then
   if ARGV[9] == '' then
     return {-1}
@@ -30,25 +31,27 @@ if redis.call('ZSCORE', permits, token) then
   redis.call('DEL', own_wake)
   redis.call('ZREM', queue, token)
   redis.call('HDEL', waiters, token)
-  local fence, pttl = sem_claim(permits, meta, token, ttl, now_ms)
-  sem_publish(permits, registry, member)
+  local fence, pttl = sem_claim(permits, meta, registry, member, token, ttl, now_ms)
   return {1, fence, pttl, 0}
 end
 if retry then
   redis.call('DEL', own_wake)  -- a grant whose lease ended before we came back for it
 end
 
-if sem_hand_off(permits, meta, queue, waiters, wake_prefix, wake_suffix, limit, now_ms, now_us, token) then
+local free, granted = sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix,
+                                   limit, now_ms, now_us, token)
+if free then
   if retry then
     redis.call('ZREM', queue, token)
     redis.call('HDEL', waiters, token)
   end
-  local fence = sem_grant(permits, meta, token, ttl, 0, info, now_ms, now_us)
-  sem_publish(permits, registry, member)
+  local last = state[2]
+  if granted then last = redis.call('HGET', meta, 'fence') end
+  local fence, expiry = sem_grant(permits, meta, token, ttl, 0, info, now_ms, now_us, last)
+  sem_publish(permits, registry, member, expiry)
   if ttl > 0 then return {1, fence, ttl, 0} end
   return {1, fence, -1, 0}
 end
-sem_publish(permits, registry, member)
 
 local earliest = redis.call('ZRANGE', permits, 0, 0, 'WITHSCORES')
 local wait_ms = -1

@@ -11,11 +11,9 @@ redis.call('HDEL', waiters, token)
 redis.call('DEL', own_wake)
 sem_reclaim(permits, meta, now_ms)
 if redis.call('ZSCORE', permits, token) then
-  local fence, pttl = sem_claim(permits, meta, token, ttl, now_ms)
-  sem_publish(permits, registry, member)
+  local fence, pttl = sem_claim(permits, meta, registry, member, token, ttl, now_ms)
   return {1, fence, pttl, 0}
 end
 local limit = tonumber(redis.call('HGET', meta, 'limit') or '0')
-sem_hand_off(permits, meta, queue, waiters, wake_prefix, wake_suffix, limit, now_ms, now_us, nil)
-sem_publish(permits, registry, member)
+sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, limit, now_ms, now_us, nil)
 return {0}

@@ -15,7 +15,7 @@ local left = sem_left(score, now_ms)
 if left and left <= 0 then
   -- The lease ended: the permit is gone even though nobody reclaimed it yet.
   sem_reclaim(permits, meta, now_ms)
-  sem_publish(permits, registry, member)
+  sem_publish(permits, registry, member, nil)
   return -2
 end
 local new_ttl = ms
@@ -27,6 +27,5 @@ elseif mode == 'add' then
   end
   new_ttl = left + ms
 end
-local _, pttl = sem_claim(permits, meta, token, new_ttl, now_ms)
-sem_publish(permits, registry, member)
+local _, pttl = sem_claim(permits, meta, registry, member, token, new_ttl, now_ms)
 return pttl

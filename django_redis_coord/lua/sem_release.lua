@@ -16,7 +16,14 @@ end
 if redis.call('EXISTS', queue) == 1 then
   sem_reclaim(permits, meta, now_ms)
   local limit = tonumber(redis.call('HGET', meta, 'limit') or '0')
-  sem_hand_off(permits, meta, queue, waiters, wake_prefix, wake_suffix, limit, now_ms, now_us, nil)
+  sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, limit, now_ms, now_us, nil)
 end
-sem_publish(permits, registry, member)
+if score then
+  -- The registry lists the latest lease end: recompute it only if it may have been this one.
+  if redis.call('ZCARD', permits) == 0 then
+    redis.call('ZREM', registry, member)
+  elseif redis.call('ZSCORE', registry, member) == score then
+    sem_publish(permits, registry, member, nil)
+  end
+end
 return released

@@ -8,6 +8,6 @@ local limit, member, wake_prefix, wake_suffix = tonumber(ARGV[1]), ARGV[2], ARGV
 local now_ms, now_us = server_now()
 redis.call('HSET', meta, 'limit', int(limit))
 sem_reclaim(permits, meta, now_ms)
-sem_hand_off(permits, meta, queue, waiters, wake_prefix, wake_suffix, limit, now_ms, now_us, nil)
-sem_publish(permits, registry, member)
+sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, limit, now_ms, now_us, nil)
+sem_publish(permits, registry, member, nil)
 return redis.call('ZCARD', permits)
