@@ -172,7 +172,7 @@ def _build_async(settings: CoordSettings) -> Any:
         sentinel = Sentinel(
             [_node(n) for n in sentinel_conf["SENTINELS"]],
             sentinel_kwargs=dict(sentinel_conf.get("SENTINEL_KWARGS") or {}),
-            **_options(settings),
+            **_for_asyncio(_options(settings)),
         )
         return sentinel.master_for(sentinel_conf["SERVICE_NAME"], db=sentinel_conf.get("DB", 0))
     if settings.source == "cluster":
@@ -182,9 +182,27 @@ def _build_async(settings: CoordSettings) -> Any:
         options = {**_options(settings), **(cluster.get("OPTIONS") or {})}
         nodes = cluster.get("STARTUP_NODES")
         if nodes:
-            return RedisCluster(startup_nodes=[ClusterNode(*_node(n)) for n in nodes], **options)
-        return RedisCluster.from_url(str(settings.url), **options)
-    return aioredis.Redis.from_url(str(settings.url), **_options(settings))
+            return RedisCluster(startup_nodes=[ClusterNode(*_node(n)) for n in nodes], **_for_asyncio(options))
+        return RedisCluster.from_url(str(settings.url), **_for_asyncio(options))
+    return aioredis.Redis.from_url(str(settings.url), **_for_asyncio(_options(settings)))
+
+
+def _for_asyncio(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``CLIENT_OPTIONS`` minus the objects of the sync library (a sync connection class, parser,
+    retry policy or pool cannot serve the asyncio client, which then uses its defaults)."""
+    from redis.asyncio.connection import AbstractConnection
+    from redis.asyncio.retry import Retry
+
+    kept = {}
+    for key, value in options.items():
+        if key == "connection_class" and not (isinstance(value, type) and issubclass(value, AbstractConnection)):
+            continue
+        if key == "retry" and not isinstance(value, Retry):
+            continue
+        if key in ("parser_class", "connection_pool", "redis_connect_func"):
+            continue
+        kept[key] = value
+    return kept
 
 
 #: Connection arguments that are objects of the sync library and cannot be handed to asyncio.

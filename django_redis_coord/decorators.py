@@ -70,7 +70,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._base import check_number
 from .conf import CoordSettings, coord_settings
+from .connection import get_async_client, get_client
 from .exceptions import CoordError, InvalidLockArgument, InvalidLockArgumentType, LockError, LockLostError
+from .shortcuts import AsyncSignallingLock, SignallingLock, make_semaphore
 
 __all__ = [
     "locked",
@@ -223,6 +225,7 @@ class KeyTemplate:
 
     def __init__(self, key: Union[str, Callable[..., Any], None], default: str) -> None:
         self.callable: Optional[Callable[..., Any]] = None
+        self.signature: Optional[inspect.Signature] = None
         self.default_name = default
         self.template = default
         self.roots: frozenset[str] = frozenset()
@@ -256,12 +259,10 @@ class KeyTemplate:
 
     def check_against(self, func: Callable[..., Any], *, view_names: bool) -> None:
         """Refuse, when decorating, names that ``func`` can never provide."""
-        if self.callable is not None or not self.roots:
+        self.signature = _signature(func) if self.roots else None
+        if self.callable is not None or self.signature is None:
             return
-        try:
-            params = inspect.signature(func).parameters
-        except (TypeError, ValueError):
-            return
+        params = self.signature.parameters
         if any(p.kind is p.VAR_KEYWORD for p in params.values()):
             return
         known = set(params) | (VIEW_NAMES if view_names else set())
@@ -284,11 +285,20 @@ def _dotted(obj: Any) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
 
-def _bound_arguments(func: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
-    """``func``'s arguments by name (extra keyword arguments included) for a call."""
+def _signature(func: Callable[..., Any]) -> Optional[inspect.Signature]:
     try:
-        bound = inspect.signature(func).bind(*args, **kwargs)
+        return inspect.signature(func)
     except (TypeError, ValueError):
+        return None
+
+
+def _bound_arguments(signature: Optional[inspect.Signature], args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The arguments of a call by name (extra keyword arguments included)."""
+    if signature is None:
+        return dict(kwargs)
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
         return dict(kwargs)
     bound.apply_defaults()
     values: dict[str, Any] = {}
@@ -522,21 +532,13 @@ class Locked:
         options = self._primitive_options(settings)
         key = settings.prefixed(name)
         if self.limit is not None:
-            from .shortcuts import make_semaphore
-
             semaphore = make_semaphore(name, self.limit, options["timeout"], asyncio=is_async, label=label,
                                        auto_renew=options["auto_renew"])
             return _AsyncPermitHold(semaphore) if is_async else _PermitHold(semaphore)
         if is_async:
-            from .connection import get_async_client
-            from .shortcuts import AsyncSignallingLock
-
             return AsyncSignallingLock(
                 get_async_client(), key, app_name=name, label=label, thread_local=False, **options
             )
-        from .connection import get_client
-        from .shortcuts import SignallingLock
-
         return SignallingLock(get_client(), key, app_name=name, label=label, thread_local=False, **options)
 
     def _acquire_args(self) -> dict[str, Any]:
@@ -667,7 +669,7 @@ class Locked:
         user: Any = _DEFAULT,
     ) -> dict[str, Any]:
         namespace: dict[str, Any] = dict(self.params)
-        namespace.update(_bound_arguments(func, args, kwargs))
+        namespace.update(_bound_arguments(key.signature, args, kwargs))
         roots = key.roots
         if "user" in roots:
             if user is _DEFAULT:
@@ -690,6 +692,8 @@ class Locked:
 
     def _name_sync(self, func: Callable[..., Any], key: KeyTemplate, args: tuple, kwargs: dict) -> tuple[Any, str]:
         request, index = _find_request(args)
+        if not key.roots and key.callable is None:
+            return request, key.template
         if key.callable is not None:
             name = key.callable(*args[index:], **kwargs) if request is not None else key.callable(*args, **kwargs)
             if inspect.isawaitable(name):
@@ -697,12 +701,14 @@ class Locked:
             return request, self._check_name(name, key)
         if request is not None:
             return request, key.render(self._view_namespace(func, key, request, index, args, kwargs))
-        return None, key.render({**self.params, **_bound_arguments(func, args, kwargs)})
+        return None, key.render({**self.params, **_bound_arguments(key.signature, args, kwargs)})
 
     async def _name_async(
         self, func: Callable[..., Any], key: KeyTemplate, args: tuple, kwargs: dict
     ) -> tuple[Any, str]:
         request, index = _find_request(args)
+        if not key.roots and key.callable is None:
+            return request, key.template
         if key.callable is not None:
             name = key.callable(*args[index:], **kwargs) if request is not None else key.callable(*args, **kwargs)
             if inspect.isawaitable(name):
@@ -713,7 +719,7 @@ class Locked:
             if "user" in key.roots and hasattr(request, "auser"):
                 user = await request.auser()
             return request, key.render(self._view_namespace(func, key, request, index, args, kwargs, user))
-        return None, key.render({**self.params, **_bound_arguments(func, args, kwargs)})
+        return None, key.render({**self.params, **_bound_arguments(key.signature, args, kwargs)})
 
     @staticmethod
     def _check_name(name: Any, key: KeyTemplate) -> str:
