@@ -1,0 +1,230 @@
+"""The admin page of live holders in a real headless Chromium, driven with Selenium.
+
+The browser (Debian's ``chromium`` and ``chromium-driver``) is looked for at the usual paths; when
+it is missing and the suite runs as root on a machine with ``apt-get``, it is installed (bounded
+in time).  Only when no browser can be found or installed is the test skipped, with the reason
+spelled out in the summary.  Screenshots go to ``test-artifacts/`` (not versioned); the one of the
+full list also refreshes ``docs/img/admin-holders.png``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Optional
+
+import django
+import pytest
+from django.contrib.auth.models import Permission
+from django.urls import reverse
+
+from django_redis_coord import Lock, Semaphore
+from tests.hold_lock import HolderProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+DOCS_SCREENSHOT = ROOT / "docs" / "img" / "admin-holders.png"
+ADMIN_STATIC = Path(django.__file__).parent / "contrib" / "admin" / "static"
+INSTALL_TIMEOUT = 900
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1500,1000",
+]
+PASSWORD = "operator-pass-1234"
+
+
+def find_browser() -> Optional[tuple[str, str]]:
+    """(chromium, chromedriver) paths, or None."""
+    browsers = ["/usr/bin/chromium", "/usr/bin/chromium-browser", shutil.which("chromium"),
+                shutil.which("chromium-browser")]
+    drivers = ["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver", shutil.which("chromedriver")]
+    browser = next((b for b in browsers if b and os.access(b, os.X_OK)), None)
+    driver = next((d for d in drivers if d and os.access(d, os.X_OK)), None)
+    return (browser, driver) if browser and driver else None
+
+
+def install_browser() -> str:
+    """Install Debian's chromium and chromium-driver when possible; returns what happened."""
+    apt = shutil.which("apt-get")
+    if apt is None:
+        return "apt-get is not available"
+    if os.geteuid() != 0:
+        return "not running as root, cannot apt-get install chromium chromium-driver"
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    deadline = time.monotonic() + INSTALL_TIMEOUT
+    for args in ([apt, "update", "-qq"], [apt, "install", "-y", "-qq", "chromium", "chromium-driver"]):
+        remaining = deadline - time.monotonic()
+        try:
+            result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=max(remaining, 1))
+        except subprocess.TimeoutExpired:
+            return f"{' '.join(args[:2])} did not finish within {INSTALL_TIMEOUT} s"
+        if result.returncode != 0:
+            return f"{' '.join(args[:2])} failed: {(result.stderr or result.stdout).strip()[-500:]}"
+    return "installed chromium and chromium-driver with apt-get"
+
+
+def skip_loudly(message: str) -> None:
+    message = "BROWSER TEST NOT RUN: " + message
+    warnings.warn(message, stacklevel=2)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def browser_binaries() -> tuple[str, str]:
+    found = find_browser()
+    if found is None:
+        outcome = install_browser()
+        found = find_browser()
+        if found is None:
+            skip_loudly(f"no headless Chromium and chromedriver found or installable ({outcome})")
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        skip_loudly("selenium is not installed (pip install -e '.[test]')")
+    assert found is not None
+    return found
+
+
+@pytest.fixture
+def browser(browser_binaries):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, chromedriver = browser_binaries
+    profile = tempfile.mkdtemp(prefix="dcoord-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in [*CHROMIUM_FLAGS, f"--user-data-dir={profile}"]:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def spawn(redis_url):
+    started: list[HolderProcess] = []
+
+    def start(name: str, **kwargs) -> HolderProcess:
+        proc = HolderProcess(redis_url, name, **kwargs)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()
+
+
+def rows(driver) -> list[tuple[str, str]]:
+    from selenium.webdriver.common.by import By
+
+    return [
+        (row.get_attribute("data-name"), row.text)
+        for row in driver.find_elements(By.CSS_SELECTOR, "tr.holder-row")
+    ]
+
+
+def wait_until(driver, predicate, timeout: float = 20.0, what: str = "the page"):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: predicate(d), message=what)
+
+
+def screenshot(driver, name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / name
+    assert driver.save_screenshot(str(path)), f"could not save {path}"
+    assert path.stat().st_size > 10_000
+    return path
+
+
+def test_operator_finds_a_holder_and_sees_it_go(
+    browser, live_server, settings, transactional_db, django_user_model, redis_client, spawn
+):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    settings.STATIC_ROOT = str(ADMIN_STATIC)  # the live server serves the admin's CSS from here
+    operator = django_user_model.objects.create_user("operator", password=PASSWORD, is_staff=True)
+    for codename in ("view_holder", "force_release_holder"):
+        operator.user_permissions.add(Permission.objects.get(codename=codename))
+
+    # Holders in other OS processes, plus a few held here, as on a busy site.
+    report = spawn("reports:nightly", timeout=300, label="nightly report")
+    sync = spawn("orders:sync", timeout=300, label="orders sync")
+    heir = spawn("orders:sync", timeout=300, label="orders sync", wait=False)
+    Lock(redis_client, "cache:rebuild", label="cache rebuild").acquire()
+    exports = Semaphore(redis_client, "exports:csv", limit=3, timeout=300, label="csv export")
+    exports.acquire()
+    exports.acquire()
+
+    changelist = live_server.url + reverse("admin:django_redis_coord_holder_changelist")
+    browser.get(f"{live_server.url}{reverse('admin:login')}?next={reverse('admin:django_redis_coord_holder_changelist')}"
+                "%3Frefresh%3D0")
+    browser.find_element(By.ID, "id_username").send_keys("operator")
+    browser.find_element(By.ID, "id_password").send_keys(PASSWORD + Keys.ENTER)
+
+    # The list: the holder of the other process is there, with its pid and fence.
+    wait_until(browser, lambda d: any(name == "reports:nightly" for name, _ in rows(d)), what="the holder row")
+    wait_until(browser, lambda d: any(name == "orders:sync" and " 1 " in text for name, text in rows(d)),
+               what="the waiter of orders:sync")
+    listed = dict(rows(browser))
+    assert str(report.pid) in listed["reports:nightly"] and str(report.fence) in listed["reports:nightly"]
+    assert "nightly report" in listed["reports:nightly"]
+    assert "2/3" in listed["exports:csv"]
+    header = browser.find_element(By.ID, "header")
+    assert header.value_of_css_property("background-color") not in ("rgba(0, 0, 0, 0)", "transparent"), (
+        "the admin stylesheet did not load"
+    )
+    full = screenshot(browser, "admin-holders.png")
+    DOCS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(full, DOCS_SCREENSHOT)
+
+    # Search for it.
+    search = browser.find_element(By.ID, "searchbar")
+    search.send_keys("NIGHTLY" + Keys.ENTER)
+    wait_until(browser, lambda d: [name for name, _ in rows(d)] == ["reports:nightly"], what="the search result")
+    assert "1 held name" in browser.find_element(By.ID, "result-count").text
+    screenshot(browser, "admin-holders-search.png")
+
+    # Watch it disappear: the holder releases in its own process; the page refreshes by itself.
+    browser.get(changelist + "?q=nightly&refresh=1")
+    wait_until(browser, lambda d: [name for name, _ in rows(d)] == ["reports:nightly"], what="the holder row")
+    assert report.finish() == "RELEASED"
+    wait_until(browser, lambda d: d.find_elements(By.ID, "no-holders") and not rows(d), timeout=30,
+               what="the row to disappear after the release")
+    screenshot(browser, "admin-holders-released.png")
+
+    # Force release from the page: confirmation, POST, the waiter takes over.
+    browser.get(changelist + "?q=orders&refresh=0")
+    wait_until(browser, lambda d: [name for name, _ in rows(d)] == ["orders:sync"], what="orders:sync")
+    assert str(sync.pid) in dict(rows(browser))["orders:sync"]
+    browser.find_element(By.CSS_SELECTOR, "tr.holder-row a.release-link").click()
+    wait_until(browser, lambda d: d.find_elements(By.ID, "confirm-release"), what="the confirmation page")
+    assert str(sync.fence) in browser.page_source
+    browser.find_element(By.ID, "confirm-release").click()
+    wait_until(browser, lambda d: "Released lock" in d.page_source, what="the success message")
+    heir_fence = heir.wait_held()
+    assert heir_fence > sync.fence
+    browser.get(changelist + "?q=orders&refresh=0")
+    wait_until(browser, lambda d: any(str(heir.pid) in text for _, text in rows(d)), what="the new holder")
+    assert str(heir_fence) in dict(rows(browser))["orders:sync"]
+    assert sync.finish() == "LOST"
+    screenshot(browser, "admin-holders-force-released.png")
