@@ -34,6 +34,10 @@ def received():
         signal.disconnect(receivers[label])
 
 
+def lost_of(events, name):
+    return [data for label, data in events if label == "lost" and data["name"] == name]
+
+
 def kinds(events):
     return [label for label, _ in events]
 
@@ -58,7 +62,7 @@ def test_lock_acquire_contend_release(received, redis_client, redis_url):
 def test_waiting_acquire_reports_its_wait_time(received, redis_client):
     holder = lock("queue", timeout=20)
     assert holder.acquire()
-    waiter = lock("queue", timeout=20)
+    waiter = lock("queue", timeout=20, thread_local=False)
     result = in_thread(lambda: waiter.acquire(blocking=True, blocking_timeout=10))
     time.sleep(0.3)
     holder.release()
@@ -87,15 +91,15 @@ def test_lock_lost_from_the_watchdog(received, redis_servers):
     assert holder.acquire()
     server.pause()
     try:
-        wait_for(lambda: "lost" in kinds(received), timeout=10)
+        wait_for(lambda: lost_of(received, "renewed"), timeout=10)
     finally:
         server.resume()
-    lost = [data for label, data in received if label == "lost" and data["name"] == "renewed"]
+    lost = lost_of(received, "renewed")
     assert len(lost) == 1 and lost[0]["fence"] == holder.fence
     assert not holder.valid
     with pytest.raises(LockNotOwnedError):
         holder.release()
-    assert len([1 for label, data in received if label == "lost" and data["name"] == "renewed"]) == 1
+    assert len(lost_of(received, "renewed")) == 1
 
 
 def test_semaphore_signals(received, redis_client):
@@ -163,9 +167,9 @@ def test_semaphore_permit_lost_from_the_watchdog_and_user_callback_still_runs(re
     fence = pool.fence
     server.pause()
     try:
-        wait_for(lambda: "lost" in kinds(received) and called, timeout=10)
+        wait_for(lambda: lost_of(received, "renewed-pool") and called, timeout=10)
     finally:
         server.resume()
-    lost = [data for label, data in received if label == "lost"]
+    lost = lost_of(received, "renewed-pool")
     assert len(lost) == 1 and lost[0]["kind"] == "semaphore" and lost[0]["fence"] == fence
     assert called[0].fence == fence
