@@ -35,7 +35,6 @@ from benchmarks.common import (
     run_workers,
     sent_commands,
     sleep_until_ns,
-    timed_rate,
 )
 
 ALL = ("raw", "redis-py", "python-redis-lock", "pottery", "ours")
@@ -158,30 +157,54 @@ def warm_up(ctx: Context, libs: Sequence[str]) -> None:
 
 
 # -- 1. uncontended pairs --------------------------------------------------------------------------
-def measure_pairs(ctx: Context, sizes: Sizes) -> dict[str, list[float]]:
-    """Acquire+release pairs per second for each library, in ``pair_rounds`` rotated rounds."""
+PAIR_SLICE = 0.05  # seconds per library before switching to the next one
+PAIR_BLOCK = 10    # pairs timed together for the per-pair time distribution
+
+
+def measure_pairs(ctx: Context, sizes: Sizes) -> dict[str, Any]:
+    """Acquire+release pairs per second for each library.
+
+    The libraries take turns in slices of PAIR_SLICE seconds (the order rotating), so that all of
+    them see the same background load on a shared machine.  Per round: each library's throughput
+    and its ratio to the floor's throughput in that round.  Over all rounds: the median time of a
+    pair (timed in blocks of PAIR_BLOCK), which is the least sensitive to other processes' bursts.
+    """
     rates: dict[str, list[float]] = {lib: [] for lib in ALL}
     ratios: dict[str, list[float]] = {lib: [] for lib in ALL}
+    blocks: dict[str, list[float]] = {lib: [] for lib in ALL}
     client = ctx.client()
+    locks = {lib: make_lock(lib, client, key_name(lib), 10.0) for lib in ALL}
+    slices = max(1, round(sizes.pair_seconds / PAIR_SLICE))
     for round_no in range(sizes.pair_rounds):
-        order = list(ALL[round_no % len(ALL):] + ALL[:round_no % len(ALL)])
-        this_round: dict[str, float] = {}
-        for lib in order:
-            lock = make_lock(lib, client, key_name(lib), 10.0)
-
-            def pair(lock: Any = lock) -> None:
-                if not lock.acquire():
-                    raise RuntimeError("an uncontended acquire failed")
-                lock.release()
-
-            this_round[lib] = timed_rate(pair, sizes.pair_seconds)
+        calls = dict.fromkeys(ALL, 0)
+        spent = dict.fromkeys(ALL, 0.0)
+        for slice_no in range(slices):
+            shift = (round_no * slices + slice_no) % len(ALL)
+            for lib in ALL[shift:] + ALL[:shift]:
+                lock = locks[lib]
+                started = time.perf_counter()
+                stop_at = started + PAIR_SLICE
+                now = started
+                while now < stop_at:
+                    for _ in range(PAIR_BLOCK):
+                        if not lock.acquire():
+                            raise RuntimeError(f"an uncontended {lib} acquire failed")
+                        lock.release()
+                    block_end = time.perf_counter()
+                    blocks[lib].append((block_end - now) / PAIR_BLOCK)
+                    now = block_end
+                    calls[lib] += PAIR_BLOCK
+                spent[lib] += now - started
+        this_round = {lib: calls[lib] / spent[lib] for lib in ALL}
         for lib in ALL:
             rates[lib].append(this_round[lib])
             ratios[lib].append(this_round[lib] / this_round["raw"])
         figures = ", ".join(f"{k} {v:.0f}" for k, v in this_round.items())
         ctx.log(f"pairs/s round {round_no + 1}: {figures}")
     client.close()
-    return {"rates": rates, "ratios": ratios}  # type: ignore[dict-item]
+    typical = {lib: 1.0 / statistics.median(blocks[lib]) for lib in ALL}
+    return {"rates": rates, "ratios": ratios, "typical": typical,
+            "typical_ratio": {lib: typical[lib] / typical["raw"] for lib in ALL}}
 
 
 # -- 2. contention -------------------------------------------------------------------------------------
@@ -398,20 +421,26 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
     ctx.log("uncontended acquire+release pairs")
     pairs = measure_pairs(ctx, sizes)
     section.heading("Uncontended acquire + release")
-    section.text(f"One client, pairs per second over {sizes.pair_seconds:g} s per library, {sizes.pair_rounds} "
-                 "rotated rounds; median of the rounds, and the median of each round's ratio to the floor "
-                 "measured in that same round.")
+    section.text(f"One client; the libraries take turns in {PAIR_SLICE * 1000:g} ms slices, {sizes.pair_seconds:g} s "
+                 f"each per round, {sizes.pair_rounds} rounds. *pairs/s* is the median of the rounds' throughput "
+                 "and *x floor* the median of each round's ratio to the floor in that round; *typical* is the "
+                 f"rate from the median time of a pair (timed in blocks of {PAIR_BLOCK}), which bursts of other "
+                 "processes on a shared machine disturb least: the target is checked on it.")
     rows = []
     for lib in ALL:
         rate = statistics.median(pairs["rates"][lib])
         ratio = statistics.median(pairs["ratios"][lib])
+        typical, typical_ratio = pairs["typical"][lib], pairs["typical_ratio"][lib]
         section.figure(f"pairs_per_s.{lib}", rate)
         section.figure(f"pairs_ratio.{lib}", ratio)
-        rows.append([lib, rate, f"{1e6 / rate:.0f}", spread(pairs["rates"][lib]), f"{ratio:.2f}x",
-                     f"{min(pairs['ratios'][lib]):.2f}–{max(pairs['ratios'][lib]):.2f}"])
-    section.table(["library", "pairs/s (median)", "µs/pair", "pairs/s range", "x floor (median)", "x floor range"],
-                  rows)
-    section.check(f"uncontended ours >= {TARGET_RATIO}x floor", section.figures["pairs_ratio.ours"], ">=",
+        section.figure(f"pairs_typical_per_s.{lib}", typical)
+        section.figure(f"pairs_typical_ratio.{lib}", typical_ratio)
+        rows.append([lib, rate, spread(pairs["rates"][lib]), f"{ratio:.2f}x",
+                     f"{min(pairs['ratios'][lib]):.2f}–{max(pairs['ratios'][lib]):.2f}", typical,
+                     f"{1e6 / typical:.0f}", f"{typical_ratio:.2f}x"])
+    section.table(["library", "pairs/s", "pairs/s range", "x floor", "x floor range", "typical pairs/s",
+                   "typical µs/pair", "typical x floor"], rows)
+    section.check(f"uncontended ours >= {TARGET_RATIO}x floor (typical)", pairs["typical_ratio"]["ours"], ">=",
                   TARGET_RATIO)
 
     # 2. contention
@@ -563,7 +592,7 @@ def plot_contention(section: Section, sizes: Sizes, medians: dict[tuple[str, int
     ax_held.set_title("Lock utilisation under contention")
     ax_held.legend(fontsize=8)
 
-    ratios = [statistics.median(pairs["ratios"][lib]) for lib in ALL]
+    ratios = [pairs["typical_ratio"][lib] for lib in ALL]
     ax_pairs.bar(range(len(ALL)), ratios, color=["#999999" if lib != "ours" else "#d62728" for lib in ALL])
     ax_pairs.axhline(TARGET_RATIO, color="grey", linestyle=":", linewidth=1)
     ax_pairs.set_xticks(range(len(ALL)))
