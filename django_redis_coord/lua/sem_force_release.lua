@@ -29,9 +29,9 @@ sem_reclaim(permits, meta, now_ms)
 local heir = false
 local limit = tonumber(redis.call('HGET', meta, 'limit') or '0')
 local before = redis.call('ZCARD', queue)
-sem_hand_off(permits, meta, queue, waiters, wake_prefix, wake_suffix, limit, now_ms, now_us, nil)
+sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, limit, now_ms, now_us, nil)
 if redis.call('ZCARD', queue) < before then
   heir = true
 end
-sem_publish(permits, registry, member)
+sem_publish(permits, registry, member, nil)
 return {1, ARGV[4], int(bumped), heir}
