@@ -269,3 +269,46 @@ def test_asyncio_watchdog_renews_on_the_cluster(cluster):
         return valid
 
     assert asyncio.run(main())
+
+
+# -- failover (last: it kills a primary of the module's cluster) ---------------------------------------
+def test_primary_failover_lock_operations_resume(cluster):
+    from redis.exceptions import RedisError
+
+    client = cluster.client(socket_timeout=0.5, socket_connect_timeout=0.5)
+    name = "{failover}:job"  # both names share the hash tag: the same slot, the same primary
+    holder = Lock(client, name, timeout=60)
+    holder.acquire()
+    first_fence = holder.fence
+    primary = client.get_node_from_key(name)
+    direct = client.get_redis_connection(primary)
+    assert direct.execute_command("WAIT", 1, 2000) == 1  # the hold is on the replica too
+    victim = next(node for node in cluster.nodes if node.port == primary.port)
+    victim.kill()
+    killed_at = time.monotonic()
+    errors: list[str] = []
+    resumed = None
+    while time.monotonic() - killed_at < 30:
+        attempt = Lock(client, "{failover}:other", timeout=5)
+        started = time.monotonic()
+        try:
+            if attempt.acquire(blocking=False):
+                resumed = attempt
+                break
+        except RedisError as exc:
+            errors.append(type(exc).__name__)
+        finally:
+            assert time.monotonic() - started < 10.0  # every call ends, with an error or a result
+        time.sleep(0.1)
+    assert resumed is not None, f"lock operations did not resume within 30 s (errors: {errors})"
+    assert errors, "the gap should have been visible as errors"
+    assert client.get_node_from_key(name).port != primary.port  # a replica took over the slot
+    # The acknowledged hold survived; fences keep growing on the promoted replica.
+    assert holder.owned()
+    assert resumed.fence > first_fence
+    holder.release()
+    resumed.release()
+    again = Lock(client, name, timeout=5)
+    assert again.acquire(blocking=False) and again.fence > first_fence
+    again.release()
+    client.close()
