@@ -409,26 +409,12 @@ def _sentinel_problems(sentinel: object) -> list[Problem]:
     hint = 'For example: {"SENTINELS": [("10.0.0.1", 26379)], "SERVICE_NAME": "mymaster", "DB": 0}.'
     if not isinstance(sentinel, Mapping):
         return [Problem("django_redis_coord.E008", f"{SETTING_NAME}['SENTINEL'] must be a dict.", hint)]
-    problems = []
-    unknown = set(sentinel) - {"SENTINELS", "SERVICE_NAME", "DB", "SENTINEL_KWARGS"}
-    if unknown:
-        problems.append(
-            Problem(
-                "django_redis_coord.E008",
-                f"{SETTING_NAME}['SENTINEL'] has unknown keys: {', '.join(sorted(map(str, unknown)))}.",
-                hint,
-            )
-        )
-    nodes = sentinel.get("SENTINELS")
-    if not isinstance(nodes, (list, tuple)) or not nodes:
+    problems = _section_problems("SENTINEL", sentinel, {"SENTINELS", "SERVICE_NAME", "DB", "SENTINEL_KWARGS"},
+                                 "SENTINELS", "django_redis_coord.E008", hint)
+    if sentinel.get("SENTINELS") is None:
         problems.append(
             Problem("django_redis_coord.E008", f"{SETTING_NAME}['SENTINEL']['SENTINELS'] must list sentinels.", hint)
         )
-    else:
-        for node in nodes:
-            problem = _host_port_problem("SENTINEL", node)
-            if problem:
-                problems.append(problem)
     service = sentinel.get("SERVICE_NAME")
     if not isinstance(service, str) or not service:
         problems.append(
@@ -447,6 +433,33 @@ def _sentinel_problems(sentinel: object) -> list[Problem]:
     return problems
 
 
+def _section_problems(
+    section: str, value: Mapping[str, Any], known: set[str], nodes_key: str, problem_id: str, hint: str
+) -> list[Problem]:
+    """Unknown keys of a SENTINEL or CLUSTER dict, and a malformed list of node addresses."""
+    problems = []
+    unknown = set(value) - known
+    if unknown:
+        problems.append(
+            Problem(
+                problem_id,
+                f"{SETTING_NAME}[{section!r}] has unknown keys: {', '.join(sorted(map(str, unknown)))}.",
+                hint,
+            )
+        )
+    nodes = value.get(nodes_key)
+    if nodes is None:
+        return problems
+    if not isinstance(nodes, (list, tuple)) or not nodes:
+        problems.append(Problem(problem_id, f"{SETTING_NAME}[{section!r}][{nodes_key!r}] must list nodes.", hint))
+        return problems
+    for node in nodes:
+        problem = _host_port_problem(section, node)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
 def _cluster_has_nodes(cluster: object) -> bool:
     return isinstance(cluster, Mapping) and bool(cluster.get("STARTUP_NODES"))
 
@@ -457,28 +470,9 @@ def _cluster_problems(cluster: object, values: Mapping[str, Any]) -> list[Proble
         cluster = {}
     if not isinstance(cluster, Mapping):
         return [Problem("django_redis_coord.E009", f"{SETTING_NAME}['CLUSTER'] must be True, False or a dict.", hint)]
-    problems = []
-    unknown = set(cluster) - {"STARTUP_NODES", "OPTIONS"}
-    if unknown:
-        problems.append(
-            Problem(
-                "django_redis_coord.E009",
-                f"{SETTING_NAME}['CLUSTER'] has unknown keys: {', '.join(sorted(map(str, unknown)))}.",
-                hint,
-            )
-        )
-    nodes = cluster.get("STARTUP_NODES")
-    if nodes is not None:
-        if not isinstance(nodes, (list, tuple)) or not nodes:
-            problems.append(
-                Problem("django_redis_coord.E009", f"{SETTING_NAME}['CLUSTER']['STARTUP_NODES'] must list nodes.", hint)
-            )
-        else:
-            for node in nodes:
-                problem = _host_port_problem("CLUSTER", node)
-                if problem:
-                    problems.append(problem)
-    elif values["URL"] is None:
+    problems = _section_problems("CLUSTER", cluster, {"STARTUP_NODES", "OPTIONS"}, "STARTUP_NODES",
+                                 "django_redis_coord.E009", hint)
+    if cluster.get("STARTUP_NODES") is None and values["URL"] is None:
         problems.append(Problem("django_redis_coord.E009", f"{SETTING_NAME}['CLUSTER'] needs a URL or nodes.", hint))
     if values["CACHE_ALIAS"] is not None or values["SENTINEL"] is not None:
         problems.append(

@@ -121,28 +121,40 @@ def _build_sync(settings: CoordSettings) -> Any:
         from django.core.cache import caches
 
         return caches[alias]._cache.get_client(write=True)  # type: ignore[attr-defined]
-    if settings.source == "sentinel":
-        from redis.sentinel import Sentinel
+    return _build(settings, asyncio=False)
 
+
+def _build(settings: CoordSettings, *, asyncio: bool) -> Any:
+    """A client for the URL, Sentinel or Cluster source, from redis-py's sync or asyncio library."""
+    if asyncio:
+        from redis.asyncio import Redis
+        from redis.asyncio.cluster import ClusterNode, RedisCluster
+        from redis.asyncio.sentinel import Sentinel
+    else:
+        from redis import Redis  # type: ignore[assignment]
+        from redis.cluster import ClusterNode, RedisCluster  # type: ignore[assignment]
+        from redis.sentinel import Sentinel  # type: ignore[assignment]
+
+    def options(extra: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+        merged = {**_options(settings), **(extra or {})}
+        return _for_asyncio(merged) if asyncio else merged
+
+    if settings.source == "sentinel":
         sentinel_conf = settings.sentinel or {}
         sentinel = Sentinel(
             [_node(n) for n in sentinel_conf["SENTINELS"]],
             sentinel_kwargs=dict(sentinel_conf.get("SENTINEL_KWARGS") or {}),
-            **_options(settings),
+            **options(),
         )
         return sentinel.master_for(sentinel_conf["SERVICE_NAME"], db=sentinel_conf.get("DB", 0))
     if settings.source == "cluster":
-        from redis.cluster import ClusterNode, RedisCluster
-
         cluster = settings.cluster or {}
-        options = {**_options(settings), **(cluster.get("OPTIONS") or {})}
         nodes = cluster.get("STARTUP_NODES")
         if nodes:
-            return RedisCluster(startup_nodes=[ClusterNode(*_node(n)) for n in nodes], **options)
-        return RedisCluster.from_url(str(settings.url), **options)
-    import redis
-
-    return redis.Redis.from_url(str(settings.url), **_options(settings))
+            startup = [ClusterNode(*_node(n)) for n in nodes]
+            return RedisCluster(startup_nodes=startup, **options(cluster.get("OPTIONS")))  # type: ignore[arg-type]
+        return RedisCluster.from_url(str(settings.url), **options(cluster.get("OPTIONS")))
+    return Redis.from_url(str(settings.url), **options())
 
 
 # -- asyncio -------------------------------------------------------------------------------------
@@ -161,30 +173,9 @@ def get_async_client() -> Any:
 
 
 def _build_async(settings: CoordSettings) -> Any:
-    import redis.asyncio as aioredis
-
     if settings.source == "cache":
         return _mirror_async(get_client())
-    if settings.source == "sentinel":
-        from redis.asyncio.sentinel import Sentinel
-
-        sentinel_conf = settings.sentinel or {}
-        sentinel = Sentinel(
-            [_node(n) for n in sentinel_conf["SENTINELS"]],
-            sentinel_kwargs=dict(sentinel_conf.get("SENTINEL_KWARGS") or {}),
-            **_for_asyncio(_options(settings)),
-        )
-        return sentinel.master_for(sentinel_conf["SERVICE_NAME"], db=sentinel_conf.get("DB", 0))
-    if settings.source == "cluster":
-        from redis.asyncio.cluster import ClusterNode, RedisCluster
-
-        cluster = settings.cluster or {}
-        options = {**_options(settings), **(cluster.get("OPTIONS") or {})}
-        nodes = cluster.get("STARTUP_NODES")
-        if nodes:
-            return RedisCluster(startup_nodes=[ClusterNode(*_node(n)) for n in nodes], **_for_asyncio(options))
-        return RedisCluster.from_url(str(settings.url), **_for_asyncio(options))
-    return aioredis.Redis.from_url(str(settings.url), **_for_asyncio(_options(settings)))
+    return _build(settings, asyncio=True)
 
 
 def _for_asyncio(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -99,6 +99,8 @@ SAFE_CHARS = "-_.~@+=,!*'()"
 VIEW_NAMES = frozenset({"request", "user", "query", "headers", "args", "kwargs", "view"})
 
 _DEFAULT: Any = object()
+#: What :meth:`Locked._unavailable` returns when the call goes ahead without the lock.
+_RUN_UNLOCKED: Any = object()
 
 _current: contextvars.ContextVar[Any] = contextvars.ContextVar("django_redis_coord_current_lock", default=None)
 _background: set[asyncio.Task] = set()
@@ -616,11 +618,29 @@ class Locked:
             content_type="text/plain; charset=utf-8",
         )
 
-    def _log_unavailable(self, name: str, exc: BaseException, fail_open: bool) -> None:
-        if fail_open:
+    def _unavailable(
+        self, request: Optional[HttpRequest], name: str, settings: CoordSettings, exc: BaseException
+    ) -> Any:
+        """Redis could not be reached: log, then :data:`_RUN_UNLOCKED` (fail open), the 503 response
+        (a view failing closed), or re-raise (anything else failing closed)."""
+        if self._fails_open(settings):
             logger.warning("Redis unreachable for lock %r (%s): running without the lock (fail open)", name, exc)
-        else:
-            logger.error("Redis unreachable for lock %r (%s): refusing (fail closed)", name, exc)
+            if request is not None:
+                request.coord_lock = None  # type: ignore[attr-defined]
+            return _RUN_UNLOCKED
+        logger.error("Redis unreachable for lock %r (%s): refusing (fail closed)", name, exc)
+        if request is None:
+            raise exc
+        return self._unavailable_response(name, settings)
+
+    def _refused(
+        self, request: Optional[HttpRequest], name: str, primitive: Any, started: float, settings: CoordSettings
+    ) -> Contention:
+        """The key is taken: what a view's answer needs; anything else gets :class:`LockContended`."""
+        info = self._contention(name, primitive, _now() - started, settings)
+        if request is None:
+            raise LockContended(_contended_message(info), lock_name=name, retry_after=info.retry_after)
+        return info
 
     # -- decoration ------------------------------------------------------------------------------
     def __call__(self, target: Any) -> Any:
@@ -738,20 +758,10 @@ class Locked:
         try:
             acquired = primitive.acquire(**self._acquire_args())
         except UNAVAILABLE_ERRORS as exc:
-            fail_open = self._fails_open(settings)
-            self._log_unavailable(name, exc, fail_open)
-            if fail_open:
-                if request is not None:
-                    request.coord_lock = None  # type: ignore[attr-defined]
-                return func(*args, **kwargs)
-            if request is None:
-                raise
-            return self._unavailable_response(name, settings)
+            outcome = self._unavailable(request, name, settings, exc)
+            return func(*args, **kwargs) if outcome is _RUN_UNLOCKED else outcome
         if not acquired:
-            info = self._contention(name, primitive, _now() - started, settings)
-            if request is None:
-                raise LockContended(_contended_message(info), lock_name=name, retry_after=info.retry_after)
-            return self._contended_sync(request, info, settings)
+            return self._contended_sync(request, self._refused(request, name, primitive, started, settings), settings)
         release = _Release(primitive)
         token = _current.set(primitive)
         try:
@@ -792,19 +802,10 @@ class Locked:
         try:
             acquired = await primitive.acquire(**self._acquire_args())
         except UNAVAILABLE_ERRORS as exc:
-            fail_open = self._fails_open(settings)
-            self._log_unavailable(name, exc, fail_open)
-            if fail_open:
-                if request is not None:
-                    request.coord_lock = None  # type: ignore[attr-defined]
-                return await _maybe_await(func(*args, **kwargs))
-            if request is None:
-                raise
-            return self._unavailable_response(name, settings)
+            outcome = self._unavailable(request, name, settings, exc)
+            return await _maybe_await(func(*args, **kwargs)) if outcome is _RUN_UNLOCKED else outcome
         if not acquired:
-            info = self._contention(name, primitive, _now() - started, settings)
-            if request is None:
-                raise LockContended(_contended_message(info), lock_name=name, retry_after=info.retry_after)
+            info = self._refused(request, name, primitive, started, settings)
             return await self._contended_async(request, info, settings)
         release = _AsyncRelease(primitive, asyncio.get_running_loop())
         token = _current.set(primitive)
@@ -834,57 +835,49 @@ class Locked:
             return self._check_name(key.callable(**self.params), key)
         return key.render(self.params)
 
-    def __enter__(self) -> Any:
+    def _start(self, *, is_async: bool) -> tuple[str, CoordSettings, Any, float]:
         name = self._context_name()
         settings = coord_settings()
-        primitive = self._make(name, self.label or name, settings, is_async=False)
-        started = _now()
-        try:
-            acquired = primitive.acquire(**self._acquire_args())
-        except UNAVAILABLE_ERRORS as exc:
-            fail_open = self._fails_open(settings)
-            self._log_unavailable(name, exc, fail_open)
-            if not fail_open:
-                raise
-            self._held.set((*self._held.get(), None))
-            return None
-        if not acquired:
-            info = self._contention(name, primitive, _now() - started, settings)
-            raise LockContended(_contended_message(info), lock_name=name, retry_after=info.retry_after)
+        return name, settings, self._make(name, self.label or name, settings, is_async=is_async), _now()
+
+    def _push(self, primitive: Any) -> Any:
         self._held.set((*self._held.get(), primitive))
         return primitive
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def _pop(self) -> Any:
         held = self._held.get()
-        primitive = held[-1]
         self._held.set(held[:-1])
+        return held[-1]
+
+    def __enter__(self) -> Any:
+        name, settings, primitive, started = self._start(is_async=False)
+        try:
+            acquired = primitive.acquire(**self._acquire_args())
+        except UNAVAILABLE_ERRORS as exc:
+            self._unavailable(None, name, settings, exc)  # raises unless failing open
+            return self._push(None)
+        if not acquired:
+            self._refused(None, name, primitive, started, settings)
+        return self._push(primitive)
+
+    def __exit__(self, *exc_info: Any) -> None:
+        primitive = self._pop()
         if primitive is not None:
             _release_logged(primitive)
 
     async def __aenter__(self) -> Any:
-        name = self._context_name()
-        settings = coord_settings()
-        primitive = self._make(name, self.label or name, settings, is_async=True)
-        started = _now()
+        name, settings, primitive, started = self._start(is_async=True)
         try:
             acquired = await primitive.acquire(**self._acquire_args())
         except UNAVAILABLE_ERRORS as exc:
-            fail_open = self._fails_open(settings)
-            self._log_unavailable(name, exc, fail_open)
-            if not fail_open:
-                raise
-            self._held.set((*self._held.get(), None))
-            return None
+            self._unavailable(None, name, settings, exc)
+            return self._push(None)
         if not acquired:
-            info = self._contention(name, primitive, _now() - started, settings)
-            raise LockContended(_contended_message(info), lock_name=name, retry_after=info.retry_after)
-        self._held.set((*self._held.get(), primitive))
-        return primitive
+            self._refused(None, name, primitive, started, settings)
+        return self._push(primitive)
 
     async def __aexit__(self, *exc_info: Any) -> None:
-        held = self._held.get()
-        primitive = held[-1]
-        self._held.set(held[:-1])
+        primitive = self._pop()
         if primitive is not None:
             await _arelease_logged(primitive)
 

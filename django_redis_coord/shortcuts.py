@@ -67,7 +67,9 @@ class SignallingMixin:
     fence: Any
     _state: Any
 
-    def _init_signals(self, app_name: Optional[Name]) -> None:
+    def __init__(self, redis: Any, name: Name, *args: Any, app_name: Optional[Name] = None, **kwargs: Any) -> None:
+        super().__init__(redis, name, *args, **kwargs)  # type: ignore[call-arg]
+        #: The name as the application wrote it (without ``KEY_PREFIX``).
         self.app_name = app_name if app_name is not None else self.name
 
     def _signal_args(self) -> dict[str, Any]:
@@ -116,10 +118,6 @@ class SignallingMixin:
 class SignallingLock(SignallingMixin, CoreLock):
     """:class:`django_redis_coord.locks.Lock` sending the signals of :mod:`django_redis_coord.signals`."""
 
-    def __init__(self, redis: Any, name: Name, *args: Any, app_name: Optional[Name] = None, **kwargs: Any) -> None:
-        super().__init__(redis, name, *args, **kwargs)
-        self._init_signals(app_name)
-
     def _mark_lost(self, local: Any) -> None:
         # Called by the watchdog (another thread) with the hold's own state.
         args = self._loss_args(local)
@@ -156,10 +154,6 @@ class SignallingLock(SignallingMixin, CoreLock):
 
 class AsyncSignallingLock(SignallingMixin, AsyncCoreLock):
     """The asyncio :class:`~django_redis_coord.asyncio.lock.Lock` sending the same signals."""
-
-    def __init__(self, redis: Any, name: Name, *args: Any, app_name: Optional[Name] = None, **kwargs: Any) -> None:
-        super().__init__(redis, name, *args, **kwargs)
-        self._init_signals(app_name)
 
     def _mark_lost(self, local: Any) -> None:
         # Called by the event loop's watchdog task with the hold's own state.
@@ -273,7 +267,8 @@ class SemaphoreSignals:
     name: Any
     permit: Any
 
-    def _init_signals(self, app_name: Optional[Name]) -> None:
+    def __init__(self, redis: Any, name: Name, *args: Any, app_name: Optional[Name] = None, **kwargs: Any) -> None:
+        super().__init__(redis, name, *args, **kwargs)  # type: ignore[call-arg]
         self.app_name = app_name if app_name is not None else self.name
         self._acquired_at: dict[bytes, float] = {}
         self._lost_signalled: set[bytes] = set()
@@ -329,10 +324,6 @@ def _semaphore_class() -> type:
     class SignallingSemaphore(SemaphoreSignals, Semaphore):  # type: ignore[misc, valid-type]
         """:class:`django_redis_coord.semaphores.Semaphore` sending the hold signals."""
 
-        def __init__(self, redis: Any, name: Name, *args: Any, app_name: Optional[Name] = None, **kwargs: Any):
-            super().__init__(redis, name, *args, **kwargs)
-            self._init_signals(app_name)
-
         def _mark_lost(self, permit: Any) -> None:
             args = self._watchdog_loss(permit)
             if args is not None:
@@ -372,10 +363,6 @@ def _async_semaphore_class() -> type:
 
     class AsyncSignallingSemaphore(SemaphoreSignals, Semaphore):  # type: ignore[misc, valid-type]
         """The asyncio :class:`~django_redis_coord.asyncio.semaphore.Semaphore` sending the hold signals."""
-
-        def __init__(self, redis: Any, name: Name, *args: Any, app_name: Optional[Name] = None, **kwargs: Any):
-            super().__init__(redis, name, *args, **kwargs)
-            self._init_signals(app_name)
 
         async def do_acquire(self, *args: Any, **kwargs: Any) -> Any:
             return self._note_refusal(await super().do_acquire(*args, **kwargs))

@@ -139,17 +139,23 @@ def test_class_based_views(redis_client, path, prefix):
     assert_conflict(second)
 
 
-def test_async_view_two_concurrent_requests(redis_client):
+def async_contend(redis_client, path: str, name: str):
+    """The asyncio form of :func:`contend`, through ``AsyncClient``."""
+
     async def scenario():
         client = AsyncClient()
-        first = asyncio.ensure_future(client.get("/t/ahold/x/"))
-        while not entered(redis_client, "x"):
+        first = asyncio.ensure_future(client.get(path))
+        while not entered(redis_client, name):
             await asyncio.sleep(0.01)
-        second = await client.get("/t/ahold/x/")
-        redis_client.set("go:x", 1)
+        second = await client.get(path)
+        redis_client.set(f"go:{name}", 1)
         return await first, second
 
-    first, second = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_async_view_two_concurrent_requests(redis_client):
+    first, second = async_contend(redis_client, "/t/ahold/x/", "x")
     assert first.status_code == 200 and first.content.startswith(b"hold:x fence=")
     assert_conflict(second)
     # The async view released its lock: a sync request to the same key gets in.
@@ -180,16 +186,7 @@ def test_async_view_uses_asyncio_client_without_thread_hop(redis_client):
 
 
 def test_async_class_based_view(redis_client):
-    async def scenario():
-        client = AsyncClient()
-        first = asyncio.ensure_future(client.get("/t/acbv/y/"))
-        while not entered(redis_client, "y"):
-            await asyncio.sleep(0.01)
-        second = await client.get("/t/acbv/y/")
-        redis_client.set("go:y", 1)
-        return await first, second
-
-    first, second = asyncio.run(scenario())
+    first, second = async_contend(redis_client, "/t/acbv/y/", "y")
     assert first.status_code == 200 and first.content.startswith(b"acbv:y")
     assert_conflict(second)
 
