@@ -256,9 +256,13 @@ class SemaphoreBase:
     def queue_renewal(self, pipe: Any, token: bytes) -> None:
         """Add a renewal of the permit ``token`` to a pipeline (used by the watchdog)."""
         script = self.scripts.get(self.redis, "sem_extend")
-        pipe.scripts.add(script)
         keys = self.extend_keys()
-        pipe.evalsha(script.sha, len(keys), *keys, *self.extend_args(token, self._ttl_ms, "replace"))
+        args = self.extend_args(token, self._ttl_ms, "replace")
+        if hasattr(pipe, "scripts"):
+            pipe.scripts.add(script)  # loaded before the pipeline runs, if the server lacks it
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        else:  # redis-py's cluster pipelines refuse EVALSHA: send the text
+            pipe.execute_command("EVAL", script.script, len(keys), *keys, *args)
 
     def deadline_for(self, sent_at: float, pttl_ms: int) -> Optional[float]:
         """Monotonic instant after which a permit may have ended, measured from the send instant."""
