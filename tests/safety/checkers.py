@@ -84,6 +84,11 @@ class Holds:
     reentries: int
 
 
+def _fields(value: Any) -> dict:
+    """The details a call recorded, or none (a completion may carry just a short reason string)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _clip(end: float, bound: Optional[float]) -> float:
     return end if bound is None else min(end, bound)
 
@@ -111,7 +116,7 @@ def extract_holds(history: History, acquire: str = "acquire", release: str = "re
             if op.f == acquire:
                 if op.type != OK:
                     continue
-                value = op.value or {}
+                value = _fields(op.value)
                 if value.get("reentered"):
                     reentries += 1
                     outer = current.fence if current is not None else None
@@ -125,9 +130,9 @@ def extract_holds(history: History, acquire: str = "acquire", release: str = "re
                 current = Hold(process, int(op.end), NEVER, value.get("fence"), op, deadline=deadline)
                 current.end = _clip(NEVER, deadline)
             elif op.f == release:
-                if (op.args or {}).get("inner") or current is None:
+                if _fields(op.args).get("inner") or current is None:
                     continue
-                deadline = (op.args or {}).get("deadline", current.deadline)
+                deadline = _fields(op.args).get("deadline", current.deadline)
                 current.deadline = deadline
                 current.end = _clip(op.start, deadline)
                 current.release = op
@@ -221,7 +226,7 @@ def check_lost_updates(history: History, final: Iterable[Any], write: str = "wri
     for op in history.operations():
         if op.f != write:
             continue
-        element = (op.args or {}).get("element")
+        element = _fields(op.args).get("element")
         if op.type == OK:
             acknowledged[element] = op
         if op.type in (OK, INFO):
@@ -288,10 +293,10 @@ def lock_operations(history: History, acquire: str = "acquire", release: str = "
     early: list[str] = []
     for op in history.operations():
         if op.f == acquire:
-            if (op.value or {}).get("reentered"):
+            if _fields(op.value).get("reentered"):
                 continue
         elif op.f == release:
-            if (op.args or {}).get("inner"):
+            if _fields(op.args).get("inner"):
                 continue
         else:
             continue
@@ -411,11 +416,12 @@ def check_linearizable(history: History, acquire: str = "acquire", release: str 
     for message in early:
         result.add(message)
     verdict, why = linearizable(ops, budget=budget)
-    if verdict is None:
-        result.valid = None if result.valid else result.valid
-        result.violations.append(why)
-    elif not verdict:
+    if verdict is False:
         result.add(why)
+    elif verdict is None:
+        result.violations.append(why)
+        if result.valid:  # nothing found so far, and the search could not finish
+            result.valid = None
     return result
 
 

@@ -18,6 +18,7 @@ import datetime
 import logging
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -206,6 +207,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--processes", type=int, default=6, help="client processes per run")
     parser.add_argument("--report", type=Path, default=REPORT)
     args = parser.parse_args(argv)
+    # Stopped from outside: still stop the servers and write what was found.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     # Losses and failed renewals are expected here and counted in the report, not printed.
     quiet = logging.getLogger("django_redis_coord")
     quiet.addHandler(logging.NullHandler())

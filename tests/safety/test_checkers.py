@@ -190,7 +190,8 @@ def test_linearizable_refused_acquire_needs_another_holder():
 
 def test_linearizable_unknown_outcomes_may_or_may_not_have_happened():
     # p2's acquire timed out on the network: it may have been granted (and then expired).
-    calls = [(2, "acquire", 5, 6, INFO), *hold(1, 10, 20, 1), *hold(3, 30, 40, 2)]
+    calls = [(2, "acquire", 5, 6, INFO, None, "TimeoutError"), *hold(1, 10, 20, 1), *hold(3, 30, 40, 2),
+             (2, "acquire", 32, 38, FAIL, None, "timed out")]
     assert check_linearizable(history_of(*calls)).valid is True
     # An unknown release of p1 (sent at 20) may have released; p2 may acquire after it was sent.
     calls = [(1, "acquire", 0, 10, OK, None, grant(1, 50)), (1, "release", 20, 21, INFO, {"deadline": 50}),

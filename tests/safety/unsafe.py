@@ -35,12 +35,11 @@ return 0
 """
 
 
-class _PollingLock:
-    """``SET NX PX`` with a token, polled until ``blocking_timeout``; the base of the unsafe locks."""
+class _Unsafe:
+    """What every control keeps: its client, TTL, token, fence and local deadline (ns)."""
 
-    def __init__(self, client: Any, name: str, timeout: float) -> None:
+    def __init__(self, client: Any, timeout: float) -> None:
         self.client = client
-        self.name = name
         self.timeout = timeout
         self.token: Optional[bytes] = None
         self.fence: Optional[int] = None
@@ -48,6 +47,14 @@ class _PollingLock:
 
     def deadline_ns(self) -> Optional[int]:
         return self._deadline
+
+
+class _PollingLock(_Unsafe):
+    """``SET NX PX`` with a token, polled until ``blocking_timeout``; the base of the unsafe locks."""
+
+    def __init__(self, client: Any, name: str, timeout: float) -> None:
+        super().__init__(client, timeout)
+        self.name = name
 
     def _try(self, token: bytes) -> bool:
         return bool(self.client.set(self.name, token, px=int(self.timeout * 1000), nx=True))
@@ -120,20 +127,13 @@ class RacyFenceLock(_PollingLock):
         return "ok" if self._release(keys=[self.name], args=[self.token]) else "not-owned"
 
 
-class RacySemaphore:
+class RacySemaphore(_Unsafe):
     """Seed 000's identity semaphore without WATCH: SCARD, compare, then SADD (and SREM to release)."""
 
     def __init__(self, client: Any, name: str, limit: int, timeout: float) -> None:
-        self.client = client
+        super().__init__(client, timeout)
         self.holders_key = f"semaphore::{name}::holders"
         self.limit = limit
-        self.timeout = timeout
-        self.token: Optional[bytes] = None
-        self.fence: Optional[int] = None
-        self._deadline: Optional[int] = None
-
-    def deadline_ns(self) -> Optional[int]:
-        return self._deadline
 
     def acquire(self, blocking_timeout: float) -> bool:
         token = secrets.token_hex(16).encode()

@@ -35,7 +35,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from django_redis_coord import Lock, LockLostError, LockNotOwnedError
+from django_redis_coord import Lock, LockLostError, LockNotOwnedError, Semaphore
 from django_redis_coord.fencing import fenced_get, fenced_set
 
 from .checkers import Report, check_lock_history, check_semaphore_history
@@ -90,27 +90,34 @@ class Resource:
 
 
 # -- what a client contends for ---------------------------------------------------------------
-class CoordLock:
-    """Adapter for :class:`django_redis_coord.Lock` (a fresh object per hold)."""
+class _CoordAdapter:
+    """What a client needs from one of our primitives (a fresh object per hold)."""
 
-    def __init__(self, client: Any, name: str, timeout: float, *, auto_renew: bool = False,
-                 reentrant: bool = False, on_lost: Optional[Callable[[Any], None]] = None) -> None:
-        self.lock = Lock(client, name, timeout=timeout, auto_renew=auto_renew, reentrant=reentrant, on_lost=on_lost)
+    primitive: Any
 
     @property
     def fence(self) -> Optional[int]:
-        return self.lock.fence
+        return self.primitive.fence
 
     def deadline_ns(self) -> Optional[int]:
-        deadline = self.lock.deadline
+        deadline = self.primitive.deadline
         return None if deadline is None else int(deadline * 1e9)
 
     def acquire(self, blocking_timeout: float) -> bool:
-        return self.lock.acquire(blocking=True, blocking_timeout=blocking_timeout)
+        return self.primitive.acquire(blocking=True, blocking_timeout=blocking_timeout)
+
+
+class CoordLock(_CoordAdapter):
+    """Adapter for :class:`django_redis_coord.Lock`."""
+
+    def __init__(self, client: Any, name: str, timeout: float, *, auto_renew: bool = False,
+                 reentrant: bool = False, on_lost: Optional[Callable[[Any], None]] = None) -> None:
+        self.primitive = Lock(client, name, timeout=timeout, auto_renew=auto_renew, reentrant=reentrant,
+                              on_lost=on_lost)
 
     def release(self) -> str:
         try:
-            self.lock.release()
+            self.primitive.release()
         except LockLostError:
             return "ok-lost"  # released, but the watchdog had already given the hold up
         except LockNotOwnedError:
@@ -118,35 +125,23 @@ class CoordLock:
         return "ok"
 
     def reenter(self) -> Optional[int]:
-        assert self.lock.acquire(blocking=False)
-        return self.lock.fence
+        assert self.primitive.acquire(blocking=False)
+        return self.primitive.fence
 
     def release_inner(self) -> None:
-        self.lock.release()
+        self.primitive.release()
 
 
-class CoordSemaphore:
+class CoordSemaphore(_CoordAdapter):
     """Adapter for :class:`django_redis_coord.Semaphore` (one permit per hold)."""
 
     def __init__(self, client: Any, name: str, timeout: float, limit: int, *, auto_renew: bool = False,
                  on_lost: Optional[Callable[[Any], None]] = None) -> None:
-        from django_redis_coord import Semaphore
-
-        self.semaphore = Semaphore(client, name, limit=limit, timeout=timeout, auto_renew=auto_renew, on_lost=on_lost)
-
-    @property
-    def fence(self) -> Optional[int]:
-        return self.semaphore.fence
-
-    def deadline_ns(self) -> Optional[int]:
-        deadline = self.semaphore.deadline
-        return None if deadline is None else int(deadline * 1e9)
-
-    def acquire(self, blocking_timeout: float) -> bool:
-        return self.semaphore.acquire(blocking=True, blocking_timeout=blocking_timeout)
+        self.primitive = Semaphore(client, name, limit=limit, timeout=timeout, auto_renew=auto_renew,
+                                   on_lost=on_lost)
 
     def release(self) -> str:
-        return "ok" if self.semaphore.release() else "not-owned"
+        return "ok" if self.primitive.release() else "not-owned"
 
 
 def make_adapter(w: Workload, client: Any, on_lost: Callable[[Any], None]) -> Any:
