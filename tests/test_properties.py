@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
-from redis.exceptions import LockError
+from redis.exceptions import LockError, ResponseError
 
 from django_redis_coord import InvalidLockArgument, InvalidLockArgumentType, Lock, Semaphore, lock_holder
 from django_redis_coord._base import new_token
@@ -143,7 +143,7 @@ def test_distinct_names_never_share_a_key(a, b, kind_a, kind_b):
         assert key_slot(key) == key_slot(a)
 
 
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "keys.KeySet.wake() concatenates prefix + token + suffix, and a token or semaphore identity may "
     "contain ':' and braces, so lock 'T' waiting with token 'x:{T}foo' and lock '{T}foo' waiting with "
     "token 'x' block on the same wake list: a hand-off of one lock can wake a waiter of the other, which "
@@ -153,7 +153,7 @@ def test_caller_chosen_tokens_never_make_two_names_share_a_wake_list():
     assert keys_for(b"T", b"sem").wake(b"peter:{T}") != keys_for(b"{T}", b"sem").wake(b"peter")
 
 
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=ResponseError, reason=(
     "a Lock and a Semaphore of the same name share the main key (a string vs a sorted set): the "
     "semaphore's script fails inside Redis with WRONGTYPE after it has written its metadata hash, "
     "instead of a typed error with nothing written"))
@@ -204,7 +204,7 @@ def test_bad_timing_arguments_are_typed_errors_and_write_nothing(redis_client, a
     assert redis_client.dbsize() == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=ResponseError, reason=(
     "no upper bound is checked on timeout or waiter_lease: beyond what Redis accepts for PX/PEXPIRE "
     "(about 9.2e15 s) the acquire script raises 'value is not an integer or out of range' inside Redis "
     "(a ResponseError, not a LockError) after it has written the fence and holder metadata or the "

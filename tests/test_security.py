@@ -223,7 +223,7 @@ def test_tokens_stay_out_of_logs_and_errors_through_acquire_renewal_loss_and_rel
     _assert_hidden(tokens, captured.texts + errors)
 
 
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "HolderInfo (holders.lock_holder) is a plain dataclass whose repr shows the full token, so logging a "
     "holder leaks the capability; LiveHolder (listing) already declares token with repr=False"))
 def test_holder_info_does_not_show_the_full_token(redis_client):

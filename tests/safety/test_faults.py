@@ -108,7 +108,7 @@ def test_holder_stopped_past_its_ttl_is_replaced_and_fenced_out(lock_server, kin
 
 
 # -- a waiter handed the lock while its reply was in flight ----------------------------------------
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "Lock._wait measures a hand-off from the instant its BLPOP was sent, but the grant can be pushed "
     "onto the wake list before that (after the refresh call queued the waiter, while its reply travels), "
     "so the local deadline ends after the server's expiry; it must be measured from the send instant of "
@@ -160,7 +160,7 @@ def _still_held(client, primitive) -> bool:
     return primitive.get_current_size() > 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "asyncio Lock._wait measures a hand-off from its BLPOP send too (see the sync test)"))
 def test_async_lock_handed_over_before_its_waiter_blocks_is_not_valid_after_the_server_expired_it(lock_server):
     direct = lock_server.client()
@@ -186,7 +186,7 @@ def test_async_lock_handed_over_before_its_waiter_blocks_is_not_valid_after_the_
 
 
 # -- fenced writes and read-modify-write -----------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "fencing.fenced_set refuses a stale holder only once a newer holder has written: fenced_get does not "
     "record the reader's fence, so a stale write landing between the newer holder's read and its write is "
     "acknowledged (True) and then overwritten - a lost update in read-modify-write (the harness's "
@@ -341,7 +341,7 @@ def test_semaphore_through_latency_and_blackholes(lock_server, redis_server):
     assert outcome.report.valid, outcome.describe()
 
 
-@pytest.mark.xfail(strict=False, reason=(
+@pytest.mark.xfail(strict=False, raises=AssertionError, reason=(
     "timing-dependent consequence of the Lock hand-off deadline bug (see the strict test above): under latency "
     "a handed-over waiter may stay valid after the server expired its hold"))
 def test_lock_through_latency_and_blackholes(lock_server, redis_server):
