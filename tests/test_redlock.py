@@ -447,3 +447,22 @@ def test_asyncio_failures(redis_servers):
             await client.aclose()
 
     asyncio.run(main())
+
+
+def test_the_benchmark_module_runs_with_tiny_sizes(redis_servers, tmp_path):
+    from benchmarks import bench_redlock
+    from benchmarks.common import Context
+
+    (server,) = redis_servers(1)
+    ctx = Context(server, quick=True, results_dir=tmp_path, verbose=False)
+    try:
+        section = bench_redlock.run(ctx, sizes=bench_redlock.Sizes(pair_seconds=0.1, rounds=1, failure_trials=1))
+    finally:
+        ctx.close()
+    for lib in bench_redlock.LIBS:
+        assert section.figures[f"pairs_per_s.{lib}"] > 0
+    assert section.figures["fail_ms.p50"] > 0
+    assert {check.label for check in section.checks} == {
+        "ours >= 2x pottery (same 3 masters)",
+        "2 of 3 down fails within 2 x node_timeout + 50 ms (p50)",
+    }
