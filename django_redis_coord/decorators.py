@@ -150,45 +150,25 @@ class Contention:
 _ROOT = re.compile(r"[^.\[]*")
 
 
-class _QueryValues(Mapping):
-    """``request.GET`` for templates: a missing parameter is a :class:`MissingKeyValue`."""
+class _RequestValues(Mapping):
+    """Query parameters or headers for templates: a missing one is a :class:`MissingKeyValue`."""
 
-    def __init__(self, request: HttpRequest, template: str) -> None:
-        self.request, self.template = request, template
-
-    def __getitem__(self, name: str) -> Any:
-        if name not in self.request.GET:
-            raise MissingKeyValue(
-                f"The lock key {self.template!r} needs the query parameter {name!r}, which the request lacks."
-            )
-        return self.request.GET[name]
-
-    def __iter__(self) -> Any:
-        return iter(self.request.GET)
-
-    def __len__(self) -> int:
-        return len(self.request.GET)
-
-
-class _HeaderValues(Mapping):
-    """``request.headers`` for templates: a missing header is a :class:`MissingKeyValue`."""
-
-    def __init__(self, request: HttpRequest, template: str) -> None:
-        self.request, self.template = request, template
+    def __init__(self, source: Mapping[str, Any], what: str, template: str) -> None:
+        self.source, self.what, self.template = source, what, template
 
     def __getitem__(self, name: str) -> Any:
         try:
-            return self.request.headers[name]
+            return self.source[name]
         except KeyError:
             raise MissingKeyValue(
-                f"The lock key {self.template!r} needs the header {name!r}, which the request lacks."
+                f"The lock key {self.template!r} needs the {self.what} {name!r}, which the request lacks."
             ) from None
 
     def __iter__(self) -> Any:
-        return iter(self.request.headers)
+        return iter(self.source)
 
     def __len__(self) -> int:
-        return len(self.request.headers)
+        return len(self.source)
 
 
 class _Formatter(string.Formatter):
@@ -330,47 +310,45 @@ class _Release:
         self.done = False
         self._guard = threading.Lock()
 
-    def __call__(self) -> None:
-        with self._guard:
-            if self.done:
-                return
-            self.done = True
-        _release_logged(self.primitive)
-
-
-def _release_logged(primitive: Any) -> None:
-    try:
-        primitive.release()
-    except LockError as exc:
-        logger.warning("%s %r ended before it was released: %s", primitive.kind, primitive.name, exc)
-    except UNAVAILABLE_ERRORS as exc:
-        logger.error("Could not release %s %r (it expires with its TTL): %s", primitive.kind, primitive.name, exc)
-
-
-async def _arelease_logged(primitive: Any) -> None:
-    try:
-        await primitive.release()
-    except LockError as exc:
-        logger.warning("%s %r ended before it was released: %s", primitive.kind, primitive.name, exc)
-    except UNAVAILABLE_ERRORS as exc:
-        logger.error("Could not release %s %r (it expires with its TTL): %s", primitive.kind, primitive.name, exc)
-
-
-class _AsyncRelease:
-    """Releases an asyncio hold once, on its event loop, also when closed from another thread."""
-
-    def __init__(self, primitive: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self.primitive = primitive
-        self.loop = loop
-        self.done = False
-        self._guard = threading.Lock()
-
     def _claim(self) -> bool:
         with self._guard:
             if self.done:
                 return False
             self.done = True
             return True
+
+    def __call__(self) -> None:
+        if self._claim():
+            _release_logged(self.primitive)
+
+
+def _log_release_failure(primitive: Any, exc: BaseException) -> None:
+    if isinstance(exc, LockError):
+        logger.warning("%s %r ended before it was released: %s", primitive.kind, primitive.name, exc)
+    else:
+        logger.error("Could not release %s %r (it expires with its TTL): %s", primitive.kind, primitive.name, exc)
+
+
+def _release_logged(primitive: Any) -> None:
+    try:
+        primitive.release()
+    except (LockError, *UNAVAILABLE_ERRORS) as exc:
+        _log_release_failure(primitive, exc)
+
+
+async def _arelease_logged(primitive: Any) -> None:
+    try:
+        await primitive.release()
+    except (LockError, *UNAVAILABLE_ERRORS) as exc:
+        _log_release_failure(primitive, exc)
+
+
+class _AsyncRelease(_Release):
+    """Releases an asyncio hold once, on its event loop, also when closed from another thread."""
+
+    def __init__(self, primitive: Any, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(primitive)
+        self.loop = loop
 
     async def arelease(self) -> None:
         if self._claim():
@@ -701,9 +679,9 @@ class Locked:
                 user = request.user
             namespace["user"] = user
         if "query" in roots:
-            namespace["query"] = _QueryValues(request, key.template)
+            namespace["query"] = _RequestValues(request.GET, "query parameter", key.template)
         if "headers" in roots:
-            namespace["headers"] = _HeaderValues(request, key.template)
+            namespace["headers"] = _RequestValues(request.headers, "header", key.template)
         namespace["request"] = request
         namespace["args"] = args[index + 1 :]
         namespace["kwargs"] = kwargs

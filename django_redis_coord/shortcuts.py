@@ -57,15 +57,12 @@ def retry_after_seconds(pttl_ms: Optional[int]) -> Optional[int]:
     return max(1, math.ceil(pttl_ms / 1000.0))
 
 
-class SignallingMixin:
-    """Sends the hold signals around a sync primitive's acquire and release."""
+class Signals:
+    """What every signalling primitive shares: the application's name and the signal arguments."""
 
     # Provided by the primitive the mixin is combined with.
     kind: str
     name: Any
-    on_lost: Any
-    fence: Any
-    _state: Any
 
     def __init__(self, redis: Any, name: Name, *args: Any, app_name: Optional[Name] = None, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)  # type: ignore[call-arg]
@@ -74,6 +71,14 @@ class SignallingMixin:
 
     def _signal_args(self) -> dict[str, Any]:
         return {"name": self.app_name, "key": self.name, "kind": self.kind, "instance": self}
+
+
+class SignallingMixin(Signals):
+    """Sends the hold signals around a lock's acquire and release (the hold's state is per thread/task)."""
+
+    on_lost: Any
+    fence: Any
+    _state: Any
 
     def _loss_args(self, local: Any) -> Optional[dict[str, Any]]:
         """The lock_lost arguments for the hold kept in ``local``, once per hold (else None)."""
@@ -256,27 +261,21 @@ def alock(
     )
 
 
-class SemaphoreSignals:
+class SemaphoreSignals(Signals):
     """Sends the hold signals around a semaphore's acquire and release (sync and asyncio share it).
 
     Permits are tracked by token, so a permit taken with an ``identity`` can be released, with
     its signal, from any thread or task.
     """
 
-    kind: str
-    name: Any
     permit: Any
 
-    def __init__(self, redis: Any, name: Name, *args: Any, app_name: Optional[Name] = None, **kwargs: Any) -> None:
-        super().__init__(redis, name, *args, **kwargs)  # type: ignore[call-arg]
-        self.app_name = app_name if app_name is not None else self.name
+    def __init__(self, redis: Any, name: Name, *args: Any, **kwargs: Any) -> None:
+        super().__init__(redis, name, *args, **kwargs)
         self._acquired_at: dict[bytes, float] = {}
         self._lost_signalled: set[bytes] = set()
         #: Milliseconds until the earliest permit ends, from the latest refused acquire.
         self.refused_pttl: Optional[int] = None
-
-    def _signal_args(self) -> dict[str, Any]:
-        return {"name": self.app_name, "key": self.name, "kind": self.kind, "instance": self}
 
     def _note_refusal(self, grant: Any) -> Any:
         if not grant.acquired:
