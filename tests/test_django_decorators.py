@@ -219,6 +219,12 @@ def test_async_streaming_response_holds_until_stream_closed(redis_client):
     wait_for(lambda: not redis_client.exists("stream:s2"), timeout=5)
 
 
+def test_lazily_rendered_response_is_rendered_under_the_lock(redis_client):
+    response = Client().get("/t/rendered/r/")
+    assert response.content == b"held while rendering: True"
+    assert not redis_client.exists("rendered:r")
+
+
 def test_exception_releases(redis_client):
     client = Client(raise_request_exception=True)
     for _ in range(2):  # the second call would be a 409 if the first had kept the lock

@@ -26,5 +26,6 @@ urlpatterns = [
     path("renewed/<str:name>/", views.renewed),
     path("fenced/<str:name>/", views.fenced),
     path("avail/<str:name>/", views.availability),
+    path("rendered/<str:name>/", views.rendered),
     path("aavail/<str:name>/", views.aavailability),
 ]

@@ -209,3 +209,14 @@ def availability(request, name):
 @locked("avail:{name}", timeout=30)
 async def aavailability(request, name):
     return HttpResponse(f"ran locked={current_lock() is not None}")
+
+
+@locked("rendered:{name}", timeout=30)
+def rendered(request, name):
+    from django.template import engines
+    from django.template.response import TemplateResponse
+
+    template = engines["django"].from_string("held while rendering: {{ probe }}")
+    # Called by the template engine when the response is rendered, after the view returned.
+    probe = lambda: bool(flags().exists(f"rendered:{name}"))  # noqa: E731
+    return TemplateResponse(request, template, {"probe": probe})
