@@ -282,3 +282,61 @@ def describe_connection(settings: Optional[CoordSettings] = None) -> str:
             return "cluster via " + ", ".join("{}:{}".format(*_node(n)) for n in nodes_conf)
         return f"cluster via {_mask(settings.url or '')}"
     return _mask(settings.url or "")
+
+
+# -- Redlock masters -------------------------------------------------------------------------------
+# ``REDLOCK = {"MASTERS": [url, ...]}``: one client per independent master, for
+# django_redis_coord.Redlock (``Redlock(get_redlock_masters(), name, ...)``).
+_redlock_masters: Optional[tuple[Any, ...]] = None
+_async_redlock_masters: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, ...]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _redlock_urls(settings: CoordSettings) -> list[str]:
+    if not settings.redlock:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(f"{conf.SETTING_NAME}['REDLOCK']['MASTERS'] is not set: Redlock needs masters.")
+    return [str(url) for url in settings.redlock["MASTERS"]]
+
+
+def get_redlock_masters() -> tuple[Any, ...]:
+    """The process's sync clients of ``REDLOCK["MASTERS"]`` (with ``CLIENT_OPTIONS``)."""
+    global _redlock_masters
+    masters = _redlock_masters
+    if masters is None:
+        from redis import Redis
+
+        settings = coord_settings()
+        built = tuple(Redis.from_url(url, **_options(settings)) for url in _redlock_urls(settings))
+        with _lock:
+            if _redlock_masters is None:
+                _redlock_masters = built
+            masters = _redlock_masters
+    return masters
+
+
+def get_async_redlock_masters() -> tuple[Any, ...]:
+    """The running event loop's ``redis.asyncio`` clients of ``REDLOCK["MASTERS"]``."""
+    from redis.asyncio import Redis
+
+    loop = asyncio.get_running_loop()
+    masters = _async_redlock_masters.get(loop)
+    if masters is None:
+        settings = coord_settings()
+        options = _for_asyncio(_options(settings))
+        built = tuple(Redis.from_url(url, **options) for url in _redlock_urls(settings))
+        with _lock:
+            masters = _async_redlock_masters.setdefault(loop, built)
+    return masters
+
+
+def _reset_redlock_masters() -> None:
+    global _redlock_masters
+    with _lock:
+        _redlock_masters = None
+        _async_redlock_masters.clear()
+
+
+conf._on_clear.append(_reset_redlock_masters)

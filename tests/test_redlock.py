@@ -466,3 +466,28 @@ def test_the_benchmark_module_runs_with_tiny_sizes(redis_servers, tmp_path):
         "ours >= 2x pottery (same 3 masters)",
         "2 of 3 down fails within 2 x node_timeout + 50 ms (p50)",
     }
+
+
+def test_masters_from_settings(five, masters, settings):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from django_redis_coord.connection import get_async_redlock_masters, get_redlock_masters
+
+    settings.DJANGO_REDIS_COORD = {"URL": settings.REDIS_URL}
+    with pytest.raises(ImproperlyConfigured):
+        get_redlock_masters()
+    settings.DJANGO_REDIS_COORD = {"URL": settings.REDIS_URL, "REDLOCK": {"MASTERS": [s.url for s in five[:3]]}}
+    clients = get_redlock_masters()
+    assert clients is get_redlock_masters()  # built once per process
+    assert [c.connection_pool.connection_kwargs["port"] for c in clients] == [s.port for s in five[:3]]
+    with Redlock(clients, "configured", timeout=5) as lock:
+        assert holders_of(masters[:3], "configured") == [lock.local.token] * 3
+
+    async def main() -> None:
+        async_clients = get_async_redlock_masters()
+        async with AsyncRedlock(async_clients, "configured-aio", timeout=5) as held:
+            assert holders_of(masters[:3], "configured-aio") == [held.local.token] * 3
+        for client in async_clients:
+            await client.aclose()
+
+    asyncio.run(main())
