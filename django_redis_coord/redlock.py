@@ -399,7 +399,17 @@ class Redlock(RedlockBase):
         stop_at = time.monotonic() + blocking_timeout if blocking and blocking_timeout is not None else None
         worker = threading.current_thread().name
         while True:
-            hint = self._attempt(token, worker)
+            try:
+                hint = self._attempt(token, worker)
+            except QuorumUnavailable:
+                raise  # already undone
+            except BaseException:
+                # Interrupted mid-attempt (KeyboardInterrupt, ...): give back what may have been granted.
+                try:
+                    self._undo(token, set())
+                except Exception:
+                    pass
+                raise
             if hint is True:
                 return True
             if not blocking:
