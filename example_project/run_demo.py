@@ -2,19 +2,23 @@
 """Start the example project on an embedded redis-server (README Quick start, first command).
 
 Starts a private redis-server (see django_redis_coord.server for where the binary comes from),
-migrates a local SQLite database, creates the ``admin`` / ``admin`` superuser and serves the
-site on http://127.0.0.1:8000/ until Ctrl-C; the redis-server stops with it.
+migrates a local SQLite database, creates the ``admin`` / ``admin`` superuser, starts a few
+worker processes that contend for locks (``manage.py contend``, so the admin page of live
+holders has something to show) and serves the site on http://127.0.0.1:8000/ until Ctrl-C; the
+workers and the redis-server stop with it.
 
-    python3 dev.py demo [--port 8000] [--no-serve]
+    python3 dev.py demo [--port 8000] [--workers 3] [--no-serve]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
@@ -26,9 +30,16 @@ def manage(*args: str, env: dict) -> None:
     subprocess.run([sys.executable, str(HERE / "manage.py"), *args], check=True, env=env, cwd=HERE)
 
 
+def interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM stops the demo like Ctrl-C: the site, the workers and the redis-server all go."""
+    raise KeyboardInterrupt
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, interrupt)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, default=int(os.environ.get("DEMO_PORT", 8000)))
+    parser.add_argument("--workers", type=int, default=3, help="contending worker processes (0: none)")
     parser.add_argument("--no-serve", action="store_true", help="set everything up, then stop")
     options = parser.parse_args()
     with RedisServer() as server:
@@ -39,11 +50,26 @@ def main() -> int:
         if options.no_serve:
             manage("check", env=env)
             return 0
-        print(f"Admin: http://127.0.0.1:{options.port}/admin/  (user admin, password admin)", flush=True)
+        workers = None
+        if options.workers > 0:
+            workers = subprocess.Popen(
+                [sys.executable, str(HERE / "manage.py"), "contend", "--workers", str(options.workers)],
+                env=env, cwd=HERE,
+            )
+        print(f"Site:  http://127.0.0.1:{options.port}/", flush=True)
+        print(f"Admin: http://127.0.0.1:{options.port}/admin/django_redis_coord/holder/  (admin / admin)", flush=True)
+        print(f"Terminal: cd {HERE} && DEMO_REDIS_URL={server.url} python manage.py locks list --watch 1", flush=True)
         try:
             manage("runserver", f"127.0.0.1:{options.port}", "--noreload", env=env)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, subprocess.CalledProcessError):
             pass
+        finally:
+            if workers is not None:
+                workers.terminate()
+                try:
+                    workers.wait(15)
+                except subprocess.TimeoutExpired:
+                    workers.kill()
     return 0
 
 

@@ -2,4 +2,10 @@ from django.urls import path
 
 from . import views
 
-urlpatterns = [path("", views.index, name="index")]
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("report/<slug:name>/", views.report, name="report"),
+    path("export.csv", views.export, name="export"),
+    path("async/<slug:name>/", views.async_status, name="async-status"),
+    path("fencing/", views.fencing, name="fencing"),
+]

@@ -1,12 +1,105 @@
-from django.http import HttpResponse
+"""The demo views: one per feature a Django site reaches for.
 
-from django_redis_coord import Lock
+* ``report`` — ``@locked`` per report name: a second request for the same report while it is
+  being built gets 409 Conflict (with ``Retry-After``); the build writes its row with
+  ``fenced_update`` so a stale builder can never overwrite a newer one.
+* ``export`` — ``@locked(limit=2)``: at most two CSV exports at a time (a semaphore).
+* ``async_status`` — ``@locked`` on an ``async def`` view.
+* ``fencing`` — a holder paused past its TTL tries to write after the next holder: refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import time
+
+from django.db.models import F
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods
+
+from django_redis_coord import fenced_update, lock, locked
+from django_redis_coord.decorators import current_lock
+
+from .models import Report
+
+MAX_SECONDS = 30.0
 
 
-def index(request):
-    import redis
-    from django.conf import settings
+def seconds_from(request: HttpRequest, default: float) -> float:
+    """How long the demo work lasts: ``?seconds=`` (bounded), so holders stay visible for a while."""
+    try:
+        return max(0.0, min(MAX_SECONDS, float(request.GET.get("seconds", default))))
+    except ValueError:
+        return default
 
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    with Lock(client, "demo:index", timeout=5) as lock:
-        return HttpResponse(f"django_redis_coord demo: you held demo:index with fence {lock.fence}\n")
+
+def index(request: HttpRequest) -> HttpResponse:
+    return render(request, "demo/index.html", {
+        "reports": Report.objects.order_by("name"),
+        "holders_url": reverse("admin:django_redis_coord_holder_changelist"),
+    })
+
+
+@locked("report:{name}", timeout=30, label="build report")
+def report(request: HttpRequest, name: str) -> HttpResponse:
+    """Build one report: exclusive per name, the row written only under a current fence."""
+    fence = current_lock().fence
+    Report.objects.get_or_create(name=name)
+    time.sleep(seconds_from(request, 3.0))  # the slow part: queries, rendering, ...
+    body = f"Report {name} built at {timezone.now():%H:%M:%S} under fence {fence}."
+    written = fenced_update(
+        Report.objects.filter(name=name), fence, body=body, builds=F("builds") + 1, built_at=timezone.now()
+    )
+    return render(request, "demo/report.html", {"name": name, "fence": fence, "written": written, "body": body})
+
+
+@locked("export", limit=2, timeout=30, label="csv export")
+def export(request: HttpRequest) -> HttpResponse:
+    """A CSV export: at most two run at once, the third caller gets 409 until a permit frees."""
+    time.sleep(seconds_from(request, 5.0))
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["name", "builds", "fence", "built_at"])
+    for row in Report.objects.order_by("name").values_list("name", "builds", "fence", "built_at"):
+        writer.writerow(row)
+    response = HttpResponse(out.getvalue(), content_type="text/csv")
+    response["Content-Disposition"] = 'attachment; filename="reports.csv"'
+    return response
+
+
+@locked("async:{name}", timeout=30, label="async status")
+async def async_status(request: HttpRequest, name: str) -> JsonResponse:
+    """An ``async def`` view under ``@locked``: the Redis calls run on the event loop."""
+    held = current_lock()
+    await asyncio.sleep(seconds_from(request, 2.0))
+    return JsonResponse({"name": name, "fence": held.fence, "lock": held.name})
+
+
+@require_http_methods(["GET", "POST"])
+def fencing(request: HttpRequest) -> HttpResponse:
+    """Show why fences matter: a holder paused past its TTL writes after the next holder did."""
+    if request.method == "GET":
+        return render(request, "demo/fencing.html", {"report": Report.objects.filter(name="fencing-demo").first()})
+    Report.objects.get_or_create(name="fencing-demo")
+    rows = Report.objects.filter(name="fencing-demo")
+    steps = []
+    first = lock("fencing-demo", timeout=1, label="paused holder")
+    first.acquire()
+    stale_fence = first.fence
+    steps.append(f"Holder A acquired the lock with fence {stale_fence} (TTL 1 s), then paused (GC, swap, ...).")
+    time.sleep(1.2)
+    steps.append("A's TTL ran out while it was paused.")
+    second = lock("fencing-demo", timeout=10, label="next holder")
+    second.acquire()
+    steps.append(f"Holder B acquired the lock with fence {second.fence}.")
+    ok = fenced_update(rows, second.fence, body=f"written by B (fence {second.fence})", builds=F("builds") + 1)
+    steps.append(f"B wrote the row: {'accepted' if ok else 'refused'}.")
+    stale = fenced_update(rows, stale_fence, body=f"written by A (fence {stale_fence})", builds=F("builds") + 1)
+    steps.append(f"A woke up and wrote what it computed before the pause: {'accepted' if stale else 'refused'}.")
+    second.release()
+    return render(request, "demo/fencing.html", {"steps": steps, "report": rows.first(), "stale_refused": not stale})

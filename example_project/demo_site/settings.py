@@ -46,4 +46,5 @@ STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("DEMO_REDIS_URL", "redis://127.0.0.1:6379/0")
-DJANGO_REDIS_COORD = {"URL": REDIS_URL, "KEY_PREFIX": "demo:"}
+# Names are stored as "demo:<name>"; the admin page and `manage.py locks` show them without it.
+DJANGO_REDIS_COORD = {"URL": REDIS_URL, "KEY_PREFIX": "demo", "DEFAULT_TIMEOUT": 30}
