@@ -72,7 +72,7 @@ from ._base import check_number
 from .conf import CoordSettings, coord_settings
 from .connection import get_async_client, get_client
 from .exceptions import CoordError, InvalidLockArgument, InvalidLockArgumentType, LockError, LockLostError
-from .shortcuts import AsyncSignallingLock, SignallingLock, make_semaphore
+from .shortcuts import AsyncSignallingLock, SignallingLock, make_semaphore, semaphore_class
 
 __all__ = [
     "locked",
@@ -344,15 +344,27 @@ async def _arelease_logged(primitive: Any) -> None:
 
 
 class _AsyncRelease(_Release):
-    """Releases an asyncio hold once, on its event loop, also when closed from another thread."""
+    """Releases an asyncio hold once, on its event loop, also when closed from another thread.
+
+    When that loop has ended — an ``async def`` view served by a sync (WSGI) handler runs in a
+    loop of its own that is closed before the response is — the hold is released with the sync
+    client under the same token.
+    """
 
     def __init__(self, primitive: Any, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(primitive)
         self.loop = loop
 
+    def _release_without_loop(self) -> None:
+        _release_logged(_sync_twin(self.primitive))
+
     async def arelease(self) -> None:
-        if self._claim():
+        if not self._claim():
+            return
+        if asyncio.get_running_loop() is self.loop:
             await _arelease_logged(self.primitive)
+        else:
+            await asyncio.to_thread(self._release_without_loop)
 
     def __call__(self) -> None:
         """The response's closer (Django calls it synchronously, often from a worker thread)."""
@@ -367,14 +379,26 @@ class _AsyncRelease(_Release):
             _background.add(task)
             task.add_done_callback(_background.discard)
             return
-        if self.loop.is_closed():
-            logger.warning("%r was closed after its event loop; the hold expires with its TTL", self.primitive.name)
+        if self.loop.is_closed() or not self.loop.is_running():
+            if self._claim():
+                self._release_without_loop()
             return
         future = asyncio.run_coroutine_threadsafe(self.arelease(), self.loop)
         try:
             future.result(ASYNC_RELEASE_WAIT)
-        except Exception as exc:  # the loop is gone or busy: the TTL ends the hold
+        except Exception as exc:  # the loop is busy or went away: the TTL ends the hold
             logger.error("Releasing %r from a closing thread failed: %r", self.primitive.name, exc)
+
+
+def _sync_twin(primitive: Any) -> Any:
+    """A sync object holding what the asyncio ``primitive`` holds (same name, token, fence)."""
+    if isinstance(primitive, _AsyncPermitHold):
+        return primitive.sync_twin()
+    twin = SignallingLock(get_client(), primitive.name, timeout=primitive.timeout, thread_local=False,
+                          app_name=primitive.app_name)
+    # The hold's state (token, fence, deadline, start); neither object is shared with a thread.
+    vars(twin._state()).update(vars(primitive._state()))
+    return twin
 
 
 async def _released_after(stream: Any, release: _AsyncRelease) -> Any:
@@ -437,6 +461,17 @@ class _PermitHold:
 
 class _AsyncPermitHold(_PermitHold):
     """The asyncio form of :class:`_PermitHold`."""
+
+    def sync_twin(self) -> _PermitHold:
+        """The same permit seen through a sync semaphore (for a release after the loop ended)."""
+        semaphore = self.semaphore
+        twin = semaphore_class(asyncio=False)(
+            get_client(), semaphore.name, semaphore.limit, semaphore.timeout, app_name=semaphore.app_name
+        )
+        twin._permits, twin._acquired_at = semaphore._permits, semaphore._acquired_at
+        hold = _PermitHold(twin)
+        hold.identity, hold._fence = self.identity, self._fence
+        return hold
 
     async def acquire(self, blocking: bool = False, blocking_timeout: Optional[float] = None) -> bool:  # type: ignore[override]
         return self._after_acquire(await self.semaphore.acquire(self.identity, blocking, blocking_timeout))

@@ -525,3 +525,17 @@ def test_limit_two_on_an_async_view(redis_client):
     assert [first.status_code for first in firsts] == [200, 200]
     assert third.status_code == 409 and 25 <= int(third["Retry-After"]) <= 30
     wait_for(lambda: redis_client.zcard("limited:n") == 0, timeout=5)
+
+
+def test_async_views_through_the_sync_handler_release(redis_client):
+    # A sync (WSGI) handler runs an async view in an event loop of its own, closed before the
+    # response is: the release then goes through the sync client under the same token.
+    for path, key in (("/t/aavail/q/", "avail:q"), ("/t/alimited/q/", "limited:q")):
+        redis_client.set("go:q", 1)
+        for _ in range(2):
+            assert Client().get(path).status_code == 200
+        assert not redis_client.exists(key) or redis_client.zcard(key) == 0
+    response = Client().get("/t/astream/q/")
+    with pytest.warns(Warning, match="consume asynchronous iterators"):
+        assert b"".join(list(response)) == b"0\n1\n2\n"
+    assert not redis_client.exists("stream:q")
