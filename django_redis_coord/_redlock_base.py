@@ -11,6 +11,8 @@ its holder registry and the listing tools like any lock.
 from __future__ import annotations
 
 import hashlib
+import logging
+import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -20,11 +22,21 @@ from typing import Any, NamedTuple, Optional, Union
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from ._base import Grant, LockBase, Number, check_number, drift, to_ms
-from .exceptions import CoordError, InvalidLockArgument, InvalidLockArgumentType
+from ._base import Grant, LockBase, Number, as_bytes, check_number, drift, encode_token, new_token, to_ms
+from .exceptions import (
+    CoordError,
+    InvalidLockArgument,
+    InvalidLockArgumentType,
+    LockAcquireTimeout,
+    LockError,
+    LockLostError,
+    LockNotOwnedError,
+)
 from .scripts import script_text
 
 __all__ = ["QuorumUnavailable", "RedlockBase", "Command", "DEFAULT_TIMEOUT", "DEFAULT_RETRY_DELAY", "pack"]
+
+logger = logging.getLogger("django_redis_coord")
 
 #: Lease of a Redlock hold when none is given (seconds).
 DEFAULT_TIMEOUT = 10.0
@@ -204,6 +216,155 @@ class RedlockBase:
 
     def get_command(self) -> Command:
         return Command(("GET", self._node.keys.name))
+
+    def only(self, nodes: Iterable[int], commands: list[Command]) -> list[list[Command]]:
+        """Per-master batches: ``commands`` for the masters in ``nodes``, nothing for the others."""
+        chosen = set(nodes)
+        return [commands if index in chosen else [] for index in range(len(self.masters))]
+
+    def everywhere(self, command: Command) -> list[list[Command]]:
+        return [[command]] * len(self.masters)
+
+    # -- the steps of the algorithm (the twins do the I/O) -----------------------------------------
+    def acquire_arguments(
+        self,
+        sleep: Optional[Number],
+        blocking: Optional[bool],
+        blocking_timeout: Optional[Number],
+        token: Optional[Union[str, bytes]],
+    ) -> tuple[Number, bool, Optional[float], bytes]:
+        """Checked ``(sleep, blocking, stop_at, token)`` of an acquire; refuses a second hold here."""
+        if sleep is None:
+            sleep = self.sleep
+        check_number("sleep", sleep, allow_none=False, positive=False, lock_name=self.name)
+        if blocking is None:
+            blocking = self.blocking
+        if blocking_timeout is None:
+            blocking_timeout = self.blocking_timeout
+        check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=self.name)
+        if self.thread_local and self._state().token is not None:
+            raise LockError("This thread (or task) already holds this Redlock; release it first", lock_name=self.name)
+        raw = encode_token(token, self.name) if token is not None else new_token()
+        stop_at = time.monotonic() + blocking_timeout if blocking and blocking_timeout is not None else None
+        return sleep, bool(blocking), stop_at, raw
+
+    @staticmethod
+    def retry_delay(hint: Optional[float], sleep: Number, stop_at: Optional[float]) -> Optional[float]:
+        """The random pause before the next attempt (None: ``blocking_timeout`` has run out).
+
+        Uniform up to ``sleep``, and never past the other holder's lease end (``hint``)."""
+        delay = random.uniform(0.0, sleep)
+        if hint is not None:
+            delay = min(delay, hint + 0.001)
+        if stop_at is not None:
+            remaining = stop_at - time.monotonic()
+            if remaining <= 0:
+                return None
+            delay = min(delay, remaining)
+        return delay
+
+    def fence_of(self, grants: Tally) -> tuple[int, list[int], list[int]]:
+        """The Redlock fence (the largest issued), the masters that already have it, the lagging ones."""
+        fence = max(grant.fence for grant in grants.ok.values())
+        lagging = [i for i, grant in grants.ok.items() if grant.fence < fence]
+        return fence, [i for i in grants.ok if i not in lagging], lagging
+
+    @staticmethod
+    def recorded(lagging: Iterable[int], replies: Sequence[list[Any]]) -> list[int]:
+        """The lagging masters that recorded the fence (redlock_fence.lua answered 1)."""
+        return [i for i in lagging if not isinstance(replies[i][0], BaseException) and int(replies[i][0]) == 1]
+
+    def held_until(self, started: float, grants: Tally, synced: Sequence[int]) -> Optional[float]:
+        """The hold's deadline when a quorum granted and recorded the fence and validity remains."""
+        if len(synced) < self.quorum:
+            return None
+        deadline = self.quorum_deadline(started, [grants.ok[i].pttl for i in synced])
+        return deadline if deadline > time.monotonic() else None
+
+    def failed_attempt(self, grants: Tally) -> Optional[float]:
+        """After an attempt that did not hold (and was undone): raise when too few masters answered,
+        else the hint for the retry delay."""
+        if len(grants.failures) > len(self.masters) - self.quorum:
+            raise self.unreachable(grants.failures, "acquire")
+        return self.holder_hint(grants.refused)
+
+    def tokens_of(self, replies: Sequence[Any], action: str) -> list[Optional[bytes]]:
+        """The token each master has at the name (None: none, or no answer)."""
+        failures = {i: reply for i, reply in enumerate(replies) if isinstance(reply, BaseException)}
+        if len(failures) > len(self.masters) - self.quorum:
+            raise self.unreachable(failures, action)
+        return [None if isinstance(reply, BaseException) else as_bytes(reply) for reply in replies]
+
+    def held_by_one(self, tokens: Sequence[Optional[bytes]]) -> bool:
+        present = [token for token in tokens if token is not None]
+        return any(present.count(token) >= self.quorum for token in set(present))
+
+    def held_by(self, tokens: Sequence[Optional[bytes]], token: bytes) -> bool:
+        return list(tokens).count(token) >= self.quorum
+
+    def hold_to_release(self) -> tuple[SimpleNamespace, bytes]:
+        hold = self._state()
+        if hold.token is None:
+            raise LockError("Cannot release an unlocked lock", lock_name=self.name)
+        return hold, hold.token
+
+    def released(self, hold: SimpleNamespace, replies: Sequence[Any]) -> None:
+        """Settle a release from the masters' answers (raising as redis-py's Lock would)."""
+        tally = self.tally(replies, self.accept_one, range(len(self.masters)))
+        lost = hold.lost
+        if len(tally.ok) < self.quorum and len(tally.ok) + len(tally.failures) >= self.quorum:
+            # Maybe still held where no answer came: keep the token so that release can be retried.
+            raise self.unreachable(tally.failures, "release")
+        self._forget(hold)
+        if len(tally.ok) < self.quorum:
+            raise LockNotOwnedError("Cannot release a Redlock that's no longer owned", lock_name=self.name)
+        if lost:
+            raise LockLostError("The Redlock was lost before it was released", lock_name=self.name)
+
+    def hold_to_extend(self, additional_time: Number, replace_ttl: bool) -> tuple[SimpleNamespace, Command]:
+        check_number("additional_time", additional_time, allow_none=False, positive=True, lock_name=self.name)
+        hold = self._state()
+        if hold.token is None:
+            raise LockError("Cannot extend an unlocked lock", lock_name=self.name)
+        mode = "replace" if replace_ttl else "add"
+        return hold, self.extend_command(hold.token, to_ms(additional_time), mode)
+
+    def extended(self, hold: SimpleNamespace, sent_at: float, replies: Sequence[Any]) -> list[int]:
+        """Settle an extend: new deadline from a quorum, else raise; returns the masters to repair
+        (they answered that they no longer have the hold)."""
+        tally = self.tally(replies, self.accept_pttl, range(len(self.masters)))
+        if len(tally.ok) >= self.quorum:
+            hold.deadline = self.quorum_deadline(sent_at, tally.ok.values())
+            return list(tally.refused)
+        if len(tally.refused) > len(self.masters) - self.quorum:
+            raise LockNotOwnedError("Cannot extend a Redlock that's no longer owned", lock_name=self.name)
+        raise self.unreachable(tally.failures, "extend")
+
+    def check_reacquire(self) -> None:
+        if self._state().token is None:
+            raise LockError("Cannot reacquire an unlocked lock", lock_name=self.name)
+
+    def mark_lost(self, hold: SimpleNamespace) -> Any:
+        """Flag ``hold`` lost once; returns what ``on_lost`` returned (None when not called)."""
+        if hold.lost:
+            return None
+        hold.lost = True
+        callback = self.on_lost
+        return callback(self) if callback is not None else None
+
+    def ensure_valid(self) -> None:
+        """Raise :class:`LockLostError` unless the hold is still valid."""
+        if not self.valid:
+            raise LockLostError("The Redlock is no longer held", lock_name=self.name)
+
+    def release_failed(self) -> None:
+        """A release at the end of a ``with`` block failed: re-raise or log, as redis-py's Lock does."""
+        if self.raise_on_release_error:
+            raise
+        logger.warning("Redlock %r was no longer owned when exiting the context manager.", self.name)
+
+    def timed_out(self) -> LockAcquireTimeout:
+        return LockAcquireTimeout("Unable to acquire lock within the time specified", lock_name=self.name)
 
     # -- reading the answers ------------------------------------------------------------------
     @staticmethod

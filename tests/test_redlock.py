@@ -195,6 +195,15 @@ def test_validity_runs_out_without_renewal(masters):
         lock.release()
 
 
+def test_a_with_block_that_outlives_its_lease(masters, caplog):
+    with pytest.raises(LockNotOwnedError):
+        with Redlock(masters[:3], "outlived", timeout=0.2):
+            time.sleep(0.3)
+    with Redlock(masters[:3], "outlived", timeout=0.2, raise_on_release_error=False):
+        time.sleep(0.3)
+    assert "no longer owned" in caplog.text
+
+
 def test_the_watchdog_renews_on_all_masters(masters):
     three = masters[:3]
     lost = []

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 import weakref
 from collections import deque
@@ -28,9 +27,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from .. import watchdog as _watchdog
-from .._base import Number, as_bytes, check_number, encode_token, new_token, to_ms
+from .._base import Number
 from .._redlock_base import Command, NoBackoff, QuorumUnavailable, RedlockBase, SharedHold, pack
-from ..exceptions import LockAcquireTimeout, LockError, LockLostError, LockNotOwnedError
+from ..exceptions import LockError
 
 __all__ = ["Redlock", "QuorumUnavailable"]
 
@@ -214,13 +213,13 @@ class Redlock(RedlockBase):
         return await fan_out(links, batches, self.node_timeout, self._names)
 
     async def _everywhere(self, command: Command) -> tuple[float, list[Any]]:
-        started, replies = await self._fan_out([[command]] * len(self.masters))
+        started, replies = await self._fan_out(self.everywhere(command))
         return started, [reply[0] for reply in replies]
 
     async def __aenter__(self) -> Redlock:
         if await self.acquire():
             return self
-        raise LockAcquireTimeout("Unable to acquire lock within the time specified", lock_name=self.name)
+        raise self.timed_out()
 
     async def __aexit__(
         self,
@@ -231,9 +230,7 @@ class Redlock(RedlockBase):
         try:
             await self.release()
         except LockError:
-            if self.raise_on_release_error:
-                raise
-            logger.warning("Redlock %r was no longer owned when exiting the context manager.", self.name)
+            self.release_failed()
 
     async def acquire(
         self,
@@ -243,153 +240,87 @@ class Redlock(RedlockBase):
         token: Optional[Union[str, bytes]] = None,
     ) -> bool:
         """Acquire the lock on a quorum of masters; see :meth:`django_redis_coord.Redlock.acquire`."""
-        if sleep is None:
-            sleep = self.sleep
-        check_number("sleep", sleep, allow_none=False, positive=False, lock_name=self.name)
-        if blocking is None:
-            blocking = self.blocking
-        if blocking_timeout is None:
-            blocking_timeout = self.blocking_timeout
-        check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=self.name)
-        if self.thread_local and self._state().token is not None:
-            raise LockError("This task already holds this Redlock; release it first", lock_name=self.name)
-        token = encode_token(token, self.name) if token is not None else new_token()
-        stop_at = time.monotonic() + blocking_timeout if blocking and blocking_timeout is not None else None
+        sleep, blocking, stop_at, raw = self.acquire_arguments(sleep, blocking, blocking_timeout, token)
         task = asyncio.current_task()
         worker = task.get_name() if task is not None else "asyncio"
         while True:
             try:
-                hint = await self._attempt(token, worker)
-            except asyncio.CancelledError:
-                # Give back whatever this attempt may have been granted, then stop.
-                await asyncio.shield(asyncio.ensure_future(self._undo(token, set())))
+                hint = await self._attempt(raw, worker)
+            except QuorumUnavailable:
+                raise  # already undone
+            except BaseException:
+                # Cancelled mid-attempt: give back whatever it may have been granted, then stop.
+                await asyncio.shield(asyncio.ensure_future(self._undo(raw, set())))
                 raise
             if hint is True:
                 return True
-            if not blocking:
+            delay = self.retry_delay(hint, sleep, stop_at) if blocking else None
+            if delay is None:
                 return False
-            delay = random.uniform(0.0, sleep)
-            if hint is not None:
-                delay = min(delay, hint + 0.001)
-            if stop_at is not None:
-                remaining = stop_at - time.monotonic()
-                if remaining <= 0:
-                    return False
-                delay = min(delay, remaining)
             await asyncio.sleep(delay)
 
     async def _attempt(self, token: bytes, worker: str) -> Union[bool, float, None]:
-        n = len(self.masters)
         started, replies = await self._everywhere(self.acquire_command(token, worker))
-        tally = self.tally(replies, self.accept_grant, range(n))
-        if len(tally.ok) >= self.quorum:
-            fence = max(grant.fence for grant in tally.ok.values())
-            lagging = [i for i, grant in tally.ok.items() if grant.fence < fence]
-            synced = [i for i in tally.ok if i not in lagging]
+        grants = self.tally(replies, self.accept_grant, range(len(self.masters)))
+        if len(grants.ok) >= self.quorum:
+            fence, synced, lagging = self.fence_of(grants)
             if lagging:
-                sync = [self.fence_command(token, fence)]
-                _, sync_replies = await self._fan_out([sync if i in lagging else [] for i in range(n)])
-                synced += [i for i in lagging if not isinstance(sync_replies[i][0], BaseException)
-                           and int(sync_replies[i][0]) == 1]
-            if len(synced) >= self.quorum:
-                deadline = self.quorum_deadline(started, [tally.ok[i].pttl for i in synced])
-                if deadline > time.monotonic():
-                    hold = self._own(token, fence, deadline)
-                    if self.auto_renew:
-                        _watchdog.async_watchdog().register(self, hold, token)
-                    return True
-        await self._undo(token, set(tally.refused))
-        if len(tally.failures) > n - self.quorum:
-            raise self.unreachable(tally.failures, "acquire")
-        return self.holder_hint(tally.refused)
+                _, recorded = await self._fan_out(self.only(lagging, [self.fence_command(token, fence)]))
+                synced += self.recorded(lagging, recorded)
+            deadline = self.held_until(started, grants, synced)
+            if deadline is not None:
+                hold = self._own(token, fence, deadline)
+                if self.auto_renew:
+                    _watchdog.async_watchdog().register(self, hold, token)
+                return True
+        await self._undo(token, set(grants.refused))
+        return self.failed_attempt(grants)
 
     async def _undo(self, token: bytes, skip: set[int]) -> None:
         """Release an attempt everywhere it may have been granted (all masters but ``skip``)."""
-        release = [self.release_command(token)]
-        undo = [release if i not in skip else [] for i in range(len(self.masters))]
-        if any(undo):
-            await self._fan_out(undo)
-
-    async def _tokens(self, action: str) -> list[Optional[bytes]]:
-        _, replies = await self._everywhere(self.get_command())
-        failures = {i: reply for i, reply in enumerate(replies) if isinstance(reply, BaseException)}
-        if len(failures) > len(self.masters) - self.quorum:
-            raise self.unreachable(failures, action)
-        return [None if isinstance(reply, BaseException) else as_bytes(reply) for reply in replies]
+        undo = [i for i in range(len(self.masters)) if i not in skip]
+        if undo:
+            await self._fan_out(self.only(undo, [self.release_command(token)]))
 
     async def locked(self) -> bool:
-        tokens = [token for token in await self._tokens("check the lock") if token is not None]
-        return any(tokens.count(token) >= self.quorum for token in set(tokens))
+        return self.held_by_one(self.tokens_of((await self._everywhere(self.get_command()))[1], "check the lock"))
 
     async def owned(self) -> bool:
         token = self._state().token
         if token is None:
             return False
-        return (await self._tokens("check the lock")).count(token) >= self.quorum
-
-    def ensure_valid(self) -> None:
-        if not self.valid:
-            raise LockLostError("The Redlock is no longer held", lock_name=self.name)
+        return self.held_by(self.tokens_of((await self._everywhere(self.get_command()))[1], "check the lock"), token)
 
     def _mark_lost(self, hold: SimpleNamespace) -> None:
-        if hold.lost:
-            return
-        hold.lost = True
-        callback = self.on_lost
-        if callback is not None:
-            result = callback(self)
-            if asyncio.iscoroutine(result):
-                asyncio.ensure_future(result)
+        result = self.mark_lost(hold)
+        if asyncio.iscoroutine(result):
+            asyncio.ensure_future(result)
 
     async def release(self) -> None:
-        hold = self._state()
-        token = hold.token
-        if token is None:
-            raise LockError("Cannot release an unlocked lock", lock_name=self.name)
+        hold, token = self.hold_to_release()
         if self.auto_renew:
             _watchdog.async_watchdog().unregister(self, hold)
-        _, replies = await self._everywhere(self.release_command(token))
-        tally = self.tally(replies, self.accept_one, range(len(self.masters)))
-        lost = hold.lost
-        if len(tally.ok) < self.quorum and len(tally.ok) + len(tally.failures) >= self.quorum:
-            raise self.unreachable(tally.failures, "release")
-        self._forget(hold)
-        if len(tally.ok) < self.quorum:
-            raise LockNotOwnedError("Cannot release a Redlock that's no longer owned", lock_name=self.name)
-        if lost:
-            raise LockLostError("The Redlock was lost before it was released", lock_name=self.name)
+        self.released(hold, (await self._everywhere(self.release_command(token)))[1])
 
     async def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
-        check_number("additional_time", additional_time, allow_none=False, positive=True, lock_name=self.name)
-        hold = self._state()
-        token = hold.token
-        if token is None:
-            raise LockError("Cannot extend an unlocked lock", lock_name=self.name)
-        mode = "replace" if replace_ttl else "add"
-        sent_at, replies = await self._everywhere(self.extend_command(token, to_ms(additional_time), mode))
-        tally = self.tally(replies, self.accept_pttl, range(len(self.masters)))
-        if len(tally.ok) >= self.quorum:
-            hold.deadline = self.quorum_deadline(sent_at, tally.ok.values())
-            if tally.refused:
-                await self._repair(token, list(tally.refused))
-            return True
-        if len(tally.refused) > len(self.masters) - self.quorum:
-            raise LockNotOwnedError("Cannot extend a Redlock that's no longer owned", lock_name=self.name)
-        raise self.unreachable(tally.failures, "extend")
+        hold, command = self.hold_to_extend(additional_time, replace_ttl)
+        sent_at, replies = await self._everywhere(command)
+        repair = self.extended(hold, sent_at, replies)
+        if repair:
+            await self._repair(hold.token, repair)
+        return True
 
     async def reacquire(self) -> bool:
-        if self._state().token is None:
-            raise LockError("Cannot reacquire an unlocked lock", lock_name=self.name)
+        self.check_reacquire()
         return await self.extend(self.timeout, replace_ttl=True)
 
     async def _repair(self, token: bytes, nodes: list[int]) -> None:
         task = asyncio.current_task()
-        commands = self.repair_commands(token, task.get_name() if task is not None else "asyncio")
-        await self._fan_out([commands if i in nodes else [] for i in range(len(self.masters))])
+        worker = task.get_name() if task is not None else "asyncio"
+        await self._fan_out(self.only(nodes, self.repair_commands(token, worker)))
 
     async def _renew_many(self, tokens: list[bytes]) -> list[Any]:
-        commands = self.renewal_commands(tokens)
-        _, replies = await self._fan_out([commands] * len(self.masters))
+        _, replies = await self._fan_out([self.renewal_commands(tokens)] * len(self.masters))
         outcomes = []
         for offset, token in enumerate(tokens):
             outcome, repair = self.renewal_outcome(replies, offset)
@@ -397,4 +328,3 @@ class Redlock(RedlockBase):
                 await self._repair(token, repair)
             outcomes.append(outcome)
         return outcomes
-
