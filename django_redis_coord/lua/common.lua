@@ -126,13 +126,20 @@ local function sem_grant(permits, meta, token, ttl, claim, info, now_ms, now_us,
   return tonumber(fence), expiry
 end
 
--- Parse a permit record: fence, since ms, claim flag, info.
-local function sem_record(data)
-  local a = string.find(data, ' ', 1, true)
-  local b = string.find(data, ' ', a + 1, true)
-  local c = string.find(data, ' ', b + 1, true)
-  return tonumber(string.sub(data, 1, a - 1)), tonumber(string.sub(data, a + 1, b - 1)),
-         string.sub(data, b + 1, c - 1), string.sub(data, c + 1)
+-- Parse a permit record: fence, since ms, claim flag (numbers), info.  Same layout as a waiter record.
+local sem_record = parse_waiter
+
+-- Put `token` in the FIFO queue (once) and (re)write its waiter record "ttl lease_until lease
+-- info"; the queue and the record outlive two leases without a refresh.
+local function queue_waiter(queue, waiters, meta, token, ttl, lease, info, now_ms)
+  if not redis.call('ZSCORE', queue, token) then
+    redis.call('ZADD', queue, redis.call('HINCRBY', meta, 'seq', 1), token)
+  end
+  redis.call('HSET', waiters, token, int(ttl) .. ' ' .. int(now_ms + lease) .. ' ' .. int(lease) .. ' ' .. info)
+  for _, key in ipairs({queue, waiters}) do
+    if redis.call('PTTL', key) < 2 * lease then redis.call('PEXPIRE', key, 2 * lease) end
+  end
+  return redis.call('ZRANK', queue, token)
 end
 
 -- Remaining ms of a lease ending at `score` (nil: no expiry).

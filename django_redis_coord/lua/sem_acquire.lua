@@ -60,11 +60,4 @@ if not enqueue then
   return {0, wait_ms, -1}
 end
 prune_registry(registry, now_ms)
-if not redis.call('ZSCORE', queue, token) then
-  redis.call('ZADD', queue, redis.call('HINCRBY', meta, 'seq', 1), token)
-end
-redis.call('HSET', waiters, token, int(ttl) .. ' ' .. int(now_ms + lease) .. ' ' .. int(lease) .. ' ' .. info)
-for _, key in ipairs({queue, waiters}) do
-  if redis.call('PTTL', key) < 2 * lease then redis.call('PEXPIRE', key, 2 * lease) end
-end
-return {0, wait_ms, redis.call('ZRANK', queue, token)}
+return {0, wait_ms, queue_waiter(queue, waiters, meta, token, ttl, lease, info, now_ms)}
