@@ -148,8 +148,7 @@ class DurableLock(Lock):
         token: Optional[bytes] = hold.token
         if token is None:
             return
-        if self.auto_renew:
-            _watchdog.sync_watchdog().unregister(self, hold)
+        _watchdog.sync_watchdog().unregister(self, hold)
         try:
             self.do_release(token)
         except Exception:

@@ -176,6 +176,31 @@ def test_durable_lock_fails_closed_when_the_replica_is_gone(redis_servers):
         lock.confirm()
 
 
+def test_asyncio_durable_lock(redis_servers):
+    import asyncio
+
+    from django_redis_coord.asyncio.durable import DurableLock as AsyncDurableLock
+
+    primary, replica = _primary_with_replica(redis_servers)
+
+    async def main() -> None:
+        client = primary.async_client(socket_timeout=5)
+        lock = AsyncDurableLock(client, "aio-durable", timeout=10, replicas=1, replica_timeout=2)
+        async with lock:
+            assert replica.client().get("aio-durable") == lock.local.token
+        replica.pause()
+        try:
+            fast = AsyncDurableLock(client, "aio-durable", timeout=10, replicas=1, replica_timeout=0.2)
+            with pytest.raises(ReplicationNotAcknowledged):
+                await fast.acquire(blocking=False)
+            assert await client.get("aio-durable") is None
+        finally:
+            replica.resume()
+        await client.aclose()
+
+    asyncio.run(main())
+
+
 def test_durable_lock_bad_arguments(redis_client):
     from django_redis_coord import InvalidLockArgument, InvalidLockArgumentType
 

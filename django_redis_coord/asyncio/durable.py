@@ -1,0 +1,108 @@
+"""The asyncio twin of :class:`django_redis_coord.durable.DurableLock` (``redis.asyncio`` clients).
+
+>>> from django_redis_coord.asyncio.durable import DurableLock             # doctest: +SKIP
+>>> async with DurableLock(client, "payouts", timeout=30, replicas=1) as lock:
+...     await pay_out(fence=lock.fence)
+
+Same arguments and behaviour; an asyncio Redis Cluster client is refused (its pipelines cannot
+send ``WAIT`` to the primary that serves the name).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional, Union
+
+from .. import watchdog as _watchdog
+from .._base import Number
+from ..durable import DEFAULT_REPLICA_TIMEOUT, ReplicationNotAcknowledged, check_replicas
+from ..exceptions import InvalidLockArgumentType, LockLostError
+from ..scripts import async_scripts
+from .lock import Lock
+
+__all__ = ["DurableLock", "ReplicationNotAcknowledged"]
+
+
+class DurableLock(Lock):
+    """An asyncio :class:`~django_redis_coord.asyncio.Lock` whose grants ``replicas`` replicas acknowledge."""
+
+    def __init__(
+        self,
+        redis: Any,
+        name: Union[str, bytes],
+        *args: Any,
+        replicas: int = 1,
+        replica_timeout: Number = DEFAULT_REPLICA_TIMEOUT,
+        **kwargs: Any,
+    ) -> None:
+        check_replicas(replicas, replica_timeout, name)
+        if getattr(redis, "connection_pool", None) is None:
+            raise InvalidLockArgumentType(
+                "DurableLock needs a client with one connection pool (an asyncio cluster client is not supported)",
+                lock_name=name,
+            )
+        super().__init__(redis, name, *args, **kwargs)
+        self.replicas = replicas
+        self.replica_timeout = replica_timeout
+
+    async def acquire(self, *args: Any, **kwargs: Any) -> bool:
+        if not await super().acquire(*args, **kwargs):
+            return False
+        if getattr(self._state(), "count", 1) > 1:
+            return True  # a reentrant acquire: the first one was confirmed
+        try:
+            await self.confirm()
+        except BaseException:
+            await self._give_back()
+            raise
+        return True
+
+    async def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
+        await super().extend(additional_time, replace_ttl)
+        await self.confirm()
+        return True
+
+    async def reacquire(self) -> bool:
+        await super().reacquire()
+        await self.confirm()
+        return True
+
+    async def confirm(self) -> int:
+        """Wait until ``replicas`` replicas have the current hold; see the sync twin."""
+        token = self._state().token
+        if token is None:
+            raise LockLostError("Nothing to confirm: the lock is not held", lock_name=self.name)
+        script = async_scripts.get(self.redis, "lock_extend")
+        keys = self.extend_keys()
+        args = self.extend_args(token, 0, "add" if self._ttl_ms else "persist")
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.scripts.add(script)
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+        pipe.execute_command("WAIT", self.replicas, max(1, int(self.replica_timeout * 1000)))
+        started = time.monotonic()
+        still_ours, acknowledged = await pipe.execute()
+        if int(still_ours) == -2:
+            raise LockLostError("The lock was lost before its replicas acknowledged it", lock_name=self.name)
+        acknowledged = int(acknowledged)
+        if acknowledged < self.replicas:
+            raise ReplicationNotAcknowledged(
+                f"Only {acknowledged} of {self.replicas} replicas acknowledged lock {self.name!r} within "
+                f"{time.monotonic() - started:.3f}s (replica_timeout {self.replica_timeout}s); not holding it",
+                acknowledged,
+                self.replicas,
+                lock_name=self.name,
+            )
+        return acknowledged
+
+    async def _give_back(self) -> None:
+        hold = self._state()
+        token: Optional[bytes] = hold.token
+        if token is None:
+            return
+        _watchdog.async_watchdog().unregister(self, hold)
+        try:
+            await self.do_release(token)
+        except Exception:
+            pass
+        hold.token = None
+        hold.count = 0
