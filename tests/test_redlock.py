@@ -195,6 +195,17 @@ def test_validity_runs_out_without_renewal(masters):
         lock.release()
 
 
+def test_clients_that_decode_responses(five, masters):
+    clients = [server.client(decode_responses=True) for server in five[:3]]
+    lock = Redlock(clients, "decoded", timeout=5, label="é")
+    with lock:
+        assert lock.owned() and lock.locked() and lock.fence > 0
+        assert clients[0].get("decoded") == lock.local.token.decode()
+        assert lock_holder(masters[0], "decoded").label == "é"
+        assert lock.extend(1)
+    assert not lock.locked()
+
+
 def test_a_with_block_that_outlives_its_lease(masters, caplog):
     with pytest.raises(LockNotOwnedError):
         with Redlock(masters[:3], "outlived", timeout=0.2):
