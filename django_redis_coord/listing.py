@@ -44,6 +44,7 @@ from .scripts import script_text, sync_scripts
 __all__ = [
     "KINDS",
     "format_ms",
+    "mask_token",
     "HolderListing",
     "LiveHolder",
     "RegistryEntry",
@@ -98,16 +99,11 @@ def parse_holder_id(value: str) -> tuple[str, bytes]:
     return kind.decode(), name
 
 
-@dataclass(frozen=True)
-class RegistryEntry:
-    """One live registry entry: a primitive that had a holder when the registries were read."""
+class _Named:
+    """``name`` (decoded) and ``id`` (URL-safe) of something with ``kind`` and ``raw_name``."""
 
     kind: str
     raw_name: bytes
-    #: Expiry of the hold in server milliseconds, ``None`` for a hold without expiry.
-    expires_at_ms: Optional[int]
-    #: The server's clock (ms) when the registry was read.
-    server_now_ms: int
 
     @property
     def name(self) -> str:
@@ -118,8 +114,27 @@ class RegistryEntry:
         return holder_id(self.kind, self.raw_name)
 
 
+def mask_token(token: bytes) -> str:
+    """The first characters of a token only: enough to tell holders apart, not to forge one."""
+    text = _text(token)
+    return text[:4] + "…" if len(text) > 8 else "…"
+
+
 @dataclass(frozen=True)
-class LiveHolder:
+class RegistryEntry(_Named):
+    """One live registry entry: a primitive that had a holder when the registries were read."""
+
+    kind: str
+    raw_name: bytes
+    #: Expiry of the hold in server milliseconds, ``None`` for a hold without expiry.
+    expires_at_ms: Optional[int]
+    #: The server's clock (ms) when the registry was read.
+    server_now_ms: int
+
+
+
+@dataclass(frozen=True)
+class LiveHolder(_Named):
     """A live holder of a lock, or of one semaphore permit, with what operators need to know."""
 
     kind: str
@@ -144,13 +159,6 @@ class LiveHolder:
     #: The server's clock (ms) when the details were read.
     server_now_ms: int = 0
 
-    @property
-    def name(self) -> str:
-        return _text(self.raw_name)
-
-    @property
-    def id(self) -> str:
-        return holder_id(self.kind, self.raw_name)
 
     @property
     def kind_title(self) -> str:
@@ -158,9 +166,7 @@ class LiveHolder:
 
     @property
     def masked_token(self) -> str:
-        """The first characters of the token only: enough to tell holders apart, not to forge one."""
-        text = _text(self.token)
-        return text[:4] + "…" if len(text) > 8 else "…"
+        return mask_token(self.token)
 
     @property
     def owner(self) -> str:
@@ -234,8 +240,7 @@ class Waiter:
 
     @property
     def masked_token(self) -> str:
-        text = _text(self.token)
-        return text[:4] + "…" if len(text) > 8 else "…"
+        return mask_token(self.token)
 
     def as_dict(self, server_now_ms: int) -> dict[str, Any]:
         lease_ms = None if self.lease_until_ms is None else self.lease_until_ms - server_now_ms

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import redis
 
@@ -103,6 +103,34 @@ class HolderProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+
+class HolderProcesses:
+    """Start :class:`HolderProcess` children; leaving the ``with`` block kills those still running.
+
+    A test module's fixture::
+
+        @pytest.fixture
+        def spawn(redis_url):
+            with HolderProcesses(redis_url) as processes:
+                yield processes.start
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.started: list[HolderProcess] = []
+
+    def start(self, name: str, **kwargs: Any) -> HolderProcess:
+        proc = HolderProcess(self.url, name, **kwargs)
+        self.started.append(proc)
+        return proc
+
+    def __enter__(self) -> HolderProcesses:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.started:
+            proc.kill()
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from django_redis_coord import Lock, Semaphore
 from django_redis_coord.admin import HolderAdmin
 from django_redis_coord.listing import HolderListing, holder_id
 from django_redis_coord.server import free_port
-from tests.hold_lock import HolderProcess
+from tests.hold_lock import HolderProcesses
 
 pytestmark = pytest.mark.django_db
 
@@ -63,16 +63,8 @@ def client_for(user=None, **kwargs) -> Client:
 
 @pytest.fixture
 def spawn(redis_url):
-    started: list[HolderProcess] = []
-
-    def start(name: str, **kwargs) -> HolderProcess:
-        proc = HolderProcess(redis_url, name, **kwargs)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        proc.kill()
+    with HolderProcesses(redis_url) as processes:
+        yield processes.start
 
 
 def wait_for_waiters(client, name: str, kind: str = "lock", timeout: float = 20.0) -> list:

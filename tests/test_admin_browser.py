@@ -25,7 +25,7 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from django_redis_coord import Lock, Semaphore
-from tests.hold_lock import HolderProcess
+from tests.hold_lock import HolderProcesses
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -123,16 +123,8 @@ def browser(browser_binaries):
 
 @pytest.fixture
 def spawn(redis_url):
-    started: list[HolderProcess] = []
-
-    def start(name: str, **kwargs) -> HolderProcess:
-        proc = HolderProcess(redis_url, name, **kwargs)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        proc.kill()
+    with HolderProcesses(redis_url) as processes:
+        yield processes.start
 
 
 def rows(driver) -> list[tuple[str, str]]:

@@ -11,7 +11,7 @@ from django_redis_coord import Lock, Semaphore
 from django_redis_coord.exceptions import InvalidLockArgument, LockNotOwnedError
 from django_redis_coord.keys import keys_for
 from django_redis_coord.listing import HolderListing, holder_id, parse_holder_id
-from tests.hold_lock import HolderProcess
+from tests.hold_lock import HolderProcesses
 
 
 @pytest.fixture
@@ -21,16 +21,8 @@ def listing(redis_client):
 
 @pytest.fixture
 def spawn(redis_url):
-    started: list[HolderProcess] = []
-
-    def start(name: str, **kwargs) -> HolderProcess:
-        proc = HolderProcess(redis_url, name, **kwargs)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        proc.kill()
+    with HolderProcesses(redis_url) as processes:
+        yield processes.start
 
 
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02):

@@ -19,7 +19,7 @@ from django_redis_coord import Lock, Semaphore
 from django_redis_coord.management.commands import locks as command_module
 from django_redis_coord.management.commands.locks import HOLDER_JSON_SCHEMA
 from django_redis_coord.server import free_port
-from tests.hold_lock import HolderProcess
+from tests.hold_lock import HolderProcesses
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,16 +70,8 @@ def validate(value, schema, path="$"):
 
 @pytest.fixture
 def spawn(redis_url):
-    started: list[HolderProcess] = []
-
-    def start(name: str, **kwargs) -> HolderProcess:
-        proc = HolderProcess(redis_url, name, **kwargs)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        proc.kill()
+    with HolderProcesses(redis_url) as processes:
+        yield processes.start
 
 
 def wait_for(predicate, timeout: float = 20.0):
