@@ -77,17 +77,8 @@ class LocalCluster:
     def start(self, timeout: float = 30.0) -> LocalCluster:
         count = self.primaries * (1 + self.replicas_per_primary)
         try:
-            for port in cluster_ports(count):
-                node = RedisServer(
-                    port,
-                    args=[
-                        "--cluster-enabled", "yes",
-                        "--cluster-config-file", "nodes.conf",
-                        "--cluster-node-timeout", str(self.node_timeout_ms),
-                        "--cluster-require-full-coverage", "yes",
-                    ],
-                )
-                self.nodes.append(node.start())
+            while len(self.nodes) < count:
+                self.nodes.append(self._start_node())
             cli = find_redis_cli()
             if cli is None:
                 raise RuntimeError("redis-cli is needed to create a local cluster")
@@ -107,6 +98,29 @@ class LocalCluster:
             self.stop()
             raise
         return self
+
+    def _start_node(self, attempts: int = 5) -> RedisServer:
+        """One cluster-enabled node; another port when the chosen one was taken meanwhile."""
+        taken = {node.port for node in self.nodes}
+        for attempt in range(attempts):
+            (port,) = cluster_ports(1, taken)
+            node = RedisServer(
+                port,
+                args=[
+                    "--cluster-enabled", "yes",
+                    "--cluster-config-file", "nodes.conf",
+                    "--cluster-node-timeout", str(self.node_timeout_ms),
+                    "--cluster-require-full-coverage", "yes",
+                ],
+            )
+            try:
+                return node.start()
+            except RuntimeError:
+                node.cleanup()
+                taken.add(port)
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def _ready(self) -> bool:
         for node in self.nodes:
