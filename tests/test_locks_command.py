@@ -415,3 +415,25 @@ def test_subprocess_watch_until_ctrl_c(redis_client, redis_url):
             proc.kill()
     assert proc.returncode == 0, errors
     assert "Traceback" not in errors
+
+
+def test_on_a_redis_cluster(settings):
+    from tests.cluster import LocalCluster
+
+    cluster = LocalCluster(primaries=3, replicas_per_primary=0).start()
+    try:
+        host, port = cluster.startup_nodes[0]
+        settings.DJANGO_REDIS_COORD = {"URL": f"redis://{host}:{port}/0", "CLUSTER": True}
+        client = cluster.client()
+        locks = [Lock(client, f"cluster:{i}", timeout=60, label="on a cluster") for i in range(12)]
+        for lock in locks:
+            lock.acquire()
+        data = json.loads(run("list", "--json"))
+        assert [item["name"] for item in data] == sorted(f"cluster:{i}" for i in range(12))
+        ping = json.loads(run("ping", "--json"))
+        assert ping["mode"] == "cluster" and ping["live_holds"] == 12 and ping["redis_version"]
+        assert "Released" in run("release", "cluster:3", "--yes")
+        assert not locks[3].owned() and locks[4].owned()
+        client.close()
+    finally:
+        cluster.stop()
