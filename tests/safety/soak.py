@@ -93,7 +93,7 @@ class Servers:
 def scenarios(seconds: float, processes: int) -> list[Scenario]:
     base = Workload(processes=processes, rounds=0, duration=seconds, ttl=0.25, hold=(0.001, 0.02),
                     stall=0.1, stall_for=0.4, blocking_timeout=2.0, socket_timeout=0.5)
-    network = base.with_(stall=0.0, socket_timeout=0.3, blocking_timeout=1.0, ttl=0.4)
+    network = base.with_(stall=0.0, socket_timeout=0.25, blocking_timeout=1.0, ttl=0.3)
     restart = base.with_(stall=0.0, socket_timeout=0.5, blocking_timeout=1.0, ttl=0.3)
     return [
         Scenario("Lock, holders stalling past the TTL", base.with_(kind="lock")),
@@ -108,10 +108,10 @@ def scenarios(seconds: float, processes: int) -> list[Scenario]:
                  restart.with_(kind="semaphore-renew", limit=2),
                  lambda s, w: RestartNemesis(s.lock, every=1.5, down_for=0.4), judged=("fences",)),
         Scenario("Lock (watchdog), latency and blackholes", network.with_(kind="lock-renew"),
-                 lambda s, w: ProxyNemesis(s.proxy, every=0.5, latency=0.1, blackhole_for=0.5, seed=w.seed),
+                 lambda s, w: ProxyNemesis(s.proxy, every=0.5, latency=0.1, blackhole_for=0.6, seed=w.seed),
                  via_proxy=True),
         Scenario("Semaphore (watchdog), latency and blackholes", network.with_(kind="semaphore-renew", limit=2),
-                 lambda s, w: ProxyNemesis(s.proxy, every=0.5, latency=0.1, blackhole_for=0.5, seed=w.seed),
+                 lambda s, w: ProxyNemesis(s.proxy, every=0.5, latency=0.1, blackhole_for=0.6, seed=w.seed),
                  via_proxy=True),
         Scenario("UNSAFE: GET-then-DEL release (seed 000)", base.with_(kind="get-then-del", gap=0.3)),
         Scenario("UNSAFE: lock without tokens", base.with_(kind="tokenless")),
@@ -163,7 +163,7 @@ def write_report(path: Path, tallies: dict[str, Tally], kinds: dict[str, Scenari
     lines = [
         "# Soak report",
         "",
-        f"- Command: `.venv/bin/python -m tests.safety.soak --minutes {minutes:g}`",
+        f"- Command: `.venv/bin/python -m tests.safety.soak {' '.join(sys.argv[1:])}`",
         f"- Started {started:%Y-%m-%d %H:%M} UTC, commit {git_commit()}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}, redis-server {RedisServer().binary}",
         f"- Verdict: **{'as expected' if ok else 'UNEXPECTED'}** (0 violations for our primitives, "
@@ -205,6 +205,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--minutes", type=float, default=5.0, help="how long to keep running scenarios")
     parser.add_argument("--run-seconds", type=float, default=8.0, help="length of one workload run")
     parser.add_argument("--processes", type=int, default=6, help="client processes per run")
+    parser.add_argument("--only", default="", help="run only the scenarios whose title contains this text")
     parser.add_argument("--report", type=Path, default=REPORT)
     args = parser.parse_args(argv)
     # Stopped from outside: still stop the servers and write what was found.
@@ -216,7 +217,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     started = datetime.datetime.now(datetime.timezone.utc)
     stop_at = time.monotonic() + args.minutes * 60
     servers = Servers()
-    plan = scenarios(args.run_seconds, args.processes)
+    plan = [s for s in scenarios(args.run_seconds, args.processes) if args.only.lower() in s.title.lower()]
+    if not plan:
+        parser.error(f"no scenario matches {args.only!r}")
     kinds = {scenario.title: scenario for scenario in plan}
     tallies = {scenario.title: Tally() for scenario in plan}
     seed = 0
