@@ -116,6 +116,8 @@ class Permit:
     fence: int
     deadline: Optional[float]
     lost: bool = False
+    #: Registered with the watchdog (auto-renewal, or the claim of a provisional hand-off).
+    watched: bool = False
 
     @property
     def valid(self) -> bool:
@@ -254,10 +256,11 @@ class SemaphoreBase:
         return self._ttl_ms
 
     def queue_renewal(self, pipe: Any, token: bytes) -> None:
-        """Add a renewal of the permit ``token`` to a pipeline (used by the watchdog)."""
+        """Add a renewal of the permit ``token`` to a pipeline (used by the watchdog; it also claims
+        the full lease of a provisional hand-off)."""
         script = self.scripts.get(self.redis, "sem_extend")
         keys = self.extend_keys()
-        args = self.extend_args(token, self._ttl_ms, "replace")
+        args = self.extend_args(token, self._ttl_ms, "replace" if self._ttl_ms else "persist")
         if hasattr(pipe, "scripts"):
             pipe.scripts.add(script)  # loaded before the pipeline runs, if the server lacks it
             pipe.evalsha(script.sha, len(keys), *keys, *args)
@@ -304,7 +307,8 @@ class SemaphoreBase:
 
     def woken_grant(self, payload: Any) -> Grant:
         fence, provisional = self.parse_wake(payload)
-        return Grant(True, fence, self._ttl_ms if self._ttl_ms else -1, provisional)
+        pttl = 2 * self._lease_ms if provisional else (self._ttl_ms or -1)
+        return Grant(True, fence, pttl, provisional)
 
     # -- local bookkeeping -----------------------------------------------------------------------
     def _stack(self) -> list[bytes]:
@@ -322,11 +326,17 @@ class SemaphoreBase:
             if anonymous:
                 self._stack().append(token)
         else:
-            if self.auto_renew:
+            if permit.watched:
                 self._watchdog().unregister(self, permit)
             permit.fence, permit.deadline, permit.lost = grant.fence, deadline, False
+        permit.watched = self.auto_renew or grant.provisional
         if self.auto_renew:
-            self._watchdog().register(self, permit, token)
+            first_in = min(self.renew_ttl_ms / 3000.0, self.waiter_lease / 2) if grant.provisional else None
+            self._watchdog().register(self, permit, token, first_in)
+        elif grant.provisional:
+            # Handed over for two waiter leases: the watchdog claims the full lease in the
+            # background, unless the permit is released first.
+            self._watchdog().register(self, permit, token, self.waiter_lease / 2, once=True)
         return permit
 
     def _token_to_release(self, identity: Optional[Identity]) -> bytes:
@@ -339,7 +349,7 @@ class SemaphoreBase:
 
     def _forget(self, token: bytes) -> Optional[Permit]:
         permit = self._permits.pop(token, None)
-        if permit is not None and self.auto_renew:
+        if permit is not None and permit.watched:
             self._watchdog().unregister(self, permit)
         stack = self._stack()
         if token in stack:
@@ -477,9 +487,6 @@ class Semaphore(SemaphoreBase):
                 raise
             if not grant.acquired:
                 return False
-        if grant.provisional:
-            sent_at = time.monotonic()
-            grant.pttl = self.claim(token)
         self._own(token, grant, sent_at, anonymous=identity is None)
         return True
 
@@ -541,12 +548,6 @@ class Semaphore(SemaphoreBase):
         sent_at = time.monotonic()
         permit.deadline = self.deadline_for(sent_at, self.do_extend(permit.token, self._ttl_ms, "replace"))
         return True
-
-    def claim(self, token: bytes) -> int:
-        """Turn a provisional hand-off (two waiter leases long) into the full lease."""
-        if self._ttl_ms:
-            return self.do_extend(token, self._ttl_ms, "replace")
-        return self.do_extend(token, 0, "persist")
 
     def holders(self) -> list[HolderInfo]:
         """Every live permit of this semaphore (from all clients) with its holder's metadata."""

@@ -258,8 +258,33 @@ def test_a_semaphore_without_timeout_hands_off_and_the_waiter_claims_an_endless_
     _wait_for(lambda: redis_client.zcard(holder.keys.queue) == 1)
     assert holder.release("peter")
     thread.join(10)
-    assert outcome["ok"] and outcome["deadline"] is None
-    assert redis_client.zrange("endless", 0, -1, withscores=True)[0][1] == float("inf")
+    # Handed over for two waiter leases; the watchdog claims the endless permit in the background.
+    assert outcome["ok"] and outcome["deadline"] is not None
+    _wait_for(lambda: redis_client.zrange("endless", 0, -1, withscores=True)[0][1] == float("inf"))
+    _wait_for(lambda: waiter.permit(redis_client.zrange("endless", 0, -1)[0]).deadline is None)
+
+
+def test_a_provisional_hand_off_is_claimed_in_the_background(redis_client):
+    holder = Semaphore(redis_client, "claim", limit=1, timeout=5)
+    assert holder.acquire("first")
+    waiter = Semaphore(redis_client, "claim", limit=1, timeout=5, waiter_lease=0.3)
+    outcome = {}
+
+    def wait():
+        outcome["ok"] = waiter.acquire("second", blocking=True, blocking_timeout=5)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    _wait_for(lambda: redis_client.zcard(holder.keys.queue) == 1)
+    assert holder.release("first")
+    thread.join(10)
+    assert outcome["ok"]
+    permit = waiter.permit("second")
+    assert permit.deadline - time.monotonic() <= 0.6  # two waiter leases, until claimed
+    time.sleep(1.0)  # past the provisional lease: the claim must have happened
+    assert permit.valid and 3.5 < permit.deadline - time.monotonic() <= 5
+    assert 3500 < semaphore_holders(redis_client, "claim")[0].ttl_ms <= 5000
+    assert waiter.release("second")
 
 
 # -- leases on server time ----------------------------------------------------------------------------

@@ -94,9 +94,6 @@ class Semaphore(SemaphoreBase):
                 raise
             if not grant.acquired:
                 return False
-        if grant.provisional:
-            sent_at = time.monotonic()
-            grant.pttl = await self.claim(token)
         self._own(token, grant, sent_at, anonymous=identity is None)
         return True
 
@@ -149,11 +146,6 @@ class Semaphore(SemaphoreBase):
         sent_at = time.monotonic()
         permit.deadline = self.deadline_for(sent_at, await self.do_extend(permit.token, self._ttl_ms, "replace"))
         return True
-
-    async def claim(self, token: bytes) -> int:
-        if self._ttl_ms:
-            return await self.do_extend(token, self._ttl_ms, "replace")
-        return await self.do_extend(token, 0, "persist")
 
     async def holders(self) -> list[HolderInfo]:
         return permits_from_inspect(self.keys.name, await self.do_inspect("full"))
