@@ -30,7 +30,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Optional, Union
 
@@ -120,9 +120,13 @@ def mask_token(token: bytes) -> str:
     return text[:4] + "…" if len(text) > 8 else "…"
 
 
-@dataclass(frozen=True)
+@dataclass
 class RegistryEntry(_Named):
-    """One live registry entry: a primitive that had a holder when the registries were read."""
+    """One live registry entry: a primitive that had a holder when the registries were read.
+
+    (Plain dataclasses, not frozen: a listing builds thousands of these and frozen ones cost
+    eight times as much to create.)
+    """
 
     kind: str
     raw_name: bytes
@@ -132,8 +136,7 @@ class RegistryEntry(_Named):
     server_now_ms: int
 
 
-
-@dataclass(frozen=True)
+@dataclass
 class LiveHolder(_Named):
     """A live holder of a lock, or of one semaphore permit, with what operators need to know."""
 
@@ -281,13 +284,43 @@ def _split_info(info: Any) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
+def _decode_infos(raw: Sequence[bytes]) -> list[dict]:
+    """The holder-info JSON objects of many holders, decoded in one ``json.loads`` call."""
+    try:
+        parsed = json.loads(b"[" + b",".join(item or b"null" for item in raw) + b"]")
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, list) or len(parsed) != len(raw):  # a record that is not JSON
+        parsed = [_split_info(item) for item in raw]
+    return [item if isinstance(item, dict) else {} for item in parsed]
+
+
+def _build_holders(drafts: Sequence[dict[str, Any]]) -> list[LiveHolder]:
+    """LiveHolder objects from the fields the parsers read (``info`` still raw JSON)."""
+    infos = _decode_infos([draft.pop("info") for draft in drafts])
+    holders = []
+    for draft, meta in zip(drafts, infos):
+        holders.append(
+            LiveHolder(
+                **draft,
+                host=meta.pop("host", None),
+                pid=meta.pop("pid", None),
+                thread=meta.pop("thread", None),
+                label=meta.pop("label", None),
+                view=meta.pop("view", None),
+                extra=meta,
+            )
+        )
+    return holders
+
+
 def _lock_keys(name: bytes) -> tuple[bytes, ...]:
     keys = keys_for(name, b"lock")
     return (keys.name, keys.meta, keys.queue)
 
 
-def _lock_parse(kind: str, name: bytes, record: bytes, now_ms: int) -> list[LiveHolder]:
-    """One lock's record from ``lock_inspect_many.lua``."""
+def _lock_parse(kind: str, name: bytes, record: bytes, now_ms: int) -> list[dict[str, Any]]:
+    """One lock's record from ``lock_inspect_many.lua``: the fields of its holder, if any."""
     if record == b"-2":
         return []
     pttl, fence, since, waiters, size, rest = record.split(b" ", 5)
@@ -295,24 +328,18 @@ def _lock_parse(kind: str, name: bytes, record: bytes, now_ms: int) -> list[Live
     ttl = int(pttl)
     if ttl == -2 or ttl == 0:
         return []
-    meta = _split_info(rest[token_length:])
     return [
-        LiveHolder(
-            kind=kind,
-            raw_name=name,
-            token=rest[:token_length],
-            fence=int(fence) if fence != b"-" else 0,
-            ttl_ms=ttl if ttl > 0 else None,
-            acquired_at_ms=int(since) if since != b"-" else None,
-            host=meta.pop("host", None),
-            pid=meta.pop("pid", None),
-            thread=meta.pop("thread", None),
-            label=meta.pop("label", None),
-            view=meta.pop("view", None),
-            extra=meta,
-            waiters=int(waiters),
-            server_now_ms=now_ms,
-        )
+        {
+            "kind": kind,
+            "raw_name": name,
+            "token": rest[:token_length],
+            "fence": int(fence) if fence != b"-" else 0,
+            "ttl_ms": ttl if ttl > 0 else None,
+            "acquired_at_ms": int(since) if since != b"-" else None,
+            "waiters": int(waiters),
+            "server_now_ms": now_ms,
+            "info": rest[token_length:],
+        }
     ]
 
 
@@ -325,8 +352,9 @@ class _KindSupport:
     script: str
     #: name -> the keys of one primitive, in the order the script expects
     keys: Callable[[bytes], tuple[bytes, ...]]
-    #: (kind, name, record, server now ms) -> its live holders (one per permit for a semaphore)
-    parse: Callable[[str, bytes, bytes, int], list[LiveHolder]]
+    #: (kind, name, record, server now ms) -> the fields of its live holders (one per permit for
+    #: a semaphore), their holder info still raw JSON under "info"
+    parse: Callable[[str, bytes, bytes, int], list[dict[str, Any]]]
 
 
 def _sem_keys(name: bytes) -> tuple[bytes, ...]:
@@ -334,17 +362,17 @@ def _sem_keys(name: bytes) -> tuple[bytes, ...]:
     return (keys.name, keys.meta, keys.queue)
 
 
-def _sem_parse(kind: str, name: bytes, record: bytes, now_ms: int) -> list[LiveHolder]:
+def _sem_parse(kind: str, name: bytes, record: bytes, now_ms: int) -> list[dict[str, Any]]:
     """One semaphore's record: limit, live permits, queue length, then one record per permit."""
     limit, used, _waiting, rest = record.split(b" ", 3)
-    holders = []
+    drafts = []
     for permit in _netstrings(rest):
-        for holder in _lock_parse(kind, name, permit or b"", now_ms):
-            holders.append(
-                replace(holder, used=int(used), limit=int(limit) if limit != b"-" else None)
-            )
-    holders.sort(key=lambda holder: holder.fence)
-    return holders
+        for draft in _lock_parse(kind, name, permit or b"", now_ms):
+            draft["used"] = int(used)
+            draft["limit"] = int(limit) if limit != b"-" else None
+            drafts.append(draft)
+    drafts.sort(key=lambda draft: draft["fence"])
+    return drafts
 
 
 _KIND_SUPPORT: dict[str, _KindSupport] = {
@@ -500,14 +528,14 @@ class HolderListing:
             keys = [key for entry in members for key in support.keys(entry.raw_name)]
             calls.append((support.script, keys))
         replies = self._run_scripts(calls)
-        found: dict[tuple[bytes, str], list[LiveHolder]] = {}
+        found: dict[tuple[bytes, str], list[dict[str, Any]]] = {}
         for ((kind, _), members), reply in zip(groups.items(), replies):
             support = _KIND_SUPPORT[kind]
             records = _netstrings(reply)
             now_ms = int(records[0] or 0)
             for entry, record in zip(members, records[1:]):
                 found[(entry.raw_name, kind)] = support.parse(kind, entry.raw_name, record or b"", now_ms)
-        return [holder for entry in entries for holder in found.get((entry.raw_name, entry.kind), ())]
+        return _build_holders([draft for entry in entries for draft in found.get((entry.raw_name, entry.kind), ())])
 
     def _run_scripts(self, calls: Sequence[tuple[str, Sequence[bytes]]]) -> list[Any]:
         """EVALSHA each ``(script name, keys)`` call: one round trip (per primary on a cluster)."""
