@@ -12,11 +12,12 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from .exceptions import InvalidLockArgument, InvalidLockArgumentType
 from .keys import KeySet, encode_name, keys_for
+from .scripts import queue_script
 
 Number = Union[int, float]
 
@@ -33,8 +34,12 @@ _HOSTNAME = socket.gethostname()
 _INFO_CACHE: dict[tuple, str] = {}
 
 
+#: The longest duration any argument may have (ten years): far below what PX / PEXPIRE accept.
+MAX_SECONDS = 10 * 365 * 24 * 3600
+
+
 def check_number(name: str, value: object, *, allow_none: bool, positive: bool, lock_name: object) -> None:
-    """Refuse a non-numeric, negative (or, when ``positive``, zero) timing argument."""
+    """Refuse a non-numeric, negative (or, when ``positive``, zero) or absurdly long duration."""
     if value is None:
         if allow_none:
             return
@@ -49,6 +54,10 @@ def check_number(name: str, value: object, *, allow_none: bool, positive: bool, 
         raise InvalidLockArgument(f"{name} must be greater than 0, got {value!r}", lock_name=lock_name)
     if value < 0:
         raise InvalidLockArgument(f"{name} must not be negative, got {value!r}", lock_name=lock_name)
+    if value > MAX_SECONDS:
+        raise InvalidLockArgument(
+            f"{name} must be at most {MAX_SECONDS} seconds (ten years), got {value!r}", lock_name=lock_name
+        )
 
 
 def to_ms(seconds: Number) -> int:
@@ -107,7 +116,8 @@ class HolderInfo:
 
     name: str
     kind: str
-    token: bytes
+    #: The holder's secret: kept out of ``repr`` (and so out of logs); show ``masked_token``.
+    token: bytes = field(repr=False)
     fence: int
     ttl_ms: Optional[int]
     acquired_at_ms: Optional[int]
@@ -259,10 +269,9 @@ class LockBase:
     def queue_renewal(self, pipe: Any, token: bytes) -> None:
         """Add a renewal of the hold ``token`` to a pipeline (used by the watchdog)."""
         script = self.scripts.get(self.redis, "lock_extend")
-        pipe.scripts.add(script)
         keys = self.extend_keys()
         mode = "replace" if self._ttl_ms else "persist"
-        pipe.evalsha(script.sha, len(keys), *keys, *self.extend_args(token, self._ttl_ms, mode))
+        queue_script(pipe, script, keys, self.extend_args(token, self._ttl_ms, mode))
 
     def inspect_keys(self) -> tuple:
         k = self.keys

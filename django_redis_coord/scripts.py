@@ -6,9 +6,9 @@ kind of client, sync or asyncio.
 
 On a plain ``redis.Redis`` client the sync scripts take a shorter path: the EVALSHA is packed
 here and written to a pooled connection, skipping redis-py's per-command dispatch, which costs
-more client time than the script itself.  Any error other than an error reply from Redis (and
-every other kind of client: cluster, pipeline, single-connection, subclasses) goes through
-redis-py's ordinary path with its retry policy; a retried acquire is idempotent (same token).
+more client time than the script itself.  A script is never re-sent after a connection error or
+timeout on that path (the script may have run): the error reaches the caller.  Every other kind
+of client (cluster, pipeline, single-connection, subclasses) goes through redis-py's ordinary path.
 """
 
 from __future__ import annotations
@@ -64,13 +64,24 @@ class FastScript(Script):
             pass  # loaded (and re-sent) by the ordinary path below
         except ResponseError:
             raise
-        except BaseException as exc:
-            conn.disconnect()  # the reply may be half read: never reuse this connection
-            if not isinstance(exc, Exception):
-                raise
+        except BaseException:
+            # The script may have run and only its reply been lost: re-sending a release or an
+            # additive extend would not be idempotent, so the caller gets the error instead.
+            conn.disconnect()
+            raise
         finally:
             pool.release(conn)
         return super().__call__(keys, args, client)
+
+
+def queue_script(pipe: Any, script: Script, keys: Any, args: Any) -> None:
+    """Queue ``script`` on a pipeline: by EVALSHA (the pipeline loads it first when the server
+    lacks it) or, on redis-py's cluster pipelines, which refuse EVALSHA, by its shipped text."""
+    if hasattr(pipe, "scripts"):
+        pipe.scripts.add(script)
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+    else:
+        pipe.execute_command("EVAL", script.script, len(keys), *keys, *args)
 
 
 class ScriptRegistry:

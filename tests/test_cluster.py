@@ -24,13 +24,6 @@ from django_redis_coord.listing import HolderListing
 from .cluster import LocalCluster, wait_until
 from .procs import run_processes
 
-WATCHDOG_ON_CLUSTER = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="LockBase.queue_renewal registers the script with pipe.scripts, which redis-py's cluster pipelines "
-    "lack: renewals fail and the hold is declared lost (not valid)",
-)
-
 
 @pytest.fixture(scope="module")
 def cluster():
@@ -161,7 +154,6 @@ def test_mutual_exclusion_across_processes(cluster, client):
     assert int(client.get(name + ":counter")) == 75
 
 
-@WATCHDOG_ON_CLUSTER
 def test_watchdog_renews_on_the_cluster(client):
     lock = Lock(client, "renewed", timeout=0.5, auto_renew=True)
     lock.acquire()
@@ -260,7 +252,6 @@ def test_asyncio_lock_and_semaphore(cluster):
     asyncio.run(main())
 
 
-@WATCHDOG_ON_CLUSTER
 def test_asyncio_watchdog_renews_on_the_cluster(cluster):
     async def main() -> bool:
         client = cluster.async_client(socket_timeout=5)

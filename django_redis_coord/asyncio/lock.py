@@ -208,7 +208,7 @@ class Lock(LockBase):
             if not blocking:
                 return False
             try:
-                grant, sent_at = await self._wait(token, worker, grant, stop_at)
+                grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at)
             except BaseException:
                 # Cancelled or failed while queued: leave the queue (and return a hold just
                 # handed over) even though this task is being cancelled.
@@ -219,23 +219,30 @@ class Lock(LockBase):
         self._own(token, grant, sent_at)
         return True
 
-    async def _wait(self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float]) -> tuple[Grant, float]:
-        """Wait in the queue until handed the lock, the holder expires or ``stop_at`` passes."""
+    async def _wait(
+        self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float
+    ) -> tuple[Grant, float]:
+        """Wait in the queue until handed the lock, the holder expires or ``stop_at`` passes.
+
+        A hand-off can happen any time after the last queueing call reached Redis (even before
+        the BLPOP is sent), so a handed-over hold is measured from that call's send instant.
+        """
+        queued_at = sent_at
         while True:
             if stop_at is not None and time.monotonic() >= stop_at:
-                sent_at = time.monotonic()
-                return await self.do_cancel(token, worker), sent_at
+                return await self.do_cancel(token, worker), queued_at
             budget = self.wait_budget(grant, stop_at)
             sent_at = time.monotonic()
             payload = await blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
             if payload is not None:
                 fence, provisional = self.parse_wake(payload)
                 pttl = 2 * self._lease_ms if provisional else (self._ttl_ms or -1)
-                return Grant(True, fence, pttl, provisional), sent_at
-            sent_at = time.monotonic()
+                return Grant(True, fence, pttl, provisional), queued_at
+            called_at = time.monotonic()
             grant = await self.do_acquire(token, 2, worker)
-            if grant.acquired:
-                return grant, sent_at
+            if grant.acquired:  # possibly handed over before this call: measure from the one before
+                return grant, queued_at
+            queued_at = called_at
 
     async def _abandon(self, token: bytes, worker: str) -> None:
         """Best effort after an interrupted wait: leave the queue, give back a hold just handed over."""

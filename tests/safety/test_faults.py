@@ -109,11 +109,6 @@ def test_holder_stopped_past_its_ttl_is_replaced_and_fenced_out(lock_server, kin
 
 
 # -- a waiter handed the lock while its reply was in flight ----------------------------------------
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "Lock._wait measures a hand-off from the instant its BLPOP was sent, but the grant can be pushed "
-    "onto the wake list before that (after the refresh call queued the waiter, while its reply travels), "
-    "so the local deadline ends after the server's expiry; it must be measured from the send instant of "
-    "the last queueing call, as Semaphore does (asked_at)"))
 def test_lock_handed_over_before_its_waiter_blocks_is_not_valid_after_the_server_expired_it(lock_server):
     _handed_over_before_blocking(lock_server, lambda client: Lock(client, "handoff", timeout=3.0, thread_local=False))
 
@@ -161,8 +156,6 @@ def _still_held(client, primitive) -> bool:
     return primitive.get_current_size() > 0
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "asyncio Lock._wait measures a hand-off from its BLPOP send too (see the sync test)"))
 def test_async_lock_handed_over_before_its_waiter_blocks_is_not_valid_after_the_server_expired_it(lock_server):
     direct = lock_server.client()
 
@@ -347,18 +340,11 @@ def _late_reply(lock_server, name: str, action) -> None:
             timer.join()
 
 
-@pytest.mark.xfail(strict=True, raises=LockNotOwnedError, reason=(
-    "scripts.FastScript re-sends a script after a timeout (even with retries disabled), and lock_release.lua "
-    "is not idempotent: when the first send released the lock but its reply came late, the re-send finds no "
-    "hold and release() raises LockNotOwnedError - claiming the hold was lost although this call released it"))
 def test_release_whose_reply_comes_late_does_not_claim_the_hold_was_lost(lock_server):
     _late_reply(lock_server, "late-release", lambda lock: lock.release())
     assert lock_server.client().exists("late-release") == 0
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "scripts.FastScript re-sends a script after a timeout, and lock_extend.lua in 'add' mode is not "
-    "idempotent: extend(10) whose first send succeeded but whose reply came late adds the time twice"))
 def test_extend_whose_reply_comes_late_adds_the_time_once(lock_server):
     _late_reply(lock_server, "late-extend", lambda lock: lock.extend(10))
     assert lock_server.client().pttl("late-extend") <= 20_000
@@ -381,10 +367,6 @@ def test_semaphore_through_latency_and_blackholes(lock_server, redis_server):
     assert outcome.report.valid, outcome.describe()
 
 
-@pytest.mark.xfail(strict=False, raises=AssertionError, reason=(
-    "timing-dependent consequences of two core bugs shown deterministically above: a waiter handed the "
-    "lock may stay valid after the server expired its hold, and a re-sent release reports not-owned "
-    "although it released (judged as a hold dropped before its deadline)"))
 def test_lock_through_latency_and_blackholes(lock_server, redis_server):
     outcome = _proxy_workload(lock_server, redis_server, "lock-renew", "proxy-lock")
     assert outcome.report.valid, outcome.describe()
