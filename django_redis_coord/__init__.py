@@ -54,9 +54,17 @@ _LAZY: dict[str, str] = {
     "Redlock": ".redlock",
     # Django glue
     "locked": ".decorators",
+    "current_lock": ".decorators",
     "lock": ".shortcuts",
+    "alock": ".shortcuts",
     "semaphore": ".shortcuts",
+    "asemaphore": ".shortcuts",
     "fenced_update": ".fencing",
+    "afenced_update": ".fencing",
+    "fenced_set": ".fencing",
+    "afenced_set": ".fencing",
+    "fenced_get": ".fencing",
+    "afenced_get": ".fencing",
 }
 
 
