@@ -19,6 +19,7 @@ from .exceptions import (
     LockLostError,
     LockNotOwnedError,
     SemaphoreLimitNotSet,
+    StaleFenceError,
     TransactionConflict,
 )
 from .holders import HolderInfo, holders, lock_holder
@@ -39,6 +40,7 @@ __all__ = [
     "LockLostError",
     "LockNotOwnedError",
     "SemaphoreLimitNotSet",
+    "StaleFenceError",
     "TransactionConflict",
     "holders",
     "lock_holder",

@@ -21,6 +21,7 @@ __all__ = [
     "LockAcquireTimeout",
     "SemaphoreLimitNotSet",
     "TransactionConflict",
+    "StaleFenceError",
 ]
 
 
@@ -45,6 +46,15 @@ class LockAcquireTimeout(CoordError):
 
 class LockLostError(CoordError, LockNotOwnedError):
     """The hold ended without a release: it expired, was taken over or could not be renewed."""
+
+
+class StaleFenceError(CoordError):
+    """A fenced read or write came from a holder older than one the resource has already seen."""
+
+    def __init__(self, message: str, fence: int = 0, highest: int = 0, lock_name: Any = None) -> None:
+        super().__init__(message, lock_name=lock_name)
+        self.fence = fence
+        self.highest = highest
 
 
 class SemaphoreLimitNotSet(CoordError, TypeError):

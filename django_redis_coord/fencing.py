@@ -7,8 +7,10 @@ lower than the last one it accepted comes from a stale holder and is refused.
 
 * :func:`fenced_update` does it for a database row: one ``UPDATE ... SET fence = %s, ...
   WHERE ... AND fence <= %s``, atomic in the database, returning whether it applied.
-* :func:`fenced_set` / :func:`fenced_get` do it for a value in Redis (one Lua script,
-  ``lua/fenced_set.lua``).
+* :func:`fenced_set` / :func:`fenced_get` do it for a value in Redis (one Lua script each,
+  ``lua/fenced_set.lua`` and ``lua/fenced_get.lua``).  For a read-modify-write, read with your
+  fence (``fenced_get(key, lock.fence)``): the read records it, so a stale holder's write cannot
+  land between your read and your write.
 
 A holder paused past its TTL cannot overwrite the newer holder's row::
 
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Union
 
-from .exceptions import InvalidLockArgument, InvalidLockArgumentType
+from .exceptions import InvalidLockArgument, InvalidLockArgumentType, StaleFenceError
 from .keys import encode_name
 from .scripts import async_scripts, sync_scripts
 
@@ -139,15 +141,49 @@ def _parse(reply: Any) -> tuple[Optional[bytes], Optional[int]]:
     return value, (int(fence) if fence is not None else None)
 
 
-def fenced_get(key: Union[str, bytes], *, client: Any = None) -> tuple[Optional[bytes], Optional[int]]:
-    """``(value, fence)`` stored by :func:`fenced_set` (``(None, None)`` when nothing is)."""
+def _read_args(key: Union[str, bytes], fence: Optional[int]) -> bytes:
+    raw = encode_name(key)
+    if fence is not None:
+        check_fence(fence)
+    return raw
+
+
+def _fenced_reply(key: Union[str, bytes], fence: int, reply: Any) -> tuple[Optional[bytes], Optional[int]]:
+    accepted, value, highest = reply
+    if not int(accepted):
+        raise StaleFenceError(
+            f"fence {fence} is older than {int(highest)}, already seen at {key!r}",
+            fence=fence, highest=int(highest), lock_name=key,
+        )
+    return _parse((value or None, highest))
+
+
+def fenced_get(
+    key: Union[str, bytes], fence: Optional[int] = None, *, client: Any = None
+) -> tuple[Optional[bytes], Optional[int]]:
+    """``(value, fence)`` stored by :func:`fenced_set` (``(None, None)`` when nothing is).
+
+    Pass the reader's ``fence`` for a read-modify-write: the read then records it, so that a
+    stale holder's write can no longer land between this read and the reader's own write, and
+    raises :class:`StaleFenceError` when a newer holder has already read or written.
+    """
     if client is None:
         client, key = _default_client(key, asyncio=False)
-    return _parse(client.hmget(encode_name(key), "value", "fence"))
+    raw = _read_args(key, fence)
+    if fence is None:
+        return _parse(client.hmget(raw, "value", "fence"))
+    script = sync_scripts.get(client, "fenced_get")
+    return _fenced_reply(key, fence, script((raw,), (fence,), client=client))
 
 
-async def afenced_get(key: Union[str, bytes], *, client: Any = None) -> tuple[Optional[bytes], Optional[int]]:
+async def afenced_get(
+    key: Union[str, bytes], fence: Optional[int] = None, *, client: Any = None
+) -> tuple[Optional[bytes], Optional[int]]:
     """The asyncio form of :func:`fenced_get`."""
     if client is None:
         client, key = _default_client(key, asyncio=True)
-    return _parse(await client.hmget(encode_name(key), "value", "fence"))
+    raw = _read_args(key, fence)
+    if fence is None:
+        return _parse(await client.hmget(raw, "value", "fence"))
+    script = async_scripts.get(client, "fenced_get")
+    return _fenced_reply(key, fence, await script((raw,), (fence,), client=client))

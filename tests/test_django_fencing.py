@@ -132,3 +132,17 @@ def test_paused_process_is_fenced_out_by_the_next_process(redis_client):
     assert early_fence < late_fence
     assert late_ok is True and early_ok is False
     assert fenced_get("job:value", client=redis_client) == (f"written by {late_fence}".encode(), late_fence)
+
+
+def test_a_fenced_read_shuts_out_older_holders(redis_client):
+    from django_redis_coord import StaleFenceError
+
+    assert fenced_set("rmw", "v1", 10, client=redis_client)
+    assert fenced_get("rmw", 12, client=redis_client) == (b"v1", 12)  # the newer holder reads
+    # An older holder can neither read nor write any more, although the newer one has not written.
+    assert not fenced_set("rmw", "stale", 11, client=redis_client)
+    with pytest.raises(StaleFenceError) as info:
+        fenced_get("rmw", 11, client=redis_client)
+    assert (info.value.fence, info.value.highest) == (11, 12)
+    assert fenced_set("rmw", "v2", 12, client=redis_client)
+    assert fenced_get("rmw", client=redis_client) == (b"v2", 12)

@@ -180,20 +180,15 @@ def test_async_lock_handed_over_before_its_waiter_blocks_is_not_valid_after_the_
 
 
 # -- fenced writes and read-modify-write -----------------------------------------------------------
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "fencing.fenced_set refuses a stale holder only once a newer holder has written: fenced_get does not "
-    "record the reader's fence, so a stale write landing between the newer holder's read and its write is "
-    "acknowledged (True) and then overwritten - a lost update in read-modify-write (the harness's "
-    "fenced_read.lua records the reader's fence and closes the window)"))
 def test_stale_write_between_a_new_holders_read_and_write_is_refused(lock_server):
     client = lock_server.client()
     first = Lock(client, "rmw", timeout=0.2)
     assert first.acquire()
-    fenced_get("rmw:value", client=client)  # the first holder reads ...
+    fenced_get("rmw:value", first.fence, client=client)  # the first holder reads ...
     time.sleep(0.3)  # ... and stalls past its TTL
     second = Lock(client, "rmw", timeout=5)
     assert second.acquire(blocking=False)
-    fenced_get("rmw:value", client=client)  # the new holder reads
+    fenced_get("rmw:value", second.fence, client=client)  # the new holder reads, with its fence
     stale_accepted = fenced_set("rmw:value", "from the first holder", first.fence, client=client)
     assert fenced_set("rmw:value", "from the second holder", second.fence, client=client)
     second.release()
