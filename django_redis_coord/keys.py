@@ -101,8 +101,9 @@ class KeySet:
     registry: bytes
 
     def wake(self, token: bytes) -> bytes:
-        """The list a queued caller blocks on; a grant is pushed here."""
-        return self.wake_prefix + token + self.wake_suffix
+        """The list a queued caller blocks on; a grant is pushed here.  The token is length-prefixed
+        (as in ``wake_key`` of lua/common.lua), so no token makes two names share a wake list."""
+        return b"%b%d:%b%b" % (self.wake_prefix, len(token), token, self.wake_suffix)
 
 
 @lru_cache(maxsize=4096)

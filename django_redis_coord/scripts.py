@@ -1,6 +1,6 @@
 """The Lua scripts, loaded from the static files in ``lua/``.
 
-Each script is ``common.lua`` followed by its own file; nothing is ever built from input.  The
+Each script is ``common.lua``, its family's helpers and its own file; nothing is built from input.  The
 texts are turned into redis-py ``Script`` objects (EVALSHA with a NOSCRIPT fallback) once per
 kind of client, sync or asyncio.
 
@@ -22,12 +22,19 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
 
+def script_files(name: str) -> list[str]:
+    """The files script ``name`` is made of, in order: ``common.lua``, the helpers of its family
+    (``lib/semaphore.lua`` for the ``sem_*`` scripts) and ``<name>.lua``.  Lock scripts do not
+    carry the semaphore helpers: every function defined costs time on every call."""
+    family = ["lib/semaphore.lua"] if name.startswith("sem_") else []
+    return ["common.lua", *family, f"{name}.lua"]
+
+
 @cache
 def script_text(name: str) -> str:
-    """The full source of script ``name`` (``lua/<name>.lua`` prefixed with ``lua/common.lua``)."""
+    """The full source of script ``name`` (see :func:`script_files`)."""
     folder = resources.files(__package__) / "lua"
-    common = (folder / "common.lua").read_text(encoding="utf-8")
-    return common + "\n" + (folder / f"{name}.lua").read_text(encoding="utf-8")
+    return "\n".join((folder / part).read_text(encoding="utf-8") for part in script_files(name))
 
 
 def _bulk(value: Any) -> bytes:

@@ -143,11 +143,6 @@ def test_distinct_names_never_share_a_key(a, b, kind_a, kind_b):
         assert key_slot(key) == key_slot(a)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "keys.KeySet.wake() concatenates prefix + token + suffix, and a token or semaphore identity may "
-    "contain ':' and braces, so lock 'T' waiting with token 'x:{T}foo' and lock '{T}foo' waiting with "
-    "token 'x' block on the same wake list: a hand-off of one lock can wake a waiter of the other, which "
-    "then believes it holds a lock someone else holds"))
 def test_caller_chosen_tokens_never_make_two_names_share_a_wake_list():
     assert keys_for(b"T").wake(b"x:{T}foo") != keys_for(b"{T}foo").wake(b"x")
     assert keys_for(b"T", b"sem").wake(b"peter:{T}") != keys_for(b"{T}", b"sem").wake(b"peter")

@@ -1,0 +1,131 @@
+-- Helpers of the semaphore scripts (sem_*.lua); loaded after common.lua, before the script.
+
+-- Semaphores.  The sorted set at the name maps each permit's token to the end of its lease (ms,
+-- server time; +inf: no expiry).  The meta hash keeps the limit ('limit'), the fence counter and
+-- one record per permit, field "p:<token>" = "fence since claim info" (claim 1: provisional).
+-- Scores go to Redis as Lua numbers (exact below 2^53); strings are built with int().
+
+-- Drop the permits whose lease has ended (with their records); returns how many.
+local function sem_reclaim(permits, meta, now_ms)
+  local expired = redis.call('ZRANGEBYSCORE', permits, '-inf', now_ms)
+  if #expired == 0 then
+    return 0
+  end
+  for _, token in ipairs(expired) do
+    redis.call('HDEL', meta, 'p:' .. token)
+  end
+  redis.call('ZREMRANGEBYSCORE', permits, '-inf', now_ms)
+  return #expired
+end
+
+-- Give `token` a permit for `ttl` ms (0 = no expiry) after the fence `last` (next_fence() inlined
+-- into the record's HSET: this is the hot path).  Returns the fence and the lease end.
+local function sem_grant(permits, meta, token, ttl, claim, info, now_ms, now_us, last)
+  local fence = int(math.max(tonumber(last or '0') + 1, now_us))
+  local expiry = '+inf'
+  if ttl > 0 then expiry = now_ms + ttl end
+  redis.call('ZADD', permits, expiry, token)
+  redis.call('HSET', meta, 'fence', fence, 'p:' .. token, fence .. ' ' .. int(now_ms) .. ' ' .. claim .. ' ' .. info)
+  return tonumber(fence), expiry
+end
+
+-- Parse a permit record: fence, since ms, claim flag (numbers), info.  Same layout as a waiter record.
+local sem_record = parse_waiter
+
+-- Put `token` in the FIFO queue (once) and (re)write its waiter record "ttl lease_until lease
+-- info"; the queue and the record outlive two leases without a refresh.
+local function queue_waiter(queue, waiters, meta, token, ttl, lease, info, now_ms)
+  if not redis.call('ZSCORE', queue, token) then
+    redis.call('ZADD', queue, redis.call('HINCRBY', meta, 'seq', 1), token)
+  end
+  redis.call('HSET', waiters, token, int(ttl) .. ' ' .. int(now_ms + lease) .. ' ' .. int(lease) .. ' ' .. info)
+  for _, key in ipairs({queue, waiters}) do
+    if redis.call('PTTL', key) < 2 * lease then redis.call('PEXPIRE', key, 2 * lease) end
+  end
+  return redis.call('ZRANK', queue, token)
+end
+
+-- Remaining ms of a lease ending at `score` (nil: no expiry).
+local function sem_left(score, now_ms)
+  if string.find(score, 'inf', 1, true) then return nil end
+  return tonumber(score) - now_ms
+end
+
+-- Keep the registry entry of the semaphore at its latest lease end: raise it to `expiry` (a new
+-- or renewed lease), or recompute it when `expiry` is nil (a permit left).
+local function sem_publish(permits, registry, member, expiry)
+  if expiry then
+    local listed = redis.call('ZSCORE', registry, member)
+    local raise = not listed
+    if listed and not string.find(listed, 'inf', 1, true) then
+      raise = expiry == '+inf' or tonumber(listed) < expiry
+    end
+    if raise then
+      redis.call('ZADD', registry, expiry, member)
+    end
+    return
+  end
+  local last = redis.call('ZRANGE', permits, -1, -1, 'WITHSCORES')
+  if last[1] then
+    redis.call('ZADD', registry, last[2], member)
+  else
+    redis.call('ZREM', registry, member)
+  end
+end
+
+-- Give the permit held by `token` a full lease of `ttl` ms from now (0: no expiry) and clear its
+-- provisional mark.  Returns its fence and the lease in ms (-1: no expiry).
+local function sem_claim(permits, meta, registry, member, token, ttl, now_ms)
+  local field = 'p:' .. token
+  local fence, since, _, info = sem_record(redis.call('HGET', meta, field) or '0 0 0 {}')
+  local expiry, pttl = '+inf', -1
+  if ttl > 0 then expiry, pttl = now_ms + ttl, ttl end
+  local before = redis.call('ZSCORE', permits, token)
+  redis.call('ZADD', permits, expiry, token)
+  redis.call('HSET', meta, field, int(fence) .. ' ' .. int(since) .. ' 0 ' .. info)
+  if before and pttl ~= -1 and (not sem_left(before, now_ms) or tonumber(before) > expiry) then
+    sem_publish(permits, registry, member, nil)  -- the lease got shorter: recompute
+  else
+    sem_publish(permits, registry, member, expiry)
+  end
+  return fence, pttl
+end
+
+-- Serve the FIFO queue while permits are free: each live waiter at the head gets a permit pushed
+-- onto its wake list ("fence provisional", as for locks); dead ones are dropped.  Stops at
+-- `except` (the caller, may be nil).  Returns whether a permit is free with nobody queued ahead
+-- of `except`, and whether anyone was granted one here.
+local function sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, limit,
+                            now_ms, now_us, except)
+  local granted_any = false
+  while redis.call('ZCARD', permits) < limit do
+    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not head or head == except then
+      return true, granted_any
+    end
+    redis.call('ZREM', queue, head)
+    local data = redis.call('HGET', waiters, head)
+    redis.call('HDEL', waiters, head)
+    local wake = wake_key(wake_prefix, head, wake_suffix)
+    local granted = false
+    if data then
+      local ttl, lease_until, lease, info = parse_waiter(data)
+      if lease_until >= now_ms then
+        local provisional, grant_ttl = 0, ttl
+        if ttl == 0 or ttl > 2 * lease then
+          provisional, grant_ttl = 1, 2 * lease
+        end
+        local fence, expiry = sem_grant(permits, meta, head, grant_ttl, provisional, info, now_ms, now_us,
+                                        redis.call('HGET', meta, 'fence'))
+        sem_publish(permits, registry, member, expiry)
+        redis.call('RPUSH', wake, int(fence) .. ' ' .. provisional)
+        redis.call('PEXPIRE', wake, math.max(lease_until - now_ms, 1) + 60000)
+        granted, granted_any = true, true
+      end
+    end
+    if not granted then
+      redis.call('DEL', wake)
+    end
+  end
+  return false, granted_any
+end
