@@ -158,13 +158,13 @@ def git_commit() -> str:
         return "unknown"
 
 
-def write_report(path: Path, tallies: dict[str, Tally], kinds: dict[str, Scenario], minutes: float,
+def write_report(path: Path, tallies: dict[str, Tally], kinds: dict[str, Scenario], commit: str,
                  started: datetime.datetime, ok: bool) -> None:
     lines = [
         "# Soak report",
         "",
         f"- Command: `.venv/bin/python -m tests.safety.soak {' '.join(sys.argv[1:])}`",
-        f"- Started {started:%Y-%m-%d %H:%M} UTC, commit {git_commit()}, {os.cpu_count()} CPUs, "
+        f"- Started {started:%Y-%m-%d %H:%M} UTC, commit {commit}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}, redis-server {RedisServer().binary}",
         f"- Verdict: **{'as expected' if ok else 'UNEXPECTED'}** (0 violations for our primitives, "
         "> 0 for every unsafe control)",
@@ -215,6 +215,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     quiet.addHandler(logging.NullHandler())
     quiet.propagate = False
     started = datetime.datetime.now(datetime.timezone.utc)
+    commit = git_commit()
     stop_at = time.monotonic() + args.minutes * 60
     servers = Servers()
     plan = [s for s in scenarios(args.run_seconds, args.processes) if args.only.lower() in s.title.lower()]
@@ -234,7 +235,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                     outcome = run_one(scenario, servers, seed)
                 except Exception as exc:  # a hang or a crashed client is a finding too
                     tally.runs += 1
-                    tally.errors.append(f"{type(exc).__name__}: {str(exc)[:300]}")
+                    lines = [line for line in str(exc).splitlines() if line.strip()]
+                    tally.errors.append(f"{type(exc).__name__}: {lines[0] if lines else ''} ... "
+                                        f"{lines[-1][:300] if len(lines) > 1 else ''}")
                     traceback.print_exc()
                     servers.lock.start()
                     continue
@@ -250,7 +253,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         (t.violations > 0 if kinds[title].unsafe else t.violations == 0 and not t.errors)
         for title, t in tallies.items() if t.runs
     )
-    write_report(args.report, tallies, kinds, args.minutes, started, ok)
+    write_report(args.report, tallies, kinds, commit, started, ok)
     print(f"report written to {args.report}; {'as expected' if ok else 'UNEXPECTED results'}")
     return 0 if ok else 1
 
