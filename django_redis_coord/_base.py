@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from .exceptions import InvalidLockArgument, InvalidLockArgumentType
+from .exceptions import InvalidLockArgument, InvalidLockArgumentType, LockLostError
 from .keys import KeySet, encode_name, keys_for
 from .scripts import queue_script
 
@@ -215,6 +215,57 @@ class LockBase:
         self._ttl_ms = to_ms(timeout) if timeout is not None else 0
         self._lease_ms = to_ms(waiter_lease)
         self._info_head = {"host": _HOSTNAME, "label": label} if label else {"host": _HOSTNAME}
+
+    # -- the caller's hold (per thread or task: see each flavour's ``_state``) ---------------
+    def _state(self) -> Any:
+        """The current thread's (or task's) hold: token, fence, deadline, count, lost."""
+        raise NotImplementedError
+
+    def _watchdog(self) -> Any:
+        """The renewal loop of this flavour (a thread, or a task of the running loop)."""
+        raise NotImplementedError
+
+    @property
+    def fence(self) -> Optional[int]:
+        """Fence token of the current hold (``None`` when not held by this thread or task)."""
+        local = self._state()
+        return getattr(local, "fence", None) if local.token is not None else None
+
+    @property
+    def deadline(self) -> Optional[float]:
+        """``time.monotonic()`` instant after which the hold may have ended (``None``: no expiry)."""
+        return getattr(self._state(), "deadline", None)
+
+    @property
+    def valid(self) -> bool:
+        """True while this thread (or task) holds the lock and its local deadline has not passed."""
+        local = self._state()
+        if local.token is None or getattr(local, "lost", False):
+            return False
+        deadline = getattr(local, "deadline", None)
+        return deadline is None or time.monotonic() < deadline
+
+    def ensure_valid(self) -> None:
+        """Raise :class:`LockLostError` unless the hold is still valid."""
+        if not self.valid:
+            raise LockLostError("The lock is no longer held", lock_name=self.name)
+
+    def _own(self, token: bytes, grant: Grant, sent_at: float) -> None:
+        """Record a granted hold and, when needed, hand it to the watchdog."""
+        local = self._state()
+        local.token = token
+        local.fence = grant.fence
+        local.deadline = self.deadline_for(sent_at, grant.pttl)
+        local.count = 1
+        local.lost = False
+        local.watched = self.auto_renew or grant.provisional
+        if self.auto_renew:
+            first_in = min(self.renew_ttl_ms / 3000.0, self.waiter_lease / 2) if grant.provisional else None
+            self._watchdog().register(self, local, token, first_in)
+        elif grant.provisional:
+            # Handed over provisionally (two waiter leases): the watchdog claims the full TTL in
+            # the background, unless the hold ends first.
+            self._watchdog().register(self, local, token, self.waiter_lease / 2, once=True)
 
     # -- arguments of the scripts ------------------------------------------------------------
     def holder_info(self, worker: str) -> str:

@@ -108,46 +108,8 @@ class Lock(LockBase):
         """This thread's hold: token, fence, deadline, count, lost (the watchdog updates it)."""
         return self.local.hold
 
-    @property
-    def fence(self) -> Optional[int]:
-        """Fence token of the current hold (``None`` when not held by this thread)."""
-        local = self._state()
-        return getattr(local, "fence", None) if local.token is not None else None
-
-    @property
-    def deadline(self) -> Optional[float]:
-        """``time.monotonic()`` instant after which the hold may have ended (``None``: no expiry)."""
-        return getattr(self._state(), "deadline", None)
-
-    @property
-    def valid(self) -> bool:
-        """True while this thread holds the lock and its local deadline has not passed."""
-        local = self._state()
-        if local.token is None or getattr(local, "lost", False):
-            return False
-        deadline = getattr(local, "deadline", None)
-        return deadline is None or time.monotonic() < deadline
-
-    def ensure_valid(self) -> None:
-        """Raise :class:`LockLostError` unless the hold is still valid."""
-        if not self.valid:
-            raise LockLostError("The lock is no longer held", lock_name=self.name)
-
-    def _own(self, token: bytes, grant: Grant, sent_at: float) -> None:
-        local = self._state()
-        local.token = token
-        local.fence = grant.fence
-        local.deadline = self.deadline_for(sent_at, grant.pttl)
-        local.count = 1
-        local.lost = False
-        local.watched = self.auto_renew or grant.provisional
-        if self.auto_renew:
-            first_in = min(self.renew_ttl_ms / 3000.0, self.waiter_lease / 2) if grant.provisional else None
-            _watchdog.sync_watchdog().register(self, local, token, first_in)
-        elif grant.provisional:
-            # Handed over provisionally (two waiter leases): the watchdog claims the full TTL in
-            # the background, unless the hold ends first.
-            _watchdog.sync_watchdog().register(self, local, token, self.waiter_lease / 2, once=True)
+    def _watchdog(self) -> Any:
+        return _watchdog.sync_watchdog()
 
     def _mark_lost(self, local: Any) -> None:
         """Called by the watchdog when a hold could not be renewed in time."""
@@ -289,7 +251,7 @@ class Lock(LockBase):
             return
         lost = getattr(local, "lost", False)
         if getattr(local, "watched", False):
-            _watchdog.sync_watchdog().unregister(self, local)
+            self._watchdog().unregister(self, local)
         # Keep the token until Redis answered: a connection error must leave a way to retry.
         self.do_release(token)
         local.token = None

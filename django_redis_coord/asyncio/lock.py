@@ -110,42 +110,8 @@ class Lock(LockBase):
         local = self.local
         return local.space() if isinstance(local, _TaskLocal) else local
 
-    @property
-    def fence(self) -> Optional[int]:
-        local = self._state()
-        return getattr(local, "fence", None) if local.token is not None else None
-
-    @property
-    def deadline(self) -> Optional[float]:
-        return getattr(self._state(), "deadline", None)
-
-    @property
-    def valid(self) -> bool:
-        local = self._state()
-        if local.token is None or getattr(local, "lost", False):
-            return False
-        deadline = getattr(local, "deadline", None)
-        return deadline is None or time.monotonic() < deadline
-
-    def ensure_valid(self) -> None:
-        if not self.valid:
-            raise LockLostError("The lock is no longer held", lock_name=self.name)
-
-    def _own(self, token: bytes, grant: Grant, sent_at: float) -> None:
-        local = self._state()
-        local.token = token
-        local.fence = grant.fence
-        local.deadline = self.deadline_for(sent_at, grant.pttl)
-        local.count = 1
-        local.lost = False
-        local.watched = self.auto_renew or grant.provisional
-        if self.auto_renew:
-            first_in = min(self.renew_ttl_ms / 3000.0, self.waiter_lease / 2) if grant.provisional else None
-            _watchdog.async_watchdog().register(self, local, token, first_in)
-        elif grant.provisional:
-            # Handed over provisionally (two waiter leases): the watchdog claims the full TTL in
-            # the background, unless the hold ends first.
-            _watchdog.async_watchdog().register(self, local, token, self.waiter_lease / 2, once=True)
+    def _watchdog(self) -> Any:
+        return _watchdog.async_watchdog()
 
     def _mark_lost(self, local: Any) -> None:
         if getattr(local, "lost", False):
@@ -281,7 +247,7 @@ class Lock(LockBase):
             return
         lost = getattr(local, "lost", False)
         if getattr(local, "watched", False):
-            _watchdog.async_watchdog().unregister(self, local)
+            self._watchdog().unregister(self, local)
         try:
             await self.do_release(token)
         except LockNotOwnedError:
