@@ -195,22 +195,6 @@ def test_stale_write_between_a_new_holders_read_and_write_is_refused(lock_server
     assert not stale_accepted, "the stale holder's write was acknowledged, then overwritten"
 
 
-def test_fenced_read_closes_the_read_modify_write_window(lock_server):
-    client = lock_server.client()
-    resource = Resource(client, "rmw-fenced")
-    first = Lock(client, "rmw-fenced", timeout=0.2)
-    assert first.acquire()
-    assert resource.fenced_read(first.fence) == []
-    time.sleep(0.3)
-    second = Lock(client, "rmw-fenced", timeout=5)
-    assert second.acquire(blocking=False)
-    assert resource.fenced_read(second.fence) == []
-    assert resource.fenced_write(first.fence, ["first"]) is False
-    assert resource.fenced_write(second.fence, ["second"]) is True
-    assert resource.fenced_read(first.fence) is None
-    second.release()
-
-
 # -- redis-server killed and restarted ---------------------------------------------------------------
 def _op_bound(w: Workload, f: str) -> float:
     """Longest a call may take: its own wait plus every try timing out, with generous slack."""

@@ -26,7 +26,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Optional
 
 import redis
@@ -35,7 +34,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from django_redis_coord import Lock, LockLostError, LockNotOwnedError, Semaphore
+from django_redis_coord import Lock, LockLostError, LockNotOwnedError, Semaphore, StaleFenceError
 from django_redis_coord.fencing import fenced_get, fenced_set
 
 from .checkers import Report, check_lock_history, check_semaphore_history
@@ -45,23 +44,19 @@ from .unsafe import GetThenDelLock, RacyFenceLock, RacySemaphore, TokenlessLock
 #: Errors that leave a call's outcome unknown (the network or the server went away).
 IO_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
 
-FENCED_READ = (Path(__file__).with_name("fenced_read.lua")).read_text(encoding="utf-8")
-
-
 # -- the protected resource -------------------------------------------------------------------------
 class Resource:
-    """The set the lock protects: one comma-separated string in the hash layout of
-    :func:`django_redis_coord.fencing.fenced_set` (fields ``value`` and ``fence``).
+    """The set the lock protects: one comma-separated string written with
+    :func:`django_redis_coord.fencing.fenced_set` (a hash with fields ``value`` and ``fence``).
 
-    Writes under a hold go through ``fenced_set``.  Reads under a hold are fenced too
-    (``fenced_read.lua``): a read-modify-write needs it, or a stale holder's write that lands
-    between the new holder's read and write is accepted and then overwritten - a lost update.
+    Under a hold both the read and the write are fenced (``fenced_get(key, fence)`` records the
+    reader's fence): a read-modify-write needs both, or a stale holder's write that lands between
+    the new holder's read and write is accepted and then overwritten - a lost update.
     """
 
     def __init__(self, client: Any, name: str) -> None:
         self.client = client
         self.key = f"{{resource:{name}}}"
-        self._read = client.register_script(FENCED_READ)
 
     @staticmethod
     def decode(raw: Any) -> list[str]:
@@ -71,14 +66,16 @@ class Resource:
 
     def fenced_read(self, fence: int) -> Optional[list[str]]:
         """The elements, or None when a newer holder has been seen (``fence`` is stale)."""
-        accepted, value = self._read(keys=[self.key], args=[fence])
-        return self.decode(value) if int(accepted) else None
+        try:
+            return self.decode(fenced_get(self.key, fence, client=self.client)[0])
+        except StaleFenceError:
+            return None
 
     def fenced_write(self, fence: int, elements: Sequence[str]) -> bool:
         return fenced_set(self.key, ",".join(elements), fence, client=self.client)
 
     def read(self) -> list[str]:
-        """The elements, unfenced (``fenced_get``)."""
+        """The elements, unfenced."""
         return self.decode(fenced_get(self.key, client=self.client)[0])
 
     def write(self, elements: Sequence[str]) -> bool:
@@ -190,7 +187,7 @@ class Workload:
     blocking_timeout: float = 3.0
     #: Writes under a hold through fenced_set (else a plain HSET).
     fenced: bool = True
-    #: Reads under a hold fenced too (else fenced_get, which does not record the reader's fence).
+    #: Reads under a hold fenced too (else a plain read, which does not record the reader's fence).
     fenced_reads: bool = True
     socket_timeout: Optional[float] = 2.0
     #: How often redis-py retries a call that hit a connection error or timeout (None: its default,
