@@ -52,6 +52,13 @@ def run(*args: str) -> int:
     return subprocess.call([str(PYTHON), *args], cwd=ROOT)
 
 
+def replace_with(*args: str) -> int:
+    """Become ``.venv/bin/python args``: signals (Ctrl-C, SIGTERM from CI) reach it directly."""
+    os.chdir(ROOT)
+    os.execv(str(PYTHON), [str(PYTHON), *args])
+    return 1  # not reached
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"demo", "test", "bench", "lint"}:
         print(__doc__)
@@ -59,11 +66,11 @@ def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     ensure_venv()
     if command == "test":
-        return run("-m", "pytest", *rest)
+        return replace_with("-m", "pytest", *rest)
     if command == "demo":
-        return run(str(ROOT / "example_project" / "run_demo.py"), *rest)
+        return replace_with(str(ROOT / "example_project" / "run_demo.py"), *rest)
     if command == "bench":
-        return run(str(ROOT / "benchmarks" / "run.py"), *rest)
+        return replace_with(str(ROOT / "benchmarks" / "run.py"), *rest)
     status = run("-m", "ruff", "check", "django_redis_coord", "tests", "benchmarks")
     return status or run("-m", "mypy")
 
