@@ -54,6 +54,9 @@ _LAZY: dict[str, str] = {
     "Semaphore": ".semaphores",
     "optimistic": ".transactions",
     "Redlock": ".redlock",
+    "QuorumUnavailable": ".redlock",
+    "DurableLock": ".durable",
+    "ReplicationNotAcknowledged": ".durable",
     # Django glue
     "locked": ".decorators",
     "current_lock": ".decorators",
