@@ -42,13 +42,17 @@ def test_reentrant_lock_keeps_its_fence_and_passes(lock_server):
     assert outcome.report.by_name()["fences"].checked > outcome.count("acquire", "ok") // 2
 
 
-def test_renewed_lock_survives_stalls_and_signals_loss_when_its_process_is_stopped(lock_server):
-    w = load(lock_server, "lock-renew", rounds=8, stall=0.0)
+def test_renewed_lock_signals_loss_when_its_holder_process_is_stopped(lock_server):
+    # Stalls inside the hold do not matter here (the watchdog renews); stopping the whole process does.
+    w = load(lock_server, "lock-renew", stall=0.0, duration=2.5)
     nemesis = HolderPauseNemesis(lock_server.url, w.name, every=0.25, pause=0.5)
     outcome = run_workload(w, nemesis)
     assert outcome.report.valid, outcome.describe()
     assert outcome.faults >= 1
-    assert len(outcome.history.notes("lost")) >= 1, outcome.describe()
+    # A stopped holder learns of its loss from the watchdog (on_lost) or, if its own thread gets
+    # there first after SIGCONT, from the refused release.
+    learned = len(outcome.history.notes("lost")) + outcome.count("release", "fail")
+    assert learned >= 1, outcome.describe()
 
 
 def test_semaphore_never_exceeds_its_limit(lock_server):

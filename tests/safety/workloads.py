@@ -381,17 +381,25 @@ class PauseNemesis(Nemesis):
         self.rng = random.Random(seed)
         self._stopped: Optional[int] = None
 
-    def step(self) -> None:
+    def target(self) -> Optional[tuple[int, str]]:
+        """The pid to stop and how to describe it (None: nobody this time)."""
         alive = [proc for proc in self.procs if proc.is_alive()]
         if not alive:
+            return None
+        pid = self.rng.choice(alive).pid
+        return pid, f"client pid {pid}"
+
+    def step(self) -> None:
+        chosen = self.target()
+        if chosen is None:
             return
-        proc = self.rng.choice(alive)
+        pid, what = chosen
         try:
-            os.kill(proc.pid, signal.SIGSTOP)
+            os.kill(pid, signal.SIGSTOP)
         except ProcessLookupError:
             return
-        self._stopped = proc.pid
-        self.record(f"SIGSTOP client pid {proc.pid} for {self.pause}s")
+        self._stopped = pid
+        self.record(f"SIGSTOP {what} for {self.pause}s")
         time.sleep(self.pause)
         self.heal()
 
@@ -412,21 +420,14 @@ class HolderPauseNemesis(PauseNemesis):
         self.client = redis.Redis.from_url(url, socket_timeout=2.0)
         self.name = name
 
-    def step(self) -> None:
+    def target(self) -> Optional[tuple[int, str]]:
         from django_redis_coord import lock_holder
 
         holder = lock_holder(self.client, self.name)
         pids = {proc.pid for proc in self.procs if proc.is_alive()}
         if holder is None or holder.pid not in pids:
-            return
-        try:
-            os.kill(holder.pid, signal.SIGSTOP)
-        except ProcessLookupError:
-            return
-        self._stopped = holder.pid
-        self.record(f"SIGSTOP holder pid {holder.pid} (fence {holder.fence}) for {self.pause}s")
-        time.sleep(self.pause)
-        self.heal()
+            return None
+        return holder.pid, f"holder pid {holder.pid} (fence {holder.fence})"
 
 
 class RestartNemesis(Nemesis):
