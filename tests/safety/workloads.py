@@ -326,10 +326,13 @@ def _child(w: Workload, index: int, queue: Any) -> None:
 
 
 class Nemesis:
-    """A fault injector: a thread calling ``step()`` every ``every`` seconds until stopped."""
+    """A fault injector: a thread calling ``step()`` every ``every`` seconds until stopped (or,
+    with ``stop_after``, until that many seconds after it started, leaving the rest of the run
+    fault-free)."""
 
-    def __init__(self, every: float) -> None:
+    def __init__(self, every: float, stop_after: Optional[float] = None) -> None:
         self.every = every
+        self.stop_after = stop_after
         self.faults = 0
         self.log: list[str] = []
         #: ``monotonic_ns`` instants at which each fault began.
@@ -345,8 +348,11 @@ class Nemesis:
         self._thread.start()
 
     def _run(self) -> None:
+        started = time.monotonic()
         try:
             while not self._stop.wait(self.every):
+                if self.stop_after is not None and time.monotonic() - started > self.stop_after:
+                    break
                 self.step()
         except BaseException as exc:  # surfaced by stop()
             self.error = exc
@@ -433,8 +439,8 @@ class HolderPauseNemesis(PauseNemesis):
 class RestartNemesis(Nemesis):
     """SIGKILL the lock's redis-server (no persistence) and start it again after ``down_for``."""
 
-    def __init__(self, server: Any, every: float, down_for: float) -> None:
-        super().__init__(every)
+    def __init__(self, server: Any, every: float, down_for: float, stop_after: Optional[float] = None) -> None:
+        super().__init__(every, stop_after)
         self.server = server
         self.down_for = down_for
 
