@@ -1,7 +1,9 @@
-"""What the sync and asyncio locks share: argument checks, key layout, holder info, replies.
+"""What the queued primitives (locks and semaphores, sync and asyncio) share: argument checks,
+key layout, the arguments and replies of their scripts, the rules of waiting, holder info.
 
-Nothing in here talks to Redis; :mod:`django_redis_coord.locks` and
-:mod:`django_redis_coord.asyncio.lock` do, each in its own ``do_*`` methods.
+Nothing in here talks to Redis; the sync and asyncio twins (:mod:`django_redis_coord.locks`,
+:mod:`django_redis_coord.asyncio.lock` and the semaphores built on them) do, each in its own
+``do_*`` methods.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from .exceptions import InvalidLockArgument, InvalidLockArgumentType, LockLostError
+from .exceptions import InvalidLockArgument, InvalidLockArgumentType, LockLostError, NameKindConflict
 from .keys import KeySet, encode_name, keys_for
 from .scripts import queue_script
 
@@ -162,12 +164,243 @@ class HolderInfo:
         )
 
 
-class LockBase:
+class QueuedBase:
+    """What every queued primitive (a lock, a semaphore) shares: settings, keys, the arguments
+    of its scripts, the rules of waiting in line and the watchdog's view of a hold.
+
+    A subclass names its scripts and the kind of its keys; the sync and asyncio twins that talk
+    to Redis (``QueuedPrimitive`` in :mod:`django_redis_coord.locks` and
+    :mod:`django_redis_coord.asyncio.lock`) add the waiting loop on top.
+    """
+
+    kind = "lock"
+    #: The kind part of the side keys (see :func:`django_redis_coord.keys.keys_for`).
+    key_kind = b"lock"
+    #: The registry of Lua scripts for this flavour of client (sync or asyncio).
+    scripts: Any = None
+    acquire_script = "lock_acquire"
+    cancel_script = "lock_cancel"
+    extend_script = "lock_extend"
+    #: Arguments the release and extend scripts take after the common ones.
+    retention_args: tuple = ()
+
+    def __init__(
+        self,
+        redis: Any,
+        name: Union[str, bytes],
+        timeout: Optional[Number],
+        blocking: bool,
+        blocking_timeout: Optional[Number],
+        *,
+        label: Optional[str],
+        auto_renew: bool,
+        on_lost: Optional[Callable[[Any], Any]],
+        raise_on_release_error: bool,
+        waiter_lease: Number,
+    ) -> None:
+        raw = encode_name(name)
+        check_number("timeout", timeout, allow_none=True, positive=True, lock_name=name)
+        self.check_settings(name, timeout)
+        check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=name)
+        check_number("waiter_lease", waiter_lease, allow_none=False, positive=True, lock_name=name)
+        if auto_renew and timeout is None:
+            raise InvalidLockArgument("auto_renew needs a timeout to renew", lock_name=name)
+        if label is not None and not isinstance(label, str):
+            raise InvalidLockArgumentType("label must be a str", lock_name=name)
+        self.redis = redis
+        self.name: Any = name
+        self.timeout = timeout
+        self.blocking = blocking
+        self.blocking_timeout = blocking_timeout
+        self.label = label
+        self.auto_renew = auto_renew
+        self.on_lost = on_lost
+        self.raise_on_release_error = raise_on_release_error
+        self.waiter_lease = waiter_lease
+        self.keys: KeySet = keys_for(raw, self.key_kind)
+        self.member = self.key_kind + b":" + raw
+        self._ttl_ms = to_ms(timeout) if timeout is not None else 0
+        self._lease_ms = to_ms(waiter_lease)
+        self._info_head = {"host": _HOSTNAME, "label": label} if label else {"host": _HOSTNAME}
+
+    def check_settings(self, name: object, timeout: Optional[Number]) -> None:
+        """Refuse the settings only this kind of primitive has (before the common ones)."""
+
+    # -- arguments of the scripts ------------------------------------------------------------
+    def holder_info(self, worker: str) -> str:
+        """Holder metadata sent with each acquire (JSON), cached per label, process and worker."""
+        key = (self.label, os.getpid(), worker)
+        info = _INFO_CACHE.get(key)
+        if info is None:
+            if len(_INFO_CACHE) > 4096:
+                _INFO_CACHE.clear()
+            info = _INFO_CACHE[key] = json.dumps({**self._info_head, "pid": key[1], "thread": worker})
+        return info
+
+    def acquire_setting(self) -> Any:
+        """The last argument of the acquire scripts (a lock: metadata retention; a semaphore: its limit)."""
+        raise NotImplementedError
+
+    def acquire_keys(self, token: bytes) -> tuple:
+        k = self.keys
+        return (k.name, k.meta, k.queue, k.waiters, k.registry, k.wake(token))
+
+    def acquire_args(self, token: bytes, enqueue: int, worker: str) -> tuple:
+        """``enqueue``: 0 try only, 1 queue when busy, 2 queue and clean up an earlier attempt."""
+        k = self.keys
+        return (
+            token,
+            self._ttl_ms,
+            enqueue,
+            self._lease_ms,
+            self.holder_info(worker),
+            self.member,
+            k.wake_prefix,
+            k.wake_suffix,
+            self.acquire_setting(),
+        )
+
+    def release_keys(self) -> tuple:
+        k = self.keys
+        return (k.name, k.meta, k.queue, k.waiters, k.registry)
+
+    def release_args(self, token: bytes) -> tuple:
+        k = self.keys
+        return (token, self.member, k.wake_prefix, k.wake_suffix, *self.retention_args)
+
+    def extend_keys(self) -> tuple:
+        k = self.keys
+        return (k.name, k.meta, k.registry)
+
+    def extend_args(self, token: bytes, ms: int, mode: str) -> tuple:
+        return (token, ms, mode, self.member, *self.retention_args)
+
+    def inspect_keys(self) -> tuple:
+        k = self.keys
+        return (k.name, k.meta, k.queue)
+
+    # -- replies of the scripts --------------------------------------------------------------
+    def grant_from_reply(self, reply: Any) -> Grant:
+        """The outcome of an acquire script; a refusal (negative status) raises its error."""
+        grant = Grant.from_reply(reply)
+        if not grant.acquired and int(reply[0]) < 0:
+            raise self.refusal(int(reply[0]))
+        return grant
+
+    def refusal(self, status: int) -> Exception:
+        """The error for a refused acquire: -2, the name holds another kind of value."""
+        return NameKindConflict(
+            f"{self.name!r} is in use by another kind of primitive (or Redis value): a {self.kind} "
+            "cannot use it; nothing was written",
+            lock_name=self.name,
+        )
+
+    # -- watchdog protocol -------------------------------------------------------------------
+    @property
+    def renew_ttl_ms(self) -> int:
+        """What the watchdog resets the TTL to on each renewal."""
+        return self._ttl_ms
+
+    def queue_renewal(self, pipe: Any, token: bytes) -> None:
+        """Add a renewal of the hold ``token`` to a pipeline (used by the watchdog; it also claims
+        the full TTL of a provisional hand-off)."""
+        script = self.scripts.get(self.redis, self.extend_script)
+        mode = "replace" if self._ttl_ms else "persist"
+        queue_script(pipe, script, self.extend_keys(), self.extend_args(token, self._ttl_ms, mode))
+
+    def deadline_for(self, sent_at: float, pttl_ms: int) -> Optional[float]:
+        """Monotonic instant after which this hold may have ended: measured from the send instant."""
+        if pttl_ms < 0:
+            return None
+        ttl = pttl_ms / 1000.0
+        return sent_at + ttl - drift(ttl)
+
+    def _watchdog(self) -> Any:
+        """The renewal loop of this flavour (a thread, or a task of the running loop)."""
+        raise NotImplementedError
+
+    def _watch(self, local: Any, token: bytes, provisional: bool) -> None:
+        """Hand a new hold to the watchdog when it needs one: renewal, or the claim of a hold
+        handed over provisionally (two waiter leases), unless the hold ends first."""
+        local.watched = self.auto_renew or provisional
+        if self.auto_renew:
+            first_in = min(self.renew_ttl_ms / 3000.0, self.waiter_lease / 2) if provisional else None
+            self._watchdog().register(self, local, token, first_in)
+        elif provisional:
+            self._watchdog().register(self, local, token, self.waiter_lease / 2, once=True)
+
+    def _lost_subject(self, local: Any) -> Any:
+        """What ``on_lost`` is called with when the hold ``local`` is lost."""
+        raise NotImplementedError
+
+    def _after_loss(self, result: Any) -> None:
+        """What happens to the value ``on_lost`` returned (the asyncio flavour runs a coroutine)."""
+
+    def _mark_lost(self, local: Any) -> None:
+        """Called by the watchdog when a hold could not be renewed in time."""
+        if getattr(local, "lost", False):
+            return
+        local.lost = True
+        callback = self.on_lost
+        if callback is not None:
+            self._after_loss(callback(self._lost_subject(local)))
+
+    # -- waiting ------------------------------------------------------------------------------
+    def wait_args(self, blocking: Optional[bool], blocking_timeout: Optional[Number]) -> tuple[bool, Optional[float]]:
+        """Resolve ``blocking`` and the monotonic instant a blocking acquire gives up at."""
+        if blocking is None:
+            blocking = self.blocking
+        if blocking_timeout is None:
+            blocking_timeout = self.blocking_timeout
+        check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=self.name)
+        stop_at = time.monotonic() + blocking_timeout if blocking and blocking_timeout is not None else None
+        return bool(blocking), stop_at
+
+    @property
+    def refresh_interval(self) -> float:
+        """How often a queued waiter refreshes its place: a third of its lease, and at least four
+        times per timeout so that a handed-off hold's local deadline stays close to its TTL."""
+        interval = self.waiter_lease / 3.0
+        if self.timeout is not None:
+            interval = min(interval, max(0.01, self.timeout / 4.0))
+        return interval
+
+    @staticmethod
+    def wait_budget(grant: Grant, stop_at: Optional[float]) -> Optional[float]:
+        """Seconds until a waiter must look again by itself: the holder's expiry or its own deadline.
+
+        ``None`` means only the periodic refresh applies (holder without expiry, no deadline).
+        """
+        candidates = []
+        if grant.pttl >= 0:
+            candidates.append(grant.pttl / 1000.0)
+        elif grant.pttl == -2:
+            candidates.append(0.0)
+        if stop_at is not None:
+            candidates.append(max(0.0, stop_at - time.monotonic()))
+        return min(candidates) if candidates else None
+
+    @staticmethod
+    def parse_wake(payload: Any) -> tuple[int, bool]:
+        """A wake message is ``"<fence> <provisional>"``."""
+        if isinstance(payload, bytes):
+            payload = payload.decode()
+        fence, provisional = payload.split(" ")
+        return int(fence), provisional == "1"
+
+    def woken_grant(self, payload: Any) -> Grant:
+        """The grant a wake message announces: the full TTL, or two waiter leases when provisional."""
+        fence, provisional = self.parse_wake(payload)
+        pttl = 2 * self._lease_ms if provisional else (self._ttl_ms or -1)
+        return Grant(True, fence, pttl, provisional)
+
+
+class LockBase(QueuedBase):
     """Arguments, keys and local state common to :class:`Lock` and its asyncio twin."""
 
     kind = "lock"
-    #: The registry of Lua scripts for this flavour of client (sync or asyncio).
-    scripts: Any = None
+    key_kind = b"lock"
+    retention_args = (META_RETENTION_MS,)
 
     def __init__(
         self,
@@ -186,43 +419,36 @@ class LockBase:
         reentrant: bool = False,
         waiter_lease: Number = DEFAULT_WAITER_LEASE,
     ) -> None:
-        raw = encode_name(name)
-        check_number("timeout", timeout, allow_none=True, positive=True, lock_name=name)
-        check_number("sleep", sleep, allow_none=False, positive=False, lock_name=name)
-        check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=name)
-        check_number("waiter_lease", waiter_lease, allow_none=False, positive=True, lock_name=name)
-        if timeout is not None and sleep > timeout:
-            raise InvalidLockArgument("'sleep' must be less than 'timeout'", lock_name=name)
-        if auto_renew and timeout is None:
-            raise InvalidLockArgument("auto_renew needs a timeout to renew", lock_name=name)
-        if label is not None and not isinstance(label, str):
-            raise InvalidLockArgumentType("label must be a str", lock_name=name)
-        self.redis = redis
-        self.name: Any = name
-        self.timeout = timeout
         self.sleep = sleep
-        self.blocking = blocking
-        self.blocking_timeout = blocking_timeout
+        super().__init__(
+            redis,
+            name,
+            timeout,
+            blocking,
+            blocking_timeout,
+            label=label,
+            auto_renew=auto_renew,
+            on_lost=on_lost,
+            raise_on_release_error=raise_on_release_error,
+            waiter_lease=waiter_lease,
+        )
         self.thread_local = bool(thread_local)
-        self.raise_on_release_error = raise_on_release_error
-        self.label = label
-        self.auto_renew = auto_renew
-        self.on_lost = on_lost
         self.reentrant = reentrant
-        self.waiter_lease = waiter_lease
-        self.keys: KeySet = keys_for(raw, b"lock")
-        self.member = b"lock:" + raw
-        self._ttl_ms = to_ms(timeout) if timeout is not None else 0
-        self._lease_ms = to_ms(waiter_lease)
-        self._info_head = {"host": _HOSTNAME, "label": label} if label else {"host": _HOSTNAME}
+
+    def check_settings(self, name: object, timeout: Optional[Number]) -> None:
+        check_number("sleep", self.sleep, allow_none=False, positive=False, lock_name=name)
+        if timeout is not None and self.sleep > timeout:
+            raise InvalidLockArgument("'sleep' must be less than 'timeout'", lock_name=name)
+
+    def acquire_setting(self) -> int:
+        return META_RETENTION_MS
+
+    def _lost_subject(self, local: Any) -> Any:
+        return self
 
     # -- the caller's hold (per thread or task: see each flavour's ``_state``) ---------------
     def _state(self) -> Any:
         """The current thread's (or task's) hold: token, fence, deadline, count, lost."""
-        raise NotImplementedError
-
-    def _watchdog(self) -> Any:
-        """The renewal loop of this flavour (a thread, or a task of the running loop)."""
         raise NotImplementedError
 
     @property
@@ -258,115 +484,7 @@ class LockBase:
         local.deadline = self.deadline_for(sent_at, grant.pttl)
         local.count = 1
         local.lost = False
-        local.watched = self.auto_renew or grant.provisional
-        if self.auto_renew:
-            first_in = min(self.renew_ttl_ms / 3000.0, self.waiter_lease / 2) if grant.provisional else None
-            self._watchdog().register(self, local, token, first_in)
-        elif grant.provisional:
-            # Handed over provisionally (two waiter leases): the watchdog claims the full TTL in
-            # the background, unless the hold ends first.
-            self._watchdog().register(self, local, token, self.waiter_lease / 2, once=True)
-
-    # -- arguments of the scripts ------------------------------------------------------------
-    def holder_info(self, worker: str) -> str:
-        """Holder metadata sent with each acquire (JSON), cached per label, process and worker."""
-        key = (self.label, os.getpid(), worker)
-        info = _INFO_CACHE.get(key)
-        if info is None:
-            if len(_INFO_CACHE) > 4096:
-                _INFO_CACHE.clear()
-            info = _INFO_CACHE[key] = json.dumps({**self._info_head, "pid": key[1], "thread": worker})
-        return info
-
-    def acquire_keys(self, token: bytes) -> tuple:
-        k = self.keys
-        return (k.name, k.meta, k.queue, k.waiters, k.registry, k.wake(token))
-
-    def acquire_args(self, token: bytes, enqueue: int, worker: str) -> tuple:
-        """``enqueue``: 0 try only, 1 queue when busy, 2 queue and clean up an earlier attempt."""
-        k = self.keys
-        return (
-            token,
-            self._ttl_ms,
-            enqueue,
-            self._lease_ms,
-            self.holder_info(worker),
-            self.member,
-            k.wake_prefix,
-            k.wake_suffix,
-            META_RETENTION_MS,
-        )
-
-    def release_keys(self) -> tuple:
-        k = self.keys
-        return (k.name, k.meta, k.queue, k.waiters, k.registry)
-
-    def release_args(self, token: bytes) -> tuple:
-        k = self.keys
-        return (token, self.member, k.wake_prefix, k.wake_suffix, META_RETENTION_MS)
-
-    def extend_keys(self) -> tuple:
-        k = self.keys
-        return (k.name, k.meta, k.registry)
-
-    def extend_args(self, token: bytes, ms: int, mode: str) -> tuple:
-        return (token, ms, mode, self.member, META_RETENTION_MS)
-
-    @property
-    def renew_ttl_ms(self) -> int:
-        """What the watchdog resets the TTL to on each renewal."""
-        return self._ttl_ms
-
-    def queue_renewal(self, pipe: Any, token: bytes) -> None:
-        """Add a renewal of the hold ``token`` to a pipeline (used by the watchdog)."""
-        script = self.scripts.get(self.redis, "lock_extend")
-        keys = self.extend_keys()
-        mode = "replace" if self._ttl_ms else "persist"
-        queue_script(pipe, script, keys, self.extend_args(token, self._ttl_ms, mode))
-
-    def inspect_keys(self) -> tuple:
-        k = self.keys
-        return (k.name, k.meta, k.queue)
-
-    # -- waiting ------------------------------------------------------------------------------
-    @property
-    def refresh_interval(self) -> float:
-        """How often a queued waiter refreshes its place: a third of its lease, and at least four
-        times per lock timeout so that a handed-off hold's local deadline stays close to its TTL."""
-        interval = self.waiter_lease / 3.0
-        if self.timeout is not None:
-            interval = min(interval, max(0.01, self.timeout / 4.0))
-        return interval
-
-    @staticmethod
-    def wait_budget(grant: Grant, stop_at: Optional[float]) -> Optional[float]:
-        """Seconds until a waiter must look again by itself: the holder's expiry or its own deadline.
-
-        ``None`` means only the periodic refresh applies (holder without expiry, no deadline).
-        """
-        candidates = []
-        if grant.pttl >= 0:
-            candidates.append(grant.pttl / 1000.0)
-        elif grant.pttl == -2:
-            candidates.append(0.0)
-        if stop_at is not None:
-            candidates.append(max(0.0, stop_at - time.monotonic()))
-        return min(candidates) if candidates else None
-
-    @staticmethod
-    def parse_wake(payload: Any) -> tuple[int, bool]:
-        """A wake message is ``"<fence> <provisional>"``."""
-        if isinstance(payload, bytes):
-            payload = payload.decode()
-        fence, provisional = payload.split(" ")
-        return int(fence), provisional == "1"
-
-    def deadline_for(self, sent_at: float, pttl_ms: int) -> Optional[float]:
-        """Monotonic instant after which this hold may have ended: measured from the send instant."""
-        if pttl_ms < 0:
-            return None
-        ttl = pttl_ms / 1000.0
-        return sent_at + ttl - drift(ttl)
+        self._watch(local, token, grant.provisional)
 
     def __repr__(self) -> str:
         return f"<{type(self).__module__}.{type(self).__qualname__} name={self.name!r} timeout={self.timeout!r}>"

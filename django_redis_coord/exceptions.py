@@ -17,6 +17,7 @@ __all__ = [
     "CoordError",
     "InvalidLockArgument",
     "InvalidLockArgumentType",
+    "NameKindConflict",
     "LockLostError",
     "LockAcquireTimeout",
     "SemaphoreLimitNotSet",
@@ -38,6 +39,11 @@ class InvalidLockArgument(CoordError, ValueError):
 
 class InvalidLockArgumentType(InvalidLockArgument, TypeError):
     """An argument has the wrong type; nothing was written to Redis."""
+
+
+class NameKindConflict(InvalidLockArgument):
+    """The name is in use by another kind of primitive (a lock's name held by a semaphore, or the
+    reverse) or holds another kind of Redis value; nothing was written to Redis."""
 
 
 class LockAcquireTimeout(CoordError):

@@ -17,7 +17,7 @@ from types import SimpleNamespace, TracebackType
 from typing import Any, Optional, Union
 
 from . import watchdog as _watchdog
-from ._base import Grant, LockBase, Number, as_bytes, check_number, encode_token, new_token, to_ms
+from ._base import Grant, LockBase, Number, QueuedBase, as_bytes, check_number, encode_token, new_token, to_ms
 from .exceptions import (
     InvalidLockArgument,
     LockAcquireTimeout,
@@ -27,7 +27,7 @@ from .exceptions import (
 )
 from .scripts import sync_scripts
 
-__all__ = ["Lock"]
+__all__ = ["Lock", "QueuedPrimitive"]
 
 
 def connection_pool_for(client: Any, key: bytes) -> Any:
@@ -88,7 +88,87 @@ class _ThreadHold(_SharedHold, threading.local):
     so the watchdog thread can update the deadline of the thread that acquired."""
 
 
-class Lock(LockBase):
+class QueuedPrimitive(QueuedBase):
+    """The sync side of a queued primitive: one acquire attempt, and the wait in line after it.
+
+    Subclasses name their scripts (see :class:`~django_redis_coord._base.QueuedBase`); the asyncio
+    twin in :mod:`django_redis_coord.asyncio.lock` has the same names and shape.
+    """
+
+    scripts = sync_scripts
+
+    def _watchdog(self) -> Any:
+        return _watchdog.sync_watchdog()
+
+    @staticmethod
+    def _worker() -> str:
+        """Who is acquiring, for the holder metadata: the current thread's name."""
+        return threading.current_thread().name
+
+    def _take(self, token: bytes, blocking: bool, stop_at: Optional[float]) -> Optional[tuple[Grant, float]]:
+        """Try once and, when ``blocking``, wait in line until ``stop_at``.
+
+        Returns the grant and the instant its hold is measured from, or ``None`` when not granted.
+        """
+        worker = self._worker()
+        sent_at = time.monotonic()
+        grant = self.do_acquire(token, 1 if blocking else 0, worker)
+        if grant.acquired:
+            return grant, sent_at
+        if not blocking:
+            return None
+        try:
+            grant, sent_at = self._wait(token, worker, grant, stop_at, sent_at)
+        except BaseException:
+            self._abandon(token, worker)
+            raise
+        return (grant, sent_at) if grant.acquired else None
+
+    def _wait(
+        self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float
+    ) -> tuple[Grant, float]:
+        """Wait in the queue until handed the hold, the holder expires or ``stop_at`` passes.
+
+        A hand-off can happen any time after the last queueing call reached Redis (even before
+        the BLPOP is sent), so a handed-over hold is measured from that call's send instant.
+        """
+        queued_at = sent_at
+        while True:
+            if stop_at is not None and time.monotonic() >= stop_at:
+                return self.do_cancel(token, worker), queued_at
+            budget = self.wait_budget(grant, stop_at)
+            payload = blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
+            if payload is not None:
+                return self.woken_grant(payload), queued_at
+            called_at = time.monotonic()
+            grant = self.do_acquire(token, 2, worker)
+            if grant.acquired:  # possibly handed over before this call: measure from the one before
+                return grant, queued_at
+            queued_at = called_at
+
+    def _abandon(self, token: bytes, worker: str) -> None:
+        """Best effort after an interrupted wait: leave the queue, give back a hold just handed over."""
+        try:
+            if self.do_cancel(token, worker).acquired:
+                self.do_release(token)
+        except Exception:  # the original error matters more; the waiter lease bounds the rest
+            pass
+
+    def do_acquire(self, token: bytes, enqueue: int, worker: str) -> Grant:
+        script = self.scripts.get(self.redis, self.acquire_script)
+        reply = script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis)
+        return self.grant_from_reply(reply)
+
+    def do_cancel(self, token: bytes, worker: str) -> Grant:
+        script = self.scripts.get(self.redis, self.cancel_script)
+        reply = script(self.acquire_keys(token), self.acquire_args(token, 2, worker), client=self.redis)
+        return Grant.from_reply(reply)
+
+    def do_release(self, token: bytes) -> Any:
+        raise NotImplementedError
+
+
+class Lock(QueuedPrimitive, LockBase):
     """A distributed lock with fencing tokens, FIFO waiting and an explicit loss signal.
 
     Takes redis-py's arguments (``timeout=None`` means no expiry, ``sleep`` is accepted for
@@ -96,8 +176,6 @@ class Lock(LockBase):
     ``auto_renew`` (watchdog renewal at ``timeout / 3``), ``on_lost`` (called with the lock when
     a hold is found lost), ``reentrant`` and ``waiter_lease``.
     """
-
-    scripts = sync_scripts
 
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
@@ -107,18 +185,6 @@ class Lock(LockBase):
     def _state(self) -> Any:
         """This thread's hold: token, fence, deadline, count, lost (the watchdog updates it)."""
         return self.local.hold
-
-    def _watchdog(self) -> Any:
-        return _watchdog.sync_watchdog()
-
-    def _mark_lost(self, local: Any) -> None:
-        """Called by the watchdog when a hold could not be renewed in time."""
-        if getattr(local, "lost", False):
-            return
-        local.lost = True
-        callback = self.on_lost
-        if callback is not None:
-            callback(self)
 
     # -- context manager ---------------------------------------------------------------------
     def __enter__(self) -> Lock:
@@ -158,11 +224,7 @@ class Lock(LockBase):
         """
         if sleep is not None:
             check_number("sleep", sleep, allow_none=False, positive=False, lock_name=self.name)
-        if blocking is None:
-            blocking = self.blocking
-        if blocking_timeout is None:
-            blocking_timeout = self.blocking_timeout
-        check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=self.name)
+        blocking, stop_at = self.wait_args(blocking, blocking_timeout)
         local = self._state()
         if self.reentrant and local.token is not None and getattr(local, "count", 0) > 0:
             if token is not None and encode_token(token, self.name) != local.token:
@@ -170,64 +232,11 @@ class Lock(LockBase):
             local.count += 1
             return True
         token = encode_token(token, self.name) if token is not None else new_token()
-        stop_at = time.monotonic() + blocking_timeout if blocking and blocking_timeout is not None else None
-        worker = threading.current_thread().name
-        sent_at = time.monotonic()
-        grant = self.do_acquire(token, 1 if blocking else 0, worker)
-        if not grant.acquired:
-            if not blocking:
-                return False
-            try:
-                grant, sent_at = self._wait(token, worker, grant, stop_at, sent_at)
-            except BaseException:
-                self._abandon(token, worker)
-                raise
-            if not grant.acquired:
-                return False
-        self._own(token, grant, sent_at)
+        taken = self._take(token, blocking, stop_at)
+        if taken is None:
+            return False
+        self._own(token, *taken)
         return True
-
-    def _wait(
-        self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float
-    ) -> tuple[Grant, float]:
-        """Wait in the queue until handed the lock, the holder expires or ``stop_at`` passes.
-
-        A hand-off can happen any time after the last queueing call reached Redis (even before
-        the BLPOP is sent), so a handed-over hold is measured from that call's send instant.
-        """
-        queued_at = sent_at
-        while True:
-            if stop_at is not None and time.monotonic() >= stop_at:
-                return self.do_cancel(token, worker), queued_at
-            budget = self.wait_budget(grant, stop_at)
-            payload = blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
-            if payload is not None:
-                fence, provisional = self.parse_wake(payload)
-                pttl = 2 * self._lease_ms if provisional else (self._ttl_ms or -1)
-                return Grant(True, fence, pttl, provisional), queued_at
-            called_at = time.monotonic()
-            grant = self.do_acquire(token, 2, worker)
-            if grant.acquired:  # possibly handed over before this call: measure from the one before
-                return grant, queued_at
-            queued_at = called_at
-
-    def _abandon(self, token: bytes, worker: str) -> None:
-        """Best effort after an interrupted wait: leave the queue, give back a hold just handed over."""
-        try:
-            if self.do_cancel(token, worker).acquired:
-                self.do_release(token)
-        except Exception:  # the original error matters more; the waiter lease bounds the rest
-            pass
-
-    def do_acquire(self, token: bytes, enqueue: int, worker: str) -> Grant:
-        script = self.scripts.get(self.redis, "lock_acquire")
-        reply = script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis)
-        return Grant.from_reply(reply)
-
-    def do_cancel(self, token: bytes, worker: str) -> Grant:
-        script = self.scripts.get(self.redis, "lock_cancel")
-        reply = script(self.acquire_keys(token), self.acquire_args(token, 2, worker), client=self.redis)
-        return Grant.from_reply(reply)
 
     def locked(self) -> bool:
         """True when anyone holds the lock."""

@@ -15,7 +15,7 @@ from types import SimpleNamespace, TracebackType
 from typing import Any, Optional, Union
 
 from .. import watchdog as _watchdog
-from .._base import Grant, LockBase, Number, as_bytes, check_number, encode_token, new_token, to_ms
+from .._base import Grant, LockBase, Number, QueuedBase, as_bytes, check_number, encode_token, new_token, to_ms
 from ..exceptions import (
     InvalidLockArgument,
     LockAcquireTimeout,
@@ -25,7 +25,7 @@ from ..exceptions import (
 )
 from ..scripts import async_scripts
 
-__all__ = ["Lock"]
+__all__ = ["Lock", "QueuedPrimitive"]
 
 
 def connection_pool_for(client: Any, key: bytes) -> Any:
@@ -97,10 +97,88 @@ class _TaskLocal:
         return self._space()
 
 
-class Lock(LockBase):
-    """Asyncio distributed lock with fencing tokens, FIFO waiting and an explicit loss signal."""
+class QueuedPrimitive(QueuedBase):
+    """The asyncio side of a queued primitive; see :class:`django_redis_coord.locks.QueuedPrimitive`."""
 
     scripts = async_scripts
+
+    def _watchdog(self) -> Any:
+        return _watchdog.async_watchdog()
+
+    @staticmethod
+    def _worker() -> str:
+        """Who is acquiring, for the holder metadata: the current task's name."""
+        task = asyncio.current_task()
+        return task.get_name() if task is not None else "asyncio"
+
+    def _after_loss(self, result: Any) -> None:
+        if asyncio.iscoroutine(result):
+            asyncio.ensure_future(result)
+
+    async def _take(self, token: bytes, blocking: bool, stop_at: Optional[float]) -> Optional[tuple[Grant, float]]:
+        """Try once and, when ``blocking``, wait in line until ``stop_at``; see the sync twin."""
+        worker = self._worker()
+        sent_at = time.monotonic()
+        grant = await self.do_acquire(token, 1 if blocking else 0, worker)
+        if grant.acquired:
+            return grant, sent_at
+        if not blocking:
+            return None
+        try:
+            grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at)
+        except BaseException:
+            # Cancelled or failed while queued: leave the queue (and return a hold just
+            # handed over) even though this task is being cancelled.
+            await asyncio.shield(asyncio.ensure_future(self._abandon(token, worker)))
+            raise
+        return (grant, sent_at) if grant.acquired else None
+
+    async def _wait(
+        self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float
+    ) -> tuple[Grant, float]:
+        """Wait in the queue until handed the hold, the holder expires or ``stop_at`` passes.
+
+        A hand-off can happen any time after the last queueing call reached Redis (even before
+        the BLPOP is sent), so a handed-over hold is measured from that call's send instant.
+        """
+        queued_at = sent_at
+        while True:
+            if stop_at is not None and time.monotonic() >= stop_at:
+                return await self.do_cancel(token, worker), queued_at
+            budget = self.wait_budget(grant, stop_at)
+            payload = await blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
+            if payload is not None:
+                return self.woken_grant(payload), queued_at
+            called_at = time.monotonic()
+            grant = await self.do_acquire(token, 2, worker)
+            if grant.acquired:  # possibly handed over before this call: measure from the one before
+                return grant, queued_at
+            queued_at = called_at
+
+    async def _abandon(self, token: bytes, worker: str) -> None:
+        """Best effort after an interrupted wait: leave the queue, give back a hold just handed over."""
+        try:
+            if (await self.do_cancel(token, worker)).acquired:
+                await self.do_release(token)
+        except Exception:  # the original error matters more; the waiter lease bounds the rest
+            pass
+
+    async def do_acquire(self, token: bytes, enqueue: int, worker: str) -> Grant:
+        script = self.scripts.get(self.redis, self.acquire_script)
+        reply = await script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis)
+        return self.grant_from_reply(reply)
+
+    async def do_cancel(self, token: bytes, worker: str) -> Grant:
+        script = self.scripts.get(self.redis, self.cancel_script)
+        reply = await script(self.acquire_keys(token), self.acquire_args(token, 2, worker), client=self.redis)
+        return Grant.from_reply(reply)
+
+    async def do_release(self, token: bytes) -> Any:
+        raise NotImplementedError
+
+
+class Lock(QueuedPrimitive, LockBase):
+    """Asyncio distributed lock with fencing tokens, FIFO waiting and an explicit loss signal."""
 
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
@@ -109,19 +187,6 @@ class Lock(LockBase):
     def _state(self) -> Any:
         local = self.local
         return local.space() if isinstance(local, _TaskLocal) else local
-
-    def _watchdog(self) -> Any:
-        return _watchdog.async_watchdog()
-
-    def _mark_lost(self, local: Any) -> None:
-        if getattr(local, "lost", False):
-            return
-        local.lost = True
-        callback = self.on_lost
-        if callback is not None:
-            result = callback(self)
-            if asyncio.iscoroutine(result):
-                asyncio.ensure_future(result)
 
     async def __aenter__(self) -> Lock:
         if await self.acquire():
@@ -153,11 +218,7 @@ class Lock(LockBase):
         """Acquire the lock; see :meth:`django_redis_coord.locks.Lock.acquire`."""
         if sleep is not None:
             check_number("sleep", sleep, allow_none=False, positive=False, lock_name=self.name)
-        if blocking is None:
-            blocking = self.blocking
-        if blocking_timeout is None:
-            blocking_timeout = self.blocking_timeout
-        check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=self.name)
+        blocking, stop_at = self.wait_args(blocking, blocking_timeout)
         local = self._state()
         if self.reentrant and local.token is not None and getattr(local, "count", 0) > 0:
             if token is not None and encode_token(token, self.name) != local.token:
@@ -165,68 +226,11 @@ class Lock(LockBase):
             local.count += 1
             return True
         token = encode_token(token, self.name) if token is not None else new_token()
-        stop_at = time.monotonic() + blocking_timeout if blocking and blocking_timeout is not None else None
-        task = asyncio.current_task()
-        worker = task.get_name() if task is not None else "asyncio"
-        sent_at = time.monotonic()
-        grant = await self.do_acquire(token, 1 if blocking else 0, worker)
-        if not grant.acquired:
-            if not blocking:
-                return False
-            try:
-                grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at)
-            except BaseException:
-                # Cancelled or failed while queued: leave the queue (and return a hold just
-                # handed over) even though this task is being cancelled.
-                await asyncio.shield(asyncio.ensure_future(self._abandon(token, worker)))
-                raise
-            if not grant.acquired:
-                return False
-        self._own(token, grant, sent_at)
+        taken = await self._take(token, blocking, stop_at)
+        if taken is None:
+            return False
+        self._own(token, *taken)
         return True
-
-    async def _wait(
-        self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float
-    ) -> tuple[Grant, float]:
-        """Wait in the queue until handed the lock, the holder expires or ``stop_at`` passes.
-
-        A hand-off can happen any time after the last queueing call reached Redis (even before
-        the BLPOP is sent), so a handed-over hold is measured from that call's send instant.
-        """
-        queued_at = sent_at
-        while True:
-            if stop_at is not None and time.monotonic() >= stop_at:
-                return await self.do_cancel(token, worker), queued_at
-            budget = self.wait_budget(grant, stop_at)
-            sent_at = time.monotonic()
-            payload = await blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
-            if payload is not None:
-                fence, provisional = self.parse_wake(payload)
-                pttl = 2 * self._lease_ms if provisional else (self._ttl_ms or -1)
-                return Grant(True, fence, pttl, provisional), queued_at
-            called_at = time.monotonic()
-            grant = await self.do_acquire(token, 2, worker)
-            if grant.acquired:  # possibly handed over before this call: measure from the one before
-                return grant, queued_at
-            queued_at = called_at
-
-    async def _abandon(self, token: bytes, worker: str) -> None:
-        """Best effort after an interrupted wait: leave the queue, give back a hold just handed over."""
-        try:
-            if (await self.do_cancel(token, worker)).acquired:
-                await self.do_release(token)
-        except Exception:
-            pass
-
-    async def do_acquire(self, token: bytes, enqueue: int, worker: str) -> Grant:
-        script = self.scripts.get(self.redis, "lock_acquire")
-        reply = await script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis)
-        return Grant.from_reply(reply)
-
-    async def do_cancel(self, token: bytes, worker: str) -> Grant:
-        script = self.scripts.get(self.redis, "lock_cancel")
-        reply = await script(self.acquire_keys(token), self.acquire_args(token, 2, worker), client=self.redis)
-        return Grant.from_reply(reply)
 
     async def locked(self) -> bool:
         return await self.redis.get(self.name) is not None
