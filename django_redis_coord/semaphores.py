@@ -35,9 +35,7 @@ and so does the form with the limit and the lease given up front, waiting in lin
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -45,18 +43,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Optional, Union
 
-from . import watchdog as _watchdog
-from ._base import (
-    _HOSTNAME,
-    DEFAULT_WAITER_LEASE,
-    Grant,
-    LockBase,
-    Number,
-    check_number,
-    drift,
-    new_token,
-    to_ms,
-)
+from ._base import DEFAULT_WAITER_LEASE, Grant, Number, QueuedBase, check_number, new_token, to_ms
 from .exceptions import (
     InvalidLockArgument,
     InvalidLockArgumentType,
@@ -67,9 +54,7 @@ from .exceptions import (
     SemaphoreLimitNotSet,
 )
 from .holders import HolderInfo, permits_from_inspect
-from .keys import KeySet, encode_name, keys_for
-from .locks import blocking_pop
-from .scripts import sync_scripts
+from .locks import QueuedPrimitive
 
 __all__ = ["Semaphore", "Permit", "SemaphoreBase"]
 
@@ -127,12 +112,14 @@ class Permit:
         return self.deadline is None or time.monotonic() < self.deadline
 
 
-class SemaphoreBase:
+class SemaphoreBase(QueuedBase):
     """Arguments, keys and local bookkeeping common to :class:`Semaphore` and its asyncio twin."""
 
     kind = "semaphore"
-    #: The registry of Lua scripts for this flavour of client (sync or asyncio).
-    scripts: Any = None
+    key_kind = b"sem"
+    acquire_script = "sem_acquire"
+    cancel_script = "sem_cancel"
+    extend_script = "sem_extend"
 
     def __init__(
         self,
@@ -149,87 +136,34 @@ class SemaphoreBase:
         raise_on_release_error: bool = True,
         waiter_lease: Number = DEFAULT_WAITER_LEASE,
     ) -> None:
-        raw = encode_name(name)
-        if limit is not None:
-            check_limit(limit, name)
-        check_number("timeout", timeout, allow_none=True, positive=True, lock_name=name)
-        check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=name)
-        check_number("waiter_lease", waiter_lease, allow_none=False, positive=True, lock_name=name)
-        if auto_renew and timeout is None:
-            raise InvalidLockArgument("auto_renew needs a timeout to renew", lock_name=name)
-        if label is not None and not isinstance(label, str):
-            raise InvalidLockArgumentType("label must be a str", lock_name=name)
-        self.redis = redis
-        self.name: Any = name
         self.limit = limit
-        self.timeout = timeout
-        self.blocking = blocking
-        self.blocking_timeout = blocking_timeout
-        self.label = label
-        self.auto_renew = auto_renew
-        self.on_lost = on_lost
-        self.raise_on_release_error = raise_on_release_error
-        self.waiter_lease = waiter_lease
-        self.keys: KeySet = keys_for(raw, b"sem")
-        self.member = b"sem:" + raw
-        self._ttl_ms = to_ms(timeout) if timeout is not None else 0
-        self._lease_ms = to_ms(waiter_lease)
-        self._info_head = {"host": _HOSTNAME, "label": label} if label else {"host": _HOSTNAME}
-        self._info_cache: dict[tuple[int, str], str] = {}
+        super().__init__(
+            redis,
+            name,
+            timeout,
+            blocking,
+            blocking_timeout,
+            label=label,
+            auto_renew=auto_renew,
+            on_lost=on_lost,
+            raise_on_release_error=raise_on_release_error,
+            waiter_lease=waiter_lease,
+        )
         #: Permits held through this object, by token.
         self._permits: dict[bytes, Permit] = {}
 
-    # -- arguments of the scripts ------------------------------------------------------------
-    def holder_info(self, worker: str) -> str:
-        key = (os.getpid(), worker)
-        info = self._info_cache.get(key)
-        if info is None:
-            if len(self._info_cache) > 256:
-                self._info_cache.clear()
-            info = self._info_cache[key] = json.dumps({**self._info_head, "pid": key[0], "thread": worker})
-        return info
+    def check_settings(self, name: object, timeout: Optional[Number]) -> None:
+        if self.limit is not None:
+            check_limit(self.limit, name)
 
-    def acquire_keys(self, token: bytes) -> tuple:
-        k = self.keys
-        return (k.name, k.meta, k.queue, k.waiters, k.registry, k.wake(token))
-
-    def acquire_args(self, token: bytes, enqueue: int, worker: str) -> tuple:
-        """``enqueue``: 0 try only, 1 queue when full, 2 queue and clean up an earlier attempt."""
-        k = self.keys
-        return (
-            token,
-            self._ttl_ms,
-            enqueue,
-            self._lease_ms,
-            self.holder_info(worker),
-            self.member,
-            k.wake_prefix,
-            k.wake_suffix,
-            self.limit if self.limit is not None else "",
-        )
-
-    def release_keys(self) -> tuple:
-        k = self.keys
-        return (k.name, k.meta, k.queue, k.waiters, k.registry)
-
-    def release_args(self, token: bytes) -> tuple:
-        k = self.keys
-        return (token, self.member, k.wake_prefix, k.wake_suffix)
+    # -- arguments and replies of the scripts ------------------------------------------------
+    def acquire_setting(self) -> Any:
+        """The limit the acquire script stores when none is stored yet (``""``: none)."""
+        return self.limit if self.limit is not None else ""
 
     def set_limit_args(self, size: int) -> tuple:
         k = self.keys
         return (size, self.member, k.wake_prefix, k.wake_suffix)
-
-    def extend_keys(self) -> tuple:
-        k = self.keys
-        return (k.name, k.meta, k.registry)
-
-    def extend_args(self, token: bytes, ms: int, mode: str) -> tuple:
-        return (token, ms, mode, self.member)
-
-    def inspect_keys(self) -> tuple:
-        k = self.keys
-        return (k.name, k.meta, k.queue)
 
     def checked_pttl(self, token: bytes, pttl: int) -> int:
         """The reply of ``sem_extend.lua``: the new lease, or an error (the permit marked lost)."""
@@ -242,80 +176,19 @@ class SemaphoreBase:
             raise LockError("Cannot extend a permit with no timeout", lock_name=self.name)
         return pttl
 
-    def grant_from_reply(self, reply: Any) -> Grant:
-        if int(reply[0]) == -1:
-            raise SemaphoreLimitNotSet(
+    def refusal(self, status: int) -> Exception:
+        if status == -1:
+            return SemaphoreLimitNotSet(
                 "The semaphore has no limit: call set_max_size() or pass limit=", lock_name=self.name
             )
-        return Grant.from_reply(reply)
+        return super().refusal(status)
 
-    # -- watchdog protocol -------------------------------------------------------------------
-    @property
-    def renew_ttl_ms(self) -> int:
-        """What the watchdog resets a permit's lease to on each renewal."""
-        return self._ttl_ms
-
-    def queue_renewal(self, pipe: Any, token: bytes) -> None:
-        """Add a renewal of the permit ``token`` to a pipeline (used by the watchdog; it also claims
-        the full lease of a provisional hand-off)."""
-        script = self.scripts.get(self.redis, "sem_extend")
-        keys = self.extend_keys()
-        args = self.extend_args(token, self._ttl_ms, "replace" if self._ttl_ms else "persist")
-        if hasattr(pipe, "scripts"):
-            pipe.scripts.add(script)  # loaded before the pipeline runs, if the server lacks it
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
-        else:  # redis-py's cluster pipelines refuse EVALSHA: send the text
-            pipe.execute_command("EVAL", script.script, len(keys), *keys, *args)
-
-    def deadline_for(self, sent_at: float, pttl_ms: int) -> Optional[float]:
-        """Monotonic instant after which a permit may have ended, measured from the send instant."""
-        if pttl_ms < 0:
-            return None
-        ttl = pttl_ms / 1000.0
-        return sent_at + ttl - drift(ttl)
-
-    def _mark_lost(self, permit: Permit) -> None:
-        """Called by the watchdog when a permit could not be renewed in time."""
-        if permit.lost:
-            return
-        permit.lost = True
-        if self.on_lost is not None:
-            self.on_lost(permit)
-
-    # -- waiting -------------------------------------------------------------------------------
-    @property
-    def refresh_interval(self) -> float:
-        """How often a queued waiter refreshes its place (a third of its lease, at least four
-        times per permit timeout)."""
-        interval = self.waiter_lease / 3.0
-        if self.timeout is not None:
-            interval = min(interval, max(0.01, self.timeout / 4.0))
-        return interval
-
-    def wait_args(self, blocking: Optional[bool], blocking_timeout: Optional[Number]) -> tuple[bool, Optional[float]]:
-        """Resolve ``blocking`` and the monotonic instant a blocking acquire gives up at."""
-        if blocking is None:
-            blocking = self.blocking
-        if blocking_timeout is None:
-            blocking_timeout = self.blocking_timeout
-        check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=self.name)
-        stop_at = time.monotonic() + blocking_timeout if blocking and blocking_timeout is not None else None
-        return bool(blocking), stop_at
-
-    wait_budget = staticmethod(LockBase.wait_budget)
-    parse_wake = staticmethod(LockBase.parse_wake)
-
-    def woken_grant(self, payload: Any) -> Grant:
-        fence, provisional = self.parse_wake(payload)
-        pttl = 2 * self._lease_ms if provisional else (self._ttl_ms or -1)
-        return Grant(True, fence, pttl, provisional)
+    def _lost_subject(self, local: Any) -> Any:
+        return local
 
     # -- local bookkeeping -----------------------------------------------------------------------
     def _stack(self) -> list[bytes]:
         """Tokens of the permits the current thread (or task) acquired without an identity."""
-        raise NotImplementedError
-
-    def _watchdog(self) -> Any:
         raise NotImplementedError
 
     def _own(self, token: bytes, grant: Grant, sent_at: float, anonymous: bool) -> Permit:
@@ -329,14 +202,7 @@ class SemaphoreBase:
             if permit.watched:
                 self._watchdog().unregister(self, permit)
             permit.fence, permit.deadline, permit.lost = grant.fence, deadline, False
-        permit.watched = self.auto_renew or grant.provisional
-        if self.auto_renew:
-            first_in = min(self.renew_ttl_ms / 3000.0, self.waiter_lease / 2) if grant.provisional else None
-            self._watchdog().register(self, permit, token, first_in)
-        elif grant.provisional:
-            # Handed over for two waiter leases: the watchdog claims the full lease in the
-            # background, unless the permit is released first.
-            self._watchdog().register(self, permit, token, self.waiter_lease / 2, once=True)
+        self._watch(permit, token, grant.provisional)
         return permit
 
     def _token_to_release(self, identity: Optional[Identity]) -> bytes:
@@ -414,7 +280,7 @@ class _ThreadStacks(threading.local):
         self.stack: list[bytes] = []
 
 
-class Semaphore(SemaphoreBase):
+class Semaphore(QueuedPrimitive, SemaphoreBase):
     """A counting semaphore whose permits are leased on server time, fenced and served FIFO.
 
     ``Semaphore(redis, name, limit=None, timeout=None, blocking=False, blocking_timeout=None, *,
@@ -429,17 +295,12 @@ class Semaphore(SemaphoreBase):
       called when a permit could not be renewed in time.
     """
 
-    scripts = sync_scripts
-
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
         self.local = _ThreadStacks()
 
     def _stack(self) -> list[bytes]:
         return self.local.stack
-
-    def _watchdog(self) -> Any:
-        return _watchdog.sync_watchdog()
 
     # -- seed 000's API --------------------------------------------------------------------------
     def set_max_size(self, size: int) -> None:
@@ -474,48 +335,11 @@ class Semaphore(SemaphoreBase):
         """
         blocking, stop_at = self.wait_args(blocking, blocking_timeout)
         token = encode_identity(identity, self.name) if identity is not None else new_token()
-        worker = threading.current_thread().name
-        sent_at = time.monotonic()
-        grant = self.do_acquire(token, 1 if blocking else 0, worker)
-        if not grant.acquired:
-            if not blocking:
-                return False
-            try:
-                grant, sent_at = self._wait(token, worker, grant, stop_at, sent_at)
-            except BaseException:
-                self._abandon(token, worker)
-                raise
-            if not grant.acquired:
-                return False
-        self._own(token, grant, sent_at, anonymous=identity is None)
+        taken = self._take(token, blocking, stop_at)
+        if taken is None:
+            return False
+        self._own(token, *taken, anonymous=identity is None)
         return True
-
-    def _wait(
-        self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], asked_at: float
-    ) -> tuple[Grant, float]:
-        """Wait in the queue until handed a permit, a lease ends or ``stop_at`` passes."""
-        while True:
-            if stop_at is not None and time.monotonic() >= stop_at:
-                sent_at = time.monotonic()
-                return self.do_cancel(token, worker), sent_at
-            budget = self.wait_budget(grant, stop_at)
-            payload = blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
-            if payload is not None:
-                # The hand-off happened after the last acquire call saw no free permit: measuring
-                # the lease from that call keeps the local deadline on the safe (early) side.
-                return self.woken_grant(payload), asked_at
-            asked_at = time.monotonic()
-            grant = self.do_acquire(token, 2, worker)
-            if grant.acquired:
-                return grant, asked_at
-
-    def _abandon(self, token: bytes, worker: str) -> None:
-        """Best effort after an interrupted wait: leave the queue, give back a permit just handed over."""
-        try:
-            if self.do_cancel(token, worker).acquired:
-                self.do_release(token)
-        except Exception:  # the original error matters more; the waiter lease bounds the rest
-            pass
 
     def release(self, identity: Optional[Identity] = None) -> bool:
         """Return the permit of ``identity`` (default: this thread's latest permit).
@@ -572,16 +396,6 @@ class Semaphore(SemaphoreBase):
             raise error
 
     # -- the only methods talking to Redis -------------------------------------------------------
-    def do_acquire(self, token: bytes, enqueue: int, worker: str) -> Grant:
-        script = self.scripts.get(self.redis, "sem_acquire")
-        reply = script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis)
-        return self.grant_from_reply(reply)
-
-    def do_cancel(self, token: bytes, worker: str) -> Grant:
-        script = self.scripts.get(self.redis, "sem_cancel")
-        reply = script(self.acquire_keys(token), self.acquire_args(token, 2, worker), client=self.redis)
-        return Grant.from_reply(reply)
-
     def do_release(self, token: bytes) -> bool:
         script = self.scripts.get(self.redis, "sem_release")
         return int(script(self.release_keys(), self.release_args(token), client=self.redis)) == 1

@@ -10,26 +10,21 @@ other's permit::
 
 from __future__ import annotations
 
-import asyncio
 import time
 from types import TracebackType
 from typing import Any, Optional, Union
 
-from .. import watchdog as _watchdog
-from .._base import Grant, Number, check_number, new_token, to_ms
+from .._base import Number, check_number, new_token, to_ms
 from ..exceptions import LockAcquireTimeout, LockError
 from ..holders import HolderInfo, permits_from_inspect
-from ..scripts import async_scripts
-from ..semaphores import Identity, Permit, SemaphoreBase, check_limit, encode_identity
-from .lock import _TaskLocal, blocking_pop
+from ..semaphores import Identity, SemaphoreBase, check_limit, encode_identity
+from .lock import QueuedPrimitive, _TaskLocal
 
 __all__ = ["Semaphore"]
 
 
-class Semaphore(SemaphoreBase):
+class Semaphore(QueuedPrimitive, SemaphoreBase):
     """Asyncio counting semaphore with leased, fenced permits on server time, served FIFO."""
-
-    scripts = async_scripts
 
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
@@ -41,18 +36,6 @@ class Semaphore(SemaphoreBase):
         if stack is None:
             stack = space.stack = []
         return stack
-
-    def _watchdog(self) -> Any:
-        return _watchdog.async_watchdog()
-
-    def _mark_lost(self, permit: Permit) -> None:
-        if permit.lost:
-            return
-        permit.lost = True
-        if self.on_lost is not None:
-            result = self.on_lost(permit)
-            if asyncio.iscoroutine(result):
-                asyncio.ensure_future(result)
 
     # -- seed 000's API --------------------------------------------------------------------------
     async def set_max_size(self, size: int) -> None:
@@ -78,47 +61,11 @@ class Semaphore(SemaphoreBase):
         """Take a permit; see :meth:`django_redis_coord.semaphores.Semaphore.acquire`."""
         blocking, stop_at = self.wait_args(blocking, blocking_timeout)
         token = encode_identity(identity, self.name) if identity is not None else new_token()
-        task = asyncio.current_task()
-        worker = task.get_name() if task is not None else "asyncio"
-        sent_at = time.monotonic()
-        grant = await self.do_acquire(token, 1 if blocking else 0, worker)
-        if not grant.acquired:
-            if not blocking:
-                return False
-            try:
-                grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at)
-            except BaseException:
-                # Cancelled or failed while queued: leave the queue (and return a permit just
-                # handed over) even though this task is being cancelled.
-                await asyncio.shield(asyncio.ensure_future(self._abandon(token, worker)))
-                raise
-            if not grant.acquired:
-                return False
-        self._own(token, grant, sent_at, anonymous=identity is None)
+        taken = await self._take(token, blocking, stop_at)
+        if taken is None:
+            return False
+        self._own(token, *taken, anonymous=identity is None)
         return True
-
-    async def _wait(
-        self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], asked_at: float
-    ) -> tuple[Grant, float]:
-        while True:
-            if stop_at is not None and time.monotonic() >= stop_at:
-                sent_at = time.monotonic()
-                return await self.do_cancel(token, worker), sent_at
-            budget = self.wait_budget(grant, stop_at)
-            payload = await blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
-            if payload is not None:
-                return self.woken_grant(payload), asked_at
-            asked_at = time.monotonic()
-            grant = await self.do_acquire(token, 2, worker)
-            if grant.acquired:
-                return grant, asked_at
-
-    async def _abandon(self, token: bytes, worker: str) -> None:
-        try:
-            if (await self.do_cancel(token, worker)).acquired:
-                await self.do_release(token)
-        except Exception:
-            pass
 
     async def release(self, identity: Optional[Identity] = None) -> bool:
         """Return a permit; see :meth:`django_redis_coord.semaphores.Semaphore.release`."""
@@ -169,16 +116,6 @@ class Semaphore(SemaphoreBase):
             raise error
 
     # -- the only methods talking to Redis -------------------------------------------------------
-    async def do_acquire(self, token: bytes, enqueue: int, worker: str) -> Grant:
-        script = self.scripts.get(self.redis, "sem_acquire")
-        reply = await script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis)
-        return self.grant_from_reply(reply)
-
-    async def do_cancel(self, token: bytes, worker: str) -> Grant:
-        script = self.scripts.get(self.redis, "sem_cancel")
-        reply = await script(self.acquire_keys(token), self.acquire_args(token, 2, worker), client=self.redis)
-        return Grant.from_reply(reply)
-
     async def do_release(self, token: bytes) -> bool:
         script = self.scripts.get(self.redis, "sem_release")
         return int(await script(self.release_keys(), self.release_args(token), client=self.redis)) == 1
