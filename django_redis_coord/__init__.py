@@ -64,6 +64,8 @@ _LAZY: dict[str, str] = {
     "alock": ".shortcuts",
     "semaphore": ".shortcuts",
     "asemaphore": ".shortcuts",
+    # The sync factory is django_redis_coord.shortcuts.redlock: the package's "redlock" is its module.
+    "aredlock": ".shortcuts",
     "fenced_update": ".fencing",
     "afenced_update": ".fencing",
     "fenced_set": ".fencing",

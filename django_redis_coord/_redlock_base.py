@@ -397,6 +397,20 @@ class RedlockBase:
         pttl = int(reply)
         return pttl if pttl >= 0 else None
 
+    def busy_for_ms(self, grants: Tally) -> Optional[int]:
+        """After a refused attempt: milliseconds until enough of the other holds on the refusing
+        masters end for a quorum to be free (the earliest a retry can succeed), from the remaining
+        times the masters reported; None when they cannot tell (a hold without expiry, or too many
+        masters did not answer)."""
+        need = self.quorum - len(grants.ok)
+        if need <= 0:
+            return 0
+        remaining = sorted(
+            max(0, pttl) for pttl in (int(Grant.from_reply(reply).pttl) for reply in grants.refused.values())
+            if pttl != -1
+        )
+        return remaining[need - 1] if len(remaining) >= need else None
+
     def holder_hint(self, refused: dict[int, Any]) -> Optional[float]:
         """Seconds until the earliest other holder's lease on a refusing master ends (None: unknown)."""
         remaining = [int(Grant.from_reply(reply).pttl) for reply in refused.values()]

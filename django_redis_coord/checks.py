@@ -10,10 +10,13 @@ configured Redis (short timeouts) and warn about what silently breaks locks in p
 * ``django_redis_coord.W003``: the deploy checks could not reach Redis.
 
 The ids of the settings errors (E001-E016) are listed in :mod:`django_redis_coord.conf`.
+``django_redis_coord.E017``: something was decorated with ``@locked(redlock=True)`` but
+``REDLOCK["MASTERS"]`` is not set.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
@@ -22,7 +25,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from .conf import REDIS_CACHE_BACKENDS, SETTING_NAME, settings_problems
 
-__all__ = ["check_settings", "check_redis_for_deploy", "redis_location"]
+__all__ = ["check_settings", "check_redlock_users", "check_redis_for_deploy", "redis_location"]
 
 TAG = "django_redis_coord"
 
@@ -34,6 +37,26 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     return [
         Error(problem.msg, hint=problem.hint, obj=SETTING_NAME, id=problem.id)
         for problem in settings_problems(raw, getattr(settings, "CACHES", {}) or {})
+    ]
+
+
+@register(TAG)
+def check_redlock_users(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``@locked(redlock=True)`` needs ``REDLOCK["MASTERS"]`` (no connection)."""
+    decorators = sys.modules.get("django_redis_coord.decorators")
+    users = sorted(set(getattr(decorators, "redlock_users", {}).values()))
+    raw = getattr(settings, SETTING_NAME, None)
+    if not users or (isinstance(raw, dict) and raw.get("REDLOCK") is not None):
+        return []  # a malformed REDLOCK is E015
+    shown = ", ".join(users[:3]) + (f" and {len(users) - 3} more" if len(users) > 3 else "")
+    return [
+        Error(
+            f"@locked(redlock=True) is used ({shown}) but {SETTING_NAME}['REDLOCK'] is not set.",
+            hint=f'Set {SETTING_NAME}["REDLOCK"] = {{"MASTERS": ["redis://10.0.0.1:6379/0", '
+            '"redis://10.0.0.2:6379/0", "redis://10.0.0.3:6379/0"]}, or drop redlock=True.',
+            obj=SETTING_NAME,
+            id="django_redis_coord.E017",
+        )
     ]
 
 

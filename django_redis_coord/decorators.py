@@ -41,6 +41,14 @@ Redis unreachable
     503 (``UNAVAILABLE_STATUS``), logged: fail closed.  ``fail_open=True`` (or ``FAIL_OPEN``) runs
     the view without the lock, also logged.  A plain function re-raises the connection error
     unless it fails open.
+
+Redlock
+    ``redlock=True`` takes the lock with :class:`~django_redis_coord.Redlock` over the masters of
+    ``DJANGO_REDIS_COORD["REDLOCK"]["MASTERS"]`` (same signals, same answers).  Fewer than a quorum
+    of masters answering (:class:`~django_redis_coord.QuorumUnavailable`) counts as Redis
+    unreachable.  ``Retry-After`` is the time until enough of the refusing masters' holds end for
+    a quorum to be free, or the timeout when they cannot tell.  It needs a timeout and refuses
+    ``limit``; both, and missing masters, are errors when decorating.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ import secrets
 import string
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -70,9 +79,16 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._base import check_number
 from .conf import CoordSettings, coord_settings
-from .connection import get_async_client, get_client
+from .connection import get_async_client, get_async_redlock_masters, get_client, get_redlock_masters
 from .exceptions import CoordError, InvalidLockArgument, InvalidLockArgumentType, LockError, LockLostError
-from .shortcuts import AsyncSignallingLock, SignallingLock, make_semaphore, semaphore_class
+from .shortcuts import (
+    AsyncSignallingLock,
+    AsyncSignallingRedlock,
+    SignallingLock,
+    SignallingRedlock,
+    make_semaphore,
+    semaphore_class,
+)
 
 __all__ = [
     "locked",
@@ -104,6 +120,9 @@ _RUN_UNLOCKED: Any = object()
 
 _current: contextvars.ContextVar[Any] = contextvars.ContextVar("django_redis_coord_current_lock", default=None)
 _background: set[asyncio.Task] = set()
+
+#: What was decorated with ``redlock=True`` (wrapper -> dotted name), read by the system checks.
+redlock_users: weakref.WeakKeyDictionary[Callable[..., Any], str] = weakref.WeakKeyDictionary()
 
 
 def current_lock() -> Any:
@@ -394,6 +413,14 @@ def _sync_twin(primitive: Any) -> Any:
     """A sync object holding what the asyncio ``primitive`` holds (same name, token, fence)."""
     if isinstance(primitive, _AsyncPermitHold):
         return primitive.sync_twin()
+    if isinstance(primitive, AsyncSignallingRedlock):
+        redlock = SignallingRedlock(
+            get_redlock_masters(), primitive.name, timeout=primitive.timeout, thread_local=False,
+            node_timeout=primitive.node_timeout, label=primitive.label, app_name=primitive.app_name,
+        )
+        vars(redlock._state()).update(vars(primitive._state()))
+        redlock._fences.update(primitive._fences)
+        return redlock
     twin = SignallingLock(get_client(), primitive.name, timeout=primitive.timeout, thread_local=False,
                           app_name=primitive.app_name)
     # The hold's state (token, fence, deadline, start); neither object is shared with a thread.
@@ -501,7 +528,16 @@ class Locked:
         fail_open: Optional[bool] = None,
         label: Optional[str] = None,
         params: Optional[Mapping[str, Any]] = None,
+        redlock: bool = False,
     ) -> None:
+        if not isinstance(redlock, bool):
+            raise InvalidLockArgumentType("redlock must be True or False", lock_name=key)
+        if redlock and limit is not None:
+            raise InvalidLockArgument(
+                "redlock=True cannot be combined with limit: a Redlock is a lock, not a semaphore", lock_name=key
+            )
+        if redlock and timeout is None:
+            raise InvalidLockArgument("redlock=True needs a timeout: a Redlock always expires", lock_name=key)
         if timeout is not _DEFAULT:
             check_number("timeout", timeout, allow_none=True, positive=True, lock_name=key)
         check_number("wait", wait, allow_none=False, positive=False, lock_name=key)
@@ -532,10 +568,38 @@ class Locked:
         self.fail_open = fail_open
         self.label = label
         self.params = dict(params or {})
+        self.redlock = redlock
         # Context-manager holds of this object, per thread/task (one object may be shared).
         self._held: contextvars.ContextVar[tuple] = contextvars.ContextVar(f"locked-{id(self)}", default=())
 
     # -- primitives ------------------------------------------------------------------------------
+    def _check_redlock_settings(self, settings: Optional[CoordSettings] = None) -> None:
+        """With ``redlock=True``: refuse settings without masters or with no default timeout.
+
+        When decorating (``settings`` None), only once Django's settings are configured and valid
+        (otherwise the call itself raises the error)."""
+        if not self.redlock:
+            return
+        if settings is None:
+            from django.conf import settings as django_settings
+
+            if not django_settings.configured:
+                return
+            try:
+                settings = coord_settings()
+            except ImproperlyConfigured:
+                return
+        if not settings.redlock:
+            raise ImproperlyConfigured(
+                f"@locked(redlock=True) on {self.key!r} needs Redlock masters: set "
+                'DJANGO_REDIS_COORD["REDLOCK"] = {"MASTERS": ["redis://host-a:6379/0", ...]}.'
+            )
+        if self.timeout is _DEFAULT and settings.default_timeout is None:
+            raise InvalidLockArgument(
+                "redlock=True needs a timeout: a Redlock always expires (DEFAULT_TIMEOUT is None; pass timeout=...)",
+                lock_name=self.key,
+            )
+
     def _primitive_options(self, settings: CoordSettings) -> dict[str, Any]:
         timeout = settings.default_timeout if self.timeout is _DEFAULT else self.timeout
         auto_renew = self.auto_renew
@@ -546,6 +610,14 @@ class Locked:
     def _make(self, name: str, label: Optional[str], settings: CoordSettings, *, is_async: bool) -> Any:
         options = self._primitive_options(settings)
         key = settings.prefixed(name)
+        if self.redlock:
+            self._check_redlock_settings(settings)
+            if is_async:
+                return AsyncSignallingRedlock(
+                    get_async_redlock_masters(), key, app_name=name, label=label, thread_local=False, **options
+                )
+            return SignallingRedlock(get_redlock_masters(), key, app_name=name, label=label, thread_local=False,
+                                     **options)
         if self.limit is not None:
             semaphore = make_semaphore(name, self.limit, options["timeout"], asyncio=is_async, label=label,
                                        auto_renew=options["auto_renew"])
@@ -672,6 +744,7 @@ class Locked:
         return cls
 
     def _decorate(self, func: Callable[..., Any], default_name: str, *, force_async: bool = False) -> Any:
+        self._check_redlock_settings()
         key = KeyTemplate(self.key, default_name)
         key.check_against(func, view_names=True)
         label = self.label or default_name
@@ -687,6 +760,8 @@ class Locked:
                 return await self._call_async(func, key, label, args, kwargs)
 
             async_wrapper.locked = self  # type: ignore[attr-defined]
+            if self.redlock:
+                redlock_users[async_wrapper] = default_name
             return async_wrapper
 
         @functools.wraps(func)
@@ -694,6 +769,8 @@ class Locked:
             return self._call_sync(func, key, label, args, kwargs)
 
         wrapper.locked = self  # type: ignore[attr-defined]
+        if self.redlock:
+            redlock_users[wrapper] = default_name
         return wrapper
 
     # -- naming ----------------------------------------------------------------------------------
@@ -916,7 +993,8 @@ def locked(key: Any = None, /, **options: Any) -> Any:
     ``@locked`` (bare) locks on the view's dotted name; ``@locked("orders:{pk}", timeout=30)``
     on a template (a callable key goes by keyword: ``@locked(key=lambda request, pk: ...)``).
     Options: ``timeout``, ``wait``, ``limit``, ``status``, ``handler``, ``template_name``,
-    ``auto_renew``, ``rollback_on_loss``, ``using``, ``fail_open``, ``label``, ``params``.
+    ``auto_renew``, ``rollback_on_loss``, ``using``, ``fail_open``, ``label``, ``params``,
+    ``redlock`` (take the lock with Redlock over ``REDLOCK["MASTERS"]``).
     """
     if "key" in options:
         if key is not None:

@@ -4,7 +4,9 @@
 primitives on the client of :func:`django_redis_coord.connection.get_client`, with the
 configured ``KEY_PREFIX``, ``DEFAULT_TIMEOUT`` and ``AUTO_RENEW``; :func:`alock` and
 :func:`asemaphore` are the asyncio forms (call them inside a coroutine).  The objects they return
-are the core classes plus the signals of :mod:`django_redis_coord.signals`.
+are the core classes plus the signals of :mod:`django_redis_coord.signals`.  :func:`redlock` and
+:func:`aredlock` build a :class:`~django_redis_coord.Redlock` over the masters of
+``REDLOCK["MASTERS"]``, with the same signals.
 
 >>> from django_redis_coord import lock                   # doctest: +SKIP
 >>> with lock("invoice:42") as held:                      # doctest: +SKIP
@@ -22,11 +24,14 @@ import math
 import time
 from typing import Any, Optional, Union
 
+from ._base import to_ms
 from .asyncio.lock import Lock as AsyncCoreLock
+from .asyncio.redlock import Redlock as AsyncCoreRedlock
 from .conf import coord_settings
-from .connection import get_async_client, get_client
-from .exceptions import LockNotOwnedError
+from .connection import get_async_client, get_async_redlock_masters, get_client, get_redlock_masters
+from .exceptions import InvalidLockArgument, LockNotOwnedError
 from .locks import Lock as CoreLock
+from .redlock import Redlock as CoreRedlock
 from .signals import asend, lock_acquired, lock_contended, lock_lost, lock_released, send
 
 __all__ = [
@@ -34,8 +39,12 @@ __all__ = [
     "semaphore",
     "alock",
     "asemaphore",
+    "redlock",
+    "aredlock",
     "SignallingLock",
     "AsyncSignallingLock",
+    "SignallingRedlock",
+    "AsyncSignallingRedlock",
     "retry_after_seconds",
 ]
 
@@ -206,6 +215,95 @@ class AsyncSignallingLock(SignallingMixin, AsyncCoreLock):
             await asend(lock_released, type(self), fence=fence, held_time=held, **self._signal_args())
 
 
+class RedlockSignals(SignallingMixin):
+    """What the sync and asyncio signalling Redlocks share.
+
+    A refused attempt records how long the other holder keeps a quorum: the time until enough
+    of the refusing masters' holds end (what they reported), or the Redlock's own ``timeout``
+    as an upper bound when they cannot tell (a hold without expiry, masters that did not answer).
+    """
+
+    timeout: Any
+
+    def failed_attempt(self, grants: Any) -> Any:
+        busy = self.busy_for_ms(grants)  # type: ignore[attr-defined]
+        self._state().holder_pttl = busy if busy is not None else to_ms(self.timeout)
+        return super().failed_attempt(grants)  # type: ignore[misc]
+
+    def _released_args(self) -> tuple[Any, dict[str, Any]]:
+        return self._state(), {"fence": self.fence, "held_time": self._held_time(), **self._signal_args()}
+
+    def _first_loss(self, state: Any) -> bool:
+        if getattr(state, "lost_signalled", False):
+            return False
+        state.lost_signalled = True
+        return True
+
+
+class SignallingRedlock(RedlockSignals, CoreRedlock):
+    """:class:`django_redis_coord.Redlock` sending the signals of :mod:`django_redis_coord.signals`."""
+
+    def _mark_lost(self, hold: Any) -> None:
+        # Called by the watchdog thread with the hold's own state.
+        args = self._loss_args(hold)
+        if args is not None:
+            send(lock_lost, type(self), **args)
+        super()._mark_lost(hold)
+
+    def acquire(self, *args: Any, **kwargs: Any) -> bool:
+        started = time.monotonic()
+        acquired = super().acquire(*args, **kwargs)
+        self._after_acquire(acquired, started)
+        return acquired
+
+    def release(self) -> None:
+        state, args = self._released_args()
+        try:
+            super().release()
+        except LockNotOwnedError:  # not held on a quorum any more (or found lost before)
+            if self._first_loss(state):
+                send(lock_lost, type(self), **args)
+            raise
+        send(lock_released, type(self), **args)
+
+
+class AsyncSignallingRedlock(RedlockSignals, AsyncCoreRedlock):
+    """The asyncio :class:`~django_redis_coord.asyncio.Redlock` sending the same signals."""
+
+    def _mark_lost(self, hold: Any) -> None:
+        args = self._loss_args(hold)
+        if args is not None:
+            task = asyncio.ensure_future(asend(lock_lost, type(self), **args))
+            _pending.add(task)
+            task.add_done_callback(_pending.discard)
+        super()._mark_lost(hold)
+
+    async def acquire(self, *args: Any, **kwargs: Any) -> bool:  # type: ignore[override]
+        started = time.monotonic()
+        acquired = await super().acquire(*args, **kwargs)
+        waited = time.monotonic() - started
+        if acquired:
+            state = self._state()
+            state.acquired_at = time.monotonic()
+            state.lost_signalled = False
+            await asend(lock_acquired, type(self), fence=self.fence, wait_time=waited, **self._signal_args())
+        else:
+            await asend(
+                lock_contended, type(self), wait_time=waited, retry_after=self.retry_after, **self._signal_args()
+            )
+        return acquired
+
+    async def release(self) -> None:  # type: ignore[override]
+        state, args = self._released_args()
+        try:
+            await super().release()
+        except LockNotOwnedError:
+            if self._first_loss(state):
+                await asend(lock_lost, type(self), **args)
+            raise
+        await asend(lock_released, type(self), **args)
+
+
 def _options(timeout: Any, auto_renew: Optional[bool]) -> tuple[Any, bool]:
     settings = coord_settings()
     if timeout is DEFAULT:
@@ -254,6 +352,66 @@ def alock(
     return AsyncSignallingLock(
         client if client is not None else get_async_client(),
         settings.prefixed(name),
+        timeout=timeout,
+        auto_renew=auto_renew,
+        app_name=name,
+        **kwargs,
+    )
+
+
+def _redlock_options(name: Name, timeout: Any, auto_renew: Optional[bool]) -> tuple[Any, bool]:
+    timeout, auto_renew = _options(timeout, auto_renew)
+    if timeout is None:
+        raise InvalidLockArgument(
+            "A Redlock always expires: give it a timeout (DEFAULT_TIMEOUT is None in DJANGO_REDIS_COORD)",
+            lock_name=name,
+        )
+    return timeout, auto_renew
+
+
+def redlock(
+    name: Name,
+    timeout: Any = DEFAULT,
+    *,
+    auto_renew: Optional[bool] = None,
+    masters: Any = None,
+    **kwargs: Any,
+) -> SignallingRedlock:
+    """A :class:`~django_redis_coord.Redlock` named ``KEY_PREFIX:name`` over ``REDLOCK["MASTERS"]``.
+
+    ``timeout`` defaults to ``DEFAULT_TIMEOUT`` (which must not be None: a Redlock always expires)
+    and ``auto_renew`` to ``AUTO_RENEW``; other keywords go to the Redlock (``blocking_timeout``,
+    ``node_timeout``, ``label``, ``on_lost``, ...).  Raises ``ImproperlyConfigured`` when no masters
+    are configured (unless ``masters`` is given).
+
+    >>> from django_redis_coord import redlock                        # doctest: +SKIP
+    >>> with redlock("ledger:close-month", timeout=30) as held:        # doctest: +SKIP
+    ...     close_month(fence=held.fence)
+    """
+    timeout, auto_renew = _redlock_options(name, timeout, auto_renew)
+    return SignallingRedlock(
+        masters if masters is not None else get_redlock_masters(),
+        coord_settings().prefixed(name),
+        timeout=timeout,
+        auto_renew=auto_renew,
+        app_name=name,
+        **kwargs,
+    )
+
+
+def aredlock(
+    name: Name,
+    timeout: Any = DEFAULT,
+    *,
+    auto_renew: Optional[bool] = None,
+    masters: Any = None,
+    **kwargs: Any,
+) -> AsyncSignallingRedlock:
+    """The asyncio form of :func:`redlock` (call it inside a coroutine: the clients are per event loop)."""
+    timeout, auto_renew = _redlock_options(name, timeout, auto_renew)
+    return AsyncSignallingRedlock(
+        masters if masters is not None else get_async_redlock_masters(),
+        coord_settings().prefixed(name),
         timeout=timeout,
         auto_renew=auto_renew,
         app_name=name,
