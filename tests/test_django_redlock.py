@@ -187,6 +187,7 @@ def test_retry_after_comes_from_the_masters(three, redis_client, rf):
     assert response.status_code == 409 and response["Retry-After"] == "7"
 
 
+@pytest.mark.django_db  # closing a response sends request_finished, which checks the database
 def test_wait_lets_the_second_request_in_after_the_first(three, redis_client, rf):
     @locked("queued", timeout=30, wait=10, redlock=True)
     def view(request):
@@ -315,6 +316,7 @@ def test_factories_use_the_settings(three, redis_client):
 
 
 # -- masters down --------------------------------------------------------------------------------
+@pytest.mark.django_db  # closing a response sends request_finished, which checks the database
 def test_one_of_three_masters_down_still_works(three, redis_client, rf):
     three[2].kill()
 
@@ -382,6 +384,7 @@ def test_two_of_three_down_fail_closed_on_an_async_view(three, redis_client):
 
 
 # -- signals -------------------------------------------------------------------------------------
+@pytest.mark.django_db  # closing a response sends request_finished, which checks the database
 def test_signals_fire_with_fences(three, redis_client, rf, received):
     @locked("signalled", timeout=30, redlock=True)
     def view(request):
