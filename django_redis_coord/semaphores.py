@@ -176,6 +176,12 @@ class SemaphoreBase(QueuedBase):
             raise LockError("Cannot extend a permit with no timeout", lock_name=self.name)
         return pttl
 
+    def checked_size(self, count: int) -> int:
+        """The reply of ``sem_set_limit.lua``: the number of live permits, or an error."""
+        if count == -2:
+            raise self.refusal(count)
+        return count
+
     def refusal(self, status: int) -> Exception:
         if status == -1:
             return SemaphoreLimitNotSet(
@@ -407,7 +413,8 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
 
     def do_set_limit(self, size: int) -> int:
         script = self.scripts.get(self.redis, "sem_set_limit")
-        return int(script(self.release_keys(), self.set_limit_args(size), client=self.redis))
+        count = int(script(self.release_keys(), self.set_limit_args(size), client=self.redis))
+        return self.checked_size(count)
 
     def do_inspect(self, mode: str) -> Any:
         script = self.scripts.get(self.redis, "sem_inspect")

@@ -10,11 +10,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
-from redis.exceptions import LockError, ResponseError
+from redis.exceptions import LockError
 
 from django_redis_coord import InvalidLockArgument, InvalidLockArgumentType, Lock, Semaphore, lock_holder
 from django_redis_coord._base import new_token
 from django_redis_coord.conf import _apply_prefix, _strip_prefix
+from django_redis_coord.exceptions import NameKindConflict
 from django_redis_coord.keys import MARKER, MAX_NAME_BYTES, key_slot, keys_for
 
 REDIS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -148,17 +149,73 @@ def test_caller_chosen_tokens_never_make_two_names_share_a_wake_list():
     assert keys_for(b"T", b"sem").wake(b"peter:{T}") != keys_for(b"{T}", b"sem").wake(b"peter")
 
 
-@pytest.mark.xfail(strict=True, raises=ResponseError, reason=(
-    "a Lock and a Semaphore of the same name share the main key (a string vs a sorted set): the "
-    "semaphore's script fails inside Redis with WRONGTYPE after it has written its metadata hash, "
-    "instead of a typed error with nothing written"))
-def test_a_semaphore_on_a_locked_name_gets_a_typed_error_and_writes_nothing(redis_client):
+@pytest.mark.parametrize("blocking", [False, True])
+def test_a_semaphore_on_a_locked_name_gets_a_typed_error_and_writes_nothing(redis_client, blocking):
     lock = Lock(redis_client, "shared-name", timeout=5)
     assert lock.acquire()
-    before = set(all_keys(redis_client))
-    with pytest.raises(LockError):
-        Semaphore(redis_client, "shared-name", limit=1, timeout=5).acquire()
-    assert set(all_keys(redis_client)) == before
+    before = {key: redis_client.dump(key) for key in all_keys(redis_client)}
+    semaphore = Semaphore(redis_client, "shared-name", limit=1, timeout=5)
+    with pytest.raises(NameKindConflict) as info:
+        semaphore.acquire(blocking=blocking, blocking_timeout=1)
+    assert isinstance(info.value, InvalidLockArgument)
+    with pytest.raises(NameKindConflict):
+        semaphore.set_max_size(3)
+    assert {key: redis_client.dump(key) for key in all_keys(redis_client)} == before
+    # A semaphore that was used before (its limit stored) is refused as well.
+    lock.release()
+    assert semaphore.acquire("peter") and semaphore.release("peter")
+    assert lock.acquire()
+    before = {key: redis_client.dump(key) for key in all_keys(redis_client)}
+    with pytest.raises(NameKindConflict):
+        semaphore.acquire(blocking=blocking, blocking_timeout=1)
+    assert {key: redis_client.dump(key) for key in all_keys(redis_client)} == before
+    assert lock.owned()
+    lock.release()
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+def test_a_lock_on_a_semaphore_name_gets_a_typed_error_and_writes_nothing(redis_client, blocking):
+    semaphore = Semaphore(redis_client, "shared-name", limit=2, timeout=5)
+    assert semaphore.acquire("peter")
+    before = {key: redis_client.dump(key) for key in all_keys(redis_client)}
+    lock = Lock(redis_client, "shared-name", timeout=5)
+    with pytest.raises(NameKindConflict) as info:
+        lock.acquire(blocking=blocking, blocking_timeout=1)
+    assert isinstance(info.value, InvalidLockArgument)
+    assert lock.local.token is None
+    assert {key: redis_client.dump(key) for key in all_keys(redis_client)} == before
+    assert semaphore.get_current_size() == 1
+    assert semaphore.release("peter")
+
+
+def test_async_primitives_refuse_a_name_held_by_the_other_kind(redis_url):
+    import asyncio
+
+    import redis.asyncio
+
+    from django_redis_coord.asyncio.lock import Lock as AsyncLock
+    from django_redis_coord.asyncio.semaphore import Semaphore as AsyncSemaphore
+
+    async def scenario() -> None:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        try:
+            await client.flushall()
+            lock = AsyncLock(client, "shared-async", timeout=5)
+            assert await lock.acquire()
+            with pytest.raises(NameKindConflict):
+                await AsyncSemaphore(client, "shared-async", limit=1, timeout=5).acquire(blocking=True)
+            assert not await client.exists(b"{shared-async}:dcoord:sem:meta")
+            await lock.release()
+            semaphore = AsyncSemaphore(client, "shared-async", limit=1, timeout=5)
+            assert await semaphore.acquire("peter")
+            with pytest.raises(NameKindConflict):
+                await AsyncLock(client, "shared-async", timeout=5).acquire(blocking_timeout=1)
+            assert not await client.exists(b"{shared-async}:dcoord:lock:queue")
+            assert await semaphore.release("peter")
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
 
 
 # -- timeouts ------------------------------------------------------------------------------------------

@@ -127,7 +127,8 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
 
     async def do_set_limit(self, size: int) -> int:
         script = self.scripts.get(self.redis, "sem_set_limit")
-        return int(await script(self.release_keys(), self.set_limit_args(size), client=self.redis))
+        count = int(await script(self.release_keys(), self.set_limit_args(size), client=self.redis))
+        return self.checked_size(count)
 
     async def do_inspect(self, mode: str) -> Any:
         script = self.scripts.get(self.redis, "sem_inspect")

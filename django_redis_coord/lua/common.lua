@@ -1,4 +1,4 @@
--- Helpers shared by the lock scripts; this file is prepended to each of them when loaded.
+-- Helpers shared by the lock and semaphore scripts; this file is prepended to each of them when loaded.
 -- All times come from the server's TIME: now_ms for deadlines, now_us as the fence floor.
 
 local function server_now()
@@ -58,6 +58,19 @@ local function parse_waiter(data)
   local c = string.find(data, ' ', b + 1, true)
   return tonumber(string.sub(data, 1, a - 1)), tonumber(string.sub(data, a + 1, b - 1)),
          tonumber(string.sub(data, b + 1, c - 1)), string.sub(data, c + 1)
+end
+
+-- Put `token` in the FIFO queue (once) and (re)write its waiter record "ttl lease_until lease
+-- info"; the queue and the record outlive two leases without a refresh.
+local function queue_waiter(queue, waiters, meta, token, ttl, lease, info, now_ms)
+  if not redis.call('ZSCORE', queue, token) then
+    redis.call('ZADD', queue, redis.call('HINCRBY', meta, 'seq', 1), token)
+  end
+  redis.call('HSET', waiters, token, int(ttl) .. ' ' .. int(now_ms + lease) .. ' ' .. int(lease) .. ' ' .. info)
+  for _, key in ipairs({queue, waiters}) do
+    if redis.call('PTTL', key) < 2 * lease then redis.call('PEXPIRE', key, 2 * lease) end
+  end
+  return redis.call('ZRANK', queue, token)
 end
 
 -- The list a queued caller blocks on (keys.KeySet.wake): the token is length-prefixed so that

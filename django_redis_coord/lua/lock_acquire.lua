@@ -6,7 +6,8 @@
 -- ARGV[4] waiter lease ms   ARGV[5] holder info (JSON)   ARGV[6] registry member
 -- ARGV[7] wake key prefix   ARGV[8] wake key suffix   ARGV[9] metadata retention ms
 -- Returns {1, fence, pttl, provisional} when the caller holds the lock (pttl -1: no expiry),
--- else {0, holder pttl (-1: no expiry, -2: none), queue position (-1: not queued)}.
+-- else {0, holder pttl (-1: no expiry, -2: none), queue position (-1: not queued)}, and {-2}
+-- (nothing written) when the name holds another kind of value than a lock's token.
 local name, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token, ttl, enqueue, retry, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3] ~= '0', ARGV[3] == '2', tonumber(ARGV[4])
 local info, member, wake_prefix, wake_suffix, retention = ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
@@ -27,12 +28,18 @@ if not retry and redis.call('EXISTS', queue) == 0 then
     return {1, fence, pttl, 0}
   end
   if not enqueue then
+    if redis.call('TYPE', name).ok ~= 'string' then
+      return {-2}
+    end
     return {0, redis.call('PTTL', name), -1}
   end
 end
 
 local now_ms, now_us = server_now()
-local current = redis.call('GET', name)
+local current = redis.pcall('GET', name)
+if type(current) == 'table' then
+  return {-2}  -- the name holds another kind of value (a semaphore's permits): nothing written
+end
 if current == token then
   -- Handed to us while we were not blocked on our wake list.
   redis.call('DEL', own_wake)
@@ -63,11 +70,5 @@ if not enqueue then
   return {0, redis.call('PTTL', name), -1}
 end
 prune_registry(registry, now_ms)
-if not redis.call('ZSCORE', queue, token) then
-  redis.call('ZADD', queue, redis.call('HINCRBY', meta, 'seq', 1), token)
-end
-redis.call('HSET', waiters, token, int(ttl) .. ' ' .. int(now_ms + lease) .. ' ' .. int(lease) .. ' ' .. info)
-for _, key in ipairs({queue, waiters}) do
-  if redis.call('PTTL', key) < 2 * lease then redis.call('PEXPIRE', key, 2 * lease) end
-end
-return {0, redis.call('PTTL', name), redis.call('ZRANK', queue, token)}
+local position = queue_waiter(queue, waiters, meta, token, ttl, lease, info, now_ms)
+return {0, redis.call('PTTL', name), position}

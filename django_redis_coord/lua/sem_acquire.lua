@@ -7,7 +7,8 @@
 -- ARGV[7] wake key prefix   ARGV[8] wake key suffix   ARGV[9] limit to store when none is ("" = none)
 -- Returns {1, fence, pttl, 0} when the caller holds a permit (pttl -1: no expiry), {0, ms until the
 -- earliest lease ends (-1: none ends), queue position (-1: not queued)} when it does not, and {-1}
--- (nothing written) when the semaphore has no limit.
+-- (nothing written) when the semaphore has no limit, {-2} (nothing written) when the name holds
+-- another kind of value (a lock's token).
 local permits, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token, ttl, enqueue, retry, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3] ~= '0', ARGV[3] == '2', tonumber(ARGV[4])
 local info, member, wake_prefix, wake_suffix = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
@@ -18,11 +19,16 @@ if not limit then
   if ARGV[9] == '' then
     return {-1}
   end
+  if sem_foreign(permits) then
+    return {-2}
+  end
   limit = tonumber(ARGV[9])
   redis.call('HSET', meta, 'limit', ARGV[9])
 end
 local now_ms, now_us = server_now()
-sem_reclaim(permits, meta, now_ms)
+if not sem_reclaim(permits, meta, now_ms) then
+  return {-2}
+end
 
 if redis.call('ZSCORE', permits, token) then
   -- Already held: handed to us while we were not blocked on the wake list, or an identity

@@ -2,9 +2,13 @@
 -- lowering it only stops new grants (current holders keep their permits).
 -- KEYS[1] permits zset   KEYS[2] meta hash   KEYS[3] queue zset   KEYS[4] waiters hash   KEYS[5] registry
 -- ARGV[1] limit   ARGV[2] registry member   ARGV[3] wake key prefix   ARGV[4] wake key suffix
--- Returns the number of live permits.
+-- Returns the number of live permits, or -2 (nothing written) when the name holds another kind of
+-- value (a lock's token).
 local permits, meta, queue, waiters, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local limit, member, wake_prefix, wake_suffix = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
+if sem_foreign(permits) then
+  return -2
+end
 local now_ms, now_us = server_now()
 redis.call('HSET', meta, 'limit', int(limit))
 sem_reclaim(permits, meta, now_ms)

@@ -5,9 +5,13 @@
 -- one record per permit, field "p:<token>" = "fence since claim info" (claim 1: provisional).
 -- Scores go to Redis as Lua numbers (exact below 2^53); strings are built with int().
 
--- Drop the permits whose lease has ended (with their records); returns how many.
+-- Drop the permits whose lease has ended (with their records); returns how many, or false (and
+-- writes nothing) when the name holds another kind of value than a semaphore's sorted set.
 local function sem_reclaim(permits, meta, now_ms)
-  local expired = redis.call('ZRANGEBYSCORE', permits, '-inf', now_ms)
+  local expired = redis.pcall('ZRANGEBYSCORE', permits, '-inf', now_ms)
+  if expired.err then
+    return false
+  end
   if #expired == 0 then
     return 0
   end
@@ -29,21 +33,15 @@ local function sem_grant(permits, meta, token, ttl, claim, info, now_ms, now_us,
   return tonumber(fence), expiry
 end
 
+-- Whether the name holds another kind of value than a semaphore's sorted set (a lock's token, a
+-- cache entry).  TYPE is one more call: scripts ask only before they first write to a semaphore.
+local function sem_foreign(permits)
+  local kind = redis.call('TYPE', permits).ok
+  return kind ~= 'zset' and kind ~= 'none'
+end
+
 -- Parse a permit record: fence, since ms, claim flag (numbers), info.  Same layout as a waiter record.
 local sem_record = parse_waiter
-
--- Put `token` in the FIFO queue (once) and (re)write its waiter record "ttl lease_until lease
--- info"; the queue and the record outlive two leases without a refresh.
-local function queue_waiter(queue, waiters, meta, token, ttl, lease, info, now_ms)
-  if not redis.call('ZSCORE', queue, token) then
-    redis.call('ZADD', queue, redis.call('HINCRBY', meta, 'seq', 1), token)
-  end
-  redis.call('HSET', waiters, token, int(ttl) .. ' ' .. int(now_ms + lease) .. ' ' .. int(lease) .. ' ' .. info)
-  for _, key in ipairs({queue, waiters}) do
-    if redis.call('PTTL', key) < 2 * lease then redis.call('PEXPIRE', key, 2 * lease) end
-  end
-  return redis.call('ZRANK', queue, token)
-end
 
 -- Remaining ms of a lease ending at `score` (nil: no expiry).
 local function sem_left(score, now_ms)
