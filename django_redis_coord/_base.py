@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from .exceptions import InvalidLockArgument, InvalidLockArgumentType, LockLostError, NameKindConflict
+from .exceptions import InvalidLockArgument, InvalidLockArgumentType, LockError, LockLostError, NameKindConflict
 from .keys import KeySet, encode_name, keys_for
 from .scripts import queue_script
 
@@ -174,6 +174,8 @@ class QueuedBase:
     """
 
     kind = "lock"
+    #: What one hold is called in messages.
+    noun = "lock"
     #: The kind part of the side keys (see :func:`django_redis_coord.keys.keys_for`).
     key_kind = b"lock"
     #: The registry of Lua scripts for this flavour of client (sync or asyncio).
@@ -307,6 +309,11 @@ class QueuedBase:
         script = self.scripts.get(self.redis, self.extend_script)
         mode = "replace" if self._ttl_ms else "persist"
         queue_script(pipe, script, self.extend_keys(), self.extend_args(token, self._ttl_ms, mode))
+
+    def check_extendable(self, action: str) -> None:
+        """Refuse to extend (or reacquire) a hold that has no timeout."""
+        if self.timeout is None:
+            raise LockError(f"Cannot {action} a {self.noun} with no timeout", lock_name=self.name)
 
     def deadline_for(self, sent_at: float, pttl_ms: int) -> Optional[float]:
         """Monotonic instant after which this hold may have ended: measured from the send instant."""

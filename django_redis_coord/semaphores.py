@@ -116,6 +116,7 @@ class SemaphoreBase(QueuedBase):
     """Arguments, keys and local bookkeeping common to :class:`Semaphore` and its asyncio twin."""
 
     kind = "semaphore"
+    noun = "permit"
     key_kind = b"sem"
     acquire_script = "sem_acquire"
     cancel_script = "sem_cancel"
@@ -363,21 +364,14 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         """Add ``additional_time`` seconds to a permit's remaining lease (or set it, with ``replace_ttl``)."""
         check_number("additional_time", additional_time, allow_none=False, positive=True, lock_name=self.name)
         permit = self._held(identity)
-        if self.timeout is None:
-            raise LockError("Cannot extend a permit with no timeout", lock_name=self.name)
-        sent_at = time.monotonic()
-        pttl = self.do_extend(permit.token, to_ms(additional_time), "replace" if replace_ttl else "add")
-        permit.deadline = self.deadline_for(sent_at, pttl)
-        return True
+        self.check_extendable("extend")
+        return self._extend_hold(permit, to_ms(additional_time), "replace" if replace_ttl else "add")
 
     def reacquire(self, identity: Optional[Identity] = None) -> bool:
         """Reset a permit's lease to ``timeout``."""
         permit = self._held(identity)
-        if self.timeout is None:
-            raise LockError("Cannot reacquire a permit with no timeout", lock_name=self.name)
-        sent_at = time.monotonic()
-        permit.deadline = self.deadline_for(sent_at, self.do_extend(permit.token, self._ttl_ms, "replace"))
-        return True
+        self.check_extendable("reacquire")
+        return self._extend_hold(permit, self._ttl_ms, "replace")
 
     def holders(self) -> list[HolderInfo]:
         """Every live permit of this semaphore (from all clients) with its holder's metadata."""

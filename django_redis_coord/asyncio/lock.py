@@ -163,6 +163,12 @@ class QueuedPrimitive(QueuedBase):
         except Exception:  # the original error matters more; the waiter lease bounds the rest
             pass
 
+    async def _extend_hold(self, hold: Any, ms: int, mode: str) -> bool:
+        """Change the expiry of ``hold`` (its ``token`` and local ``deadline``) in Redis."""
+        sent_at = time.monotonic()
+        hold.deadline = self.deadline_for(sent_at, await self.do_extend(hold.token, ms, mode))
+        return True
+
     async def do_acquire(self, token: bytes, enqueue: int, worker: str) -> Grant:
         script = self.scripts.get(self.redis, self.acquire_script)
         reply = await script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis)
@@ -174,6 +180,9 @@ class QueuedPrimitive(QueuedBase):
         return Grant.from_reply(reply)
 
     async def do_release(self, token: bytes) -> Any:
+        raise NotImplementedError
+
+    async def do_extend(self, token: bytes, ms: int, mode: str) -> int:
         raise NotImplementedError
 
 
@@ -273,12 +282,8 @@ class Lock(QueuedPrimitive, LockBase):
         local = self._state()
         if local.token is None:
             raise LockError("Cannot extend an unlocked lock", lock_name=self.name)
-        if self.timeout is None:
-            raise LockError("Cannot extend a lock with no timeout", lock_name=self.name)
-        sent_at = time.monotonic()
-        pttl = await self.do_extend(local.token, to_ms(additional_time), "replace" if replace_ttl else "add")
-        local.deadline = self.deadline_for(sent_at, pttl)
-        return True
+        self.check_extendable("extend")
+        return await self._extend_hold(local, to_ms(additional_time), "replace" if replace_ttl else "add")
 
     async def do_extend(self, token: bytes, ms: int, mode: str) -> int:
         script = self.scripts.get(self.redis, "lock_extend")
@@ -293,9 +298,5 @@ class Lock(QueuedPrimitive, LockBase):
         local = self._state()
         if local.token is None:
             raise LockError("Cannot reacquire an unlocked lock", lock_name=self.name)
-        if self.timeout is None:
-            raise LockError("Cannot reacquire a lock with no timeout", lock_name=self.name)
-        sent_at = time.monotonic()
-        pttl = await self.do_extend(local.token, self._ttl_ms, "replace")
-        local.deadline = self.deadline_for(sent_at, pttl)
-        return True
+        self.check_extendable("reacquire")
+        return await self._extend_hold(local, self._ttl_ms, "replace")

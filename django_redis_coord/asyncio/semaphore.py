@@ -10,12 +10,11 @@ other's permit::
 
 from __future__ import annotations
 
-import time
 from types import TracebackType
 from typing import Any, Optional, Union
 
 from .._base import Number, check_number, new_token, to_ms
-from ..exceptions import LockAcquireTimeout, LockError
+from ..exceptions import LockAcquireTimeout
 from ..holders import HolderInfo, permits_from_inspect
 from ..semaphores import Identity, SemaphoreBase, check_limit, encode_identity
 from .lock import QueuedPrimitive, _TaskLocal
@@ -79,20 +78,13 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
     ) -> bool:
         check_number("additional_time", additional_time, allow_none=False, positive=True, lock_name=self.name)
         permit = self._held(identity)
-        if self.timeout is None:
-            raise LockError("Cannot extend a permit with no timeout", lock_name=self.name)
-        sent_at = time.monotonic()
-        pttl = await self.do_extend(permit.token, to_ms(additional_time), "replace" if replace_ttl else "add")
-        permit.deadline = self.deadline_for(sent_at, pttl)
-        return True
+        self.check_extendable("extend")
+        return await self._extend_hold(permit, to_ms(additional_time), "replace" if replace_ttl else "add")
 
     async def reacquire(self, identity: Optional[Identity] = None) -> bool:
         permit = self._held(identity)
-        if self.timeout is None:
-            raise LockError("Cannot reacquire a permit with no timeout", lock_name=self.name)
-        sent_at = time.monotonic()
-        permit.deadline = self.deadline_for(sent_at, await self.do_extend(permit.token, self._ttl_ms, "replace"))
-        return True
+        self.check_extendable("reacquire")
+        return await self._extend_hold(permit, self._ttl_ms, "replace")
 
     async def holders(self) -> list[HolderInfo]:
         return permits_from_inspect(self.keys.name, await self.do_inspect("full"))

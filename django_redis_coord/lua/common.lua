@@ -79,12 +79,13 @@ local function wake_key(prefix, token, suffix)
   return prefix .. #token .. ':' .. token .. suffix
 end
 
--- Grant the lock to the first queued waiter whose lease is still running, dropping the dead
--- ones, and push the grant ("fence provisional") onto its wake list.  A provisional grant must
--- be claimed by the waiter (lock_extend.lua) to get its full TTL.  `except` (may be nil) is a
--- token that must not be granted here (the caller itself).  Returns the granted token or nil.
-local function hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix,
-                        now_ms, now_us, retention, except)
+-- Take the first queued waiter whose lease is still running off the queue, dropping the dead ones
+-- before it (and their wake lists).  Stops at `except` (may be nil: the caller itself).  Returns
+-- its token, its wake list, what to grant it (ms) and whether that is provisional (0 or 1), its
+-- holder info and the end of its lease; nil when nobody is left.  A long (or endless) hold goes
+-- to a waiter for two leases only, until it claims the rest: a waiter that died while queued
+-- stalls the queue for a bounded time.
+local function next_waiter(queue, waiters, wake_prefix, wake_suffix, now_ms, except)
   while true do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head or head == except then
@@ -97,21 +98,35 @@ local function hand_off(name, meta, queue, waiters, registry, member, wake_prefi
     if data then
       local ttl, lease_until, lease, info = parse_waiter(data)
       if lease_until >= now_ms then
-        local provisional = 0
-        local grant_ttl = ttl
         if ttl == 0 or ttl > 2 * lease then
-          -- A long (or endless) hold goes to a waiter for two leases only, until it claims the
-          -- rest: a waiter that died while queued stalls the queue for a bounded time.
-          provisional = 1
-          grant_ttl = 2 * lease
+          return head, wake, 2 * lease, 1, info, lease_until
         end
-        local fence = grant_lock(name, meta, registry, member, head, grant_ttl, info, now_ms, now_us, retention)
-        if provisional == 1 then redis.call('HSET', meta, 'claim', '1') end
-        redis.call('RPUSH', wake, int(fence) .. ' ' .. provisional)
-        redis.call('PEXPIRE', wake, math.max(lease_until - now_ms, 1) + 60000)
-        return head
+        return head, wake, ttl, 0, info, lease_until
       end
     end
     redis.call('DEL', wake)
   end
+end
+
+-- Tell a waiter it was granted: push "fence provisional" onto its wake list, which outlives the
+-- waiter's lease by a minute.
+local function wake_waiter(wake, fence, provisional, lease_until, now_ms)
+  redis.call('RPUSH', wake, int(fence) .. ' ' .. provisional)
+  redis.call('PEXPIRE', wake, math.max(lease_until - now_ms, 1) + 60000)
+end
+
+-- Grant the lock to the first live queued waiter (next_waiter()) and wake it.  A provisional
+-- grant must be claimed by the waiter (lock_extend.lua) to get its full TTL.  `except` (may be
+-- nil) is a token that must not be granted here (the caller itself).  Returns the granted token or nil.
+local function hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix,
+                        now_ms, now_us, retention, except)
+  local head, wake, ttl, provisional, info, lease_until = next_waiter(queue, waiters, wake_prefix, wake_suffix,
+                                                                      now_ms, except)
+  if not head then
+    return nil
+  end
+  local fence = grant_lock(name, meta, registry, member, head, ttl, info, now_ms, now_us, retention)
+  if provisional == 1 then redis.call('HSET', meta, 'claim', '1') end
+  wake_waiter(wake, fence, provisional, lease_until, now_ms)
+  return head
 end

@@ -89,41 +89,23 @@ local function sem_claim(permits, meta, registry, member, token, ttl, now_ms)
   return fence, pttl
 end
 
--- Serve the FIFO queue while permits are free: each live waiter at the head gets a permit pushed
--- onto its wake list ("fence provisional", as for locks); dead ones are dropped.  Stops at
--- `except` (the caller, may be nil).  Returns whether a permit is free with nobody queued ahead
--- of `except`, and whether anyone was granted one here.
+-- Serve the FIFO queue while permits are free: each live waiter at the head (next_waiter()) gets a
+-- permit and is woken, as for locks.  Stops at `except` (the caller, may be nil).  Returns whether
+-- a permit is free with nobody queued ahead of `except`, and whether anyone was granted one here.
 local function sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, limit,
                             now_ms, now_us, except)
   local granted_any = false
   while redis.call('ZCARD', permits) < limit do
-    local head = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not head or head == except then
+    local head, wake, ttl, provisional, info, lease_until = next_waiter(queue, waiters, wake_prefix, wake_suffix,
+                                                                        now_ms, except)
+    if not head then
       return true, granted_any
     end
-    redis.call('ZREM', queue, head)
-    local data = redis.call('HGET', waiters, head)
-    redis.call('HDEL', waiters, head)
-    local wake = wake_key(wake_prefix, head, wake_suffix)
-    local granted = false
-    if data then
-      local ttl, lease_until, lease, info = parse_waiter(data)
-      if lease_until >= now_ms then
-        local provisional, grant_ttl = 0, ttl
-        if ttl == 0 or ttl > 2 * lease then
-          provisional, grant_ttl = 1, 2 * lease
-        end
-        local fence, expiry = sem_grant(permits, meta, head, grant_ttl, provisional, info, now_ms, now_us,
-                                        redis.call('HGET', meta, 'fence'))
-        sem_publish(permits, registry, member, expiry)
-        redis.call('RPUSH', wake, int(fence) .. ' ' .. provisional)
-        redis.call('PEXPIRE', wake, math.max(lease_until - now_ms, 1) + 60000)
-        granted, granted_any = true, true
-      end
-    end
-    if not granted then
-      redis.call('DEL', wake)
-    end
+    local fence, expiry = sem_grant(permits, meta, head, ttl, provisional, info, now_ms, now_us,
+                                    redis.call('HGET', meta, 'fence'))
+    sem_publish(permits, registry, member, expiry)
+    wake_waiter(wake, fence, provisional, lease_until, now_ms)
+    granted_any = true
   end
   return false, granted_any
 end
