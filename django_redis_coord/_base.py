@@ -185,6 +185,8 @@ class QueuedBase:
     extend_script = "lock_extend"
     #: Arguments the release and extend scripts take after the common ones.
     retention_args: tuple = ()
+    #: The last argument of the acquire scripts (a lock: metadata retention; a semaphore: its limit).
+    acquire_setting: Any = ""
 
     def __init__(
         self,
@@ -239,10 +241,6 @@ class QueuedBase:
             info = _INFO_CACHE[key] = json.dumps({**self._info_head, "pid": key[1], "thread": worker})
         return info
 
-    def acquire_setting(self) -> Any:
-        """The last argument of the acquire scripts (a lock: metadata retention; a semaphore: its limit)."""
-        raise NotImplementedError
-
     def acquire_keys(self, token: bytes) -> tuple:
         k = self.keys
         return (k.name, k.meta, k.queue, k.waiters, k.registry, k.wake(token))
@@ -259,7 +257,7 @@ class QueuedBase:
             self.member,
             k.wake_prefix,
             k.wake_suffix,
-            self.acquire_setting(),
+            self.acquire_setting,
         )
 
     def release_keys(self) -> tuple:
@@ -408,6 +406,7 @@ class LockBase(QueuedBase):
     kind = "lock"
     key_kind = b"lock"
     retention_args = (META_RETENTION_MS,)
+    acquire_setting = META_RETENTION_MS
 
     def __init__(
         self,
@@ -446,9 +445,6 @@ class LockBase(QueuedBase):
         check_number("sleep", self.sleep, allow_none=False, positive=False, lock_name=name)
         if timeout is not None and self.sleep > timeout:
             raise InvalidLockArgument("'sleep' must be less than 'timeout'", lock_name=name)
-
-    def acquire_setting(self) -> int:
-        return META_RETENTION_MS
 
     def _lost_subject(self, local: Any) -> Any:
         return self

@@ -157,11 +157,17 @@ class SemaphoreBase(QueuedBase):
         if self.limit is not None:
             check_limit(self.limit, name)
 
-    # -- arguments and replies of the scripts ------------------------------------------------
-    def acquire_setting(self) -> Any:
-        """The limit the acquire script stores when none is stored yet (``""``: none)."""
-        return self.limit if self.limit is not None else ""
+    @property
+    def limit(self) -> Optional[int]:
+        """The limit the first acquire stores in Redis when none is stored yet (``None``: none)."""
+        return self._limit
 
+    @limit.setter
+    def limit(self, value: Optional[int]) -> None:
+        self._limit = value
+        self.acquire_setting = value if value is not None else ""
+
+    # -- arguments and replies of the scripts ------------------------------------------------
     def set_limit_args(self, size: int) -> tuple:
         k = self.keys
         return (size, self.member, k.wake_prefix, k.wake_suffix)

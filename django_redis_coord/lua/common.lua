@@ -80,7 +80,8 @@ local function wake_key(prefix, token, suffix)
 end
 
 -- Take the first queued waiter whose lease is still running off the queue, dropping the dead ones
--- before it (and their wake lists).  Stops at `except` (may be nil: the caller itself).  Returns
+-- before it (and their wake lists).  The caller grants it and pushes "fence provisional" onto its
+-- wake list, which then outlives the waiter's lease by a minute.  Stops at `except` (may be nil: the caller itself).  Returns
 -- its token, its wake list, what to grant it (ms) and whether that is provisional (0 or 1), its
 -- holder info and the end of its lease; nil when nobody is left.  A long (or endless) hold goes
 -- to a waiter for two leases only, until it claims the rest: a waiter that died while queued
@@ -108,13 +109,6 @@ local function next_waiter(queue, waiters, wake_prefix, wake_suffix, now_ms, exc
   end
 end
 
--- Tell a waiter it was granted: push "fence provisional" onto its wake list, which outlives the
--- waiter's lease by a minute.
-local function wake_waiter(wake, fence, provisional, lease_until, now_ms)
-  redis.call('RPUSH', wake, int(fence) .. ' ' .. provisional)
-  redis.call('PEXPIRE', wake, math.max(lease_until - now_ms, 1) + 60000)
-end
-
 -- Grant the lock to the first live queued waiter (next_waiter()) and wake it.  A provisional
 -- grant must be claimed by the waiter (lock_extend.lua) to get its full TTL.  `except` (may be
 -- nil) is a token that must not be granted here (the caller itself).  Returns the granted token or nil.
@@ -127,6 +121,7 @@ local function hand_off(name, meta, queue, waiters, registry, member, wake_prefi
   end
   local fence = grant_lock(name, meta, registry, member, head, ttl, info, now_ms, now_us, retention)
   if provisional == 1 then redis.call('HSET', meta, 'claim', '1') end
-  wake_waiter(wake, fence, provisional, lease_until, now_ms)
+  redis.call('RPUSH', wake, int(fence) .. ' ' .. provisional)
+  redis.call('PEXPIRE', wake, math.max(lease_until - now_ms, 1) + 60000)
   return head
 end

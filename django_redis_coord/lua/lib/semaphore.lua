@@ -104,7 +104,8 @@ local function sem_hand_off(permits, meta, queue, waiters, registry, member, wak
     local fence, expiry = sem_grant(permits, meta, head, ttl, provisional, info, now_ms, now_us,
                                     redis.call('HGET', meta, 'fence'))
     sem_publish(permits, registry, member, expiry)
-    wake_waiter(wake, fence, provisional, lease_until, now_ms)
+    redis.call('RPUSH', wake, int(fence) .. ' ' .. provisional)
+    redis.call('PEXPIRE', wake, math.max(lease_until - now_ms, 1) + 60000)
     granted_any = true
   end
   return false, granted_any
