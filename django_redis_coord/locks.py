@@ -140,6 +140,8 @@ class QueuedPrimitive(QueuedBase):
             payload = blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
             if payload is not None:
                 return self.woken_grant(payload), queued_at
+            if stop_at is not None and time.monotonic() >= stop_at:
+                return self.do_cancel(token, worker), queued_at  # no refresh on the way out
             called_at = time.monotonic()
             grant = self.do_acquire(token, 2, worker)
             if grant.acquired:  # possibly handed over before this call: measure from the one before
@@ -271,7 +273,11 @@ class Lock(QueuedPrimitive, LockBase):
         if getattr(local, "watched", False):
             self._watchdog().unregister(self, local)
         # Keep the token until Redis answered: a connection error must leave a way to retry.
-        self.do_release(token)
+        try:
+            self.do_release(token)
+        except LockNotOwnedError:
+            self._mark_lost(local)  # found here before the watchdog did: on_lost still fires once
+            raise
         local.token = None
         local.count = 0
         if lost:

@@ -133,3 +133,14 @@ def test_reentrancy_is_per_thread(redis_client):
     thread.join()
     assert result == [False]
     lock.release()
+
+
+def test_a_release_that_finds_the_hold_gone_fires_on_lost_once(redis_client):
+    lost: list[Lock] = []
+    lock = Lock(redis_client, "gone-on-release", timeout=5, on_lost=lost.append)
+    lock.acquire()
+    redis_client.delete("gone-on-release")  # before any watchdog could notice
+    with pytest.raises(LockNotOwnedError):
+        lock.release()
+    assert lost == [lock]
+    assert not lock.valid

@@ -149,6 +149,8 @@ class QueuedPrimitive(QueuedBase):
             payload = await blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
             if payload is not None:
                 return self.woken_grant(payload), queued_at
+            if stop_at is not None and time.monotonic() >= stop_at:
+                return await self.do_cancel(token, worker), queued_at  # no refresh on the way out
             called_at = time.monotonic()
             grant = await self.do_acquire(token, 2, worker)
             if grant.acquired:  # possibly handed over before this call: measure from the one before
@@ -266,6 +268,7 @@ class Lock(QueuedPrimitive, LockBase):
         except LockNotOwnedError:
             local.token = None
             local.count = 0
+            self._mark_lost(local)  # found here before the watchdog did: on_lost still fires once
             raise
         local.token = None
         local.count = 0
