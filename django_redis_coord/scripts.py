@@ -24,8 +24,9 @@ from redis.exceptions import NoScriptError, ResponseError
 
 def script_files(name: str) -> list[str]:
     """The files script ``name`` is made of, in order: ``common.lua``, the helpers of its family
-    (``lib/semaphore.lua`` for the ``sem_*`` scripts) and ``<name>.lua``.  Lock scripts do not
-    carry the semaphore helpers: every function defined costs time on every call."""
+    (``lib/semaphore.lua`` for the ``sem_*`` scripts) and ``<name>.lua``.  ``common.lua`` holds
+    what both families use; lock scripts do not carry the semaphore-only helpers, since every
+    function defined costs time on every call."""
     family = ["lib/semaphore.lua"] if name.startswith("sem_") else []
     return ["common.lua", *family, f"{name}.lua"]
 
