@@ -505,6 +505,15 @@ def _redlock_problems(redlock: object) -> list[Problem]:
         if problem:
             msg = problem.msg.replace("['REDLOCK']", "['REDLOCK']['MASTERS']")
             problems.append(Problem("django_redis_coord.E015", msg, hint))
+    node_timeout = redlock.get("NODE_TIMEOUT")
+    if node_timeout is not None and (
+        isinstance(node_timeout, bool) or not isinstance(node_timeout, (int, float)) or not node_timeout > 0
+    ):
+        problems.append(Problem(
+            "django_redis_coord.E015",
+            f"{SETTING_NAME}['REDLOCK']['NODE_TIMEOUT'] must be a positive number of seconds.",
+            "The time each master gets to answer, e.g. 0.05; it is capped at a quarter of the lock timeout.",
+        ))
     return problems
 
 

@@ -87,6 +87,7 @@ from .shortcuts import (
     SignallingLock,
     SignallingRedlock,
     make_semaphore,
+    redlock_node_timeout,
     semaphore_class,
 )
 
@@ -612,6 +613,7 @@ class Locked:
         key = settings.prefixed(name)
         if self.redlock:
             self._check_redlock_settings(settings)
+            options.update(redlock_node_timeout(options["timeout"]))
             if is_async:
                 return AsyncSignallingRedlock(
                     get_async_redlock_masters(), key, app_name=name, label=label, thread_local=False, **options

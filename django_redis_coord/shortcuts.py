@@ -369,6 +369,15 @@ def _redlock_options(name: Name, timeout: Any, auto_renew: Optional[bool]) -> tu
     return timeout, auto_renew
 
 
+def redlock_node_timeout(timeout: Any) -> dict[str, Any]:
+    """``{"node_timeout": ...}`` from ``REDLOCK["NODE_TIMEOUT"]`` (capped at a quarter of
+    ``timeout``), or nothing when it is not set (the Redlock's own default applies)."""
+    configured = (coord_settings().redlock or {}).get("NODE_TIMEOUT")
+    if configured is None or not isinstance(timeout, (int, float)):
+        return {}
+    return {"node_timeout": min(float(configured), timeout / 4.0)}
+
+
 def redlock(
     name: Name,
     timeout: Any = DEFAULT,
@@ -395,7 +404,7 @@ def redlock(
         timeout=timeout,
         auto_renew=auto_renew,
         app_name=name,
-        **kwargs,
+        **{**redlock_node_timeout(timeout), **kwargs},
     )
 
 
@@ -415,7 +424,7 @@ def aredlock(
         timeout=timeout,
         auto_renew=auto_renew,
         app_name=name,
-        **kwargs,
+        **{**redlock_node_timeout(timeout), **kwargs},
     )
 
 

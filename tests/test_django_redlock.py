@@ -41,7 +41,9 @@ def _forget_redlock_users():
 def three(redis_servers, redis_client):
     """Three independent masters configured as REDLOCK["MASTERS"] (and the session Redis as URL)."""
     servers = redis_servers(3)
-    value = {"URL": django_settings.REDIS_URL, "REDLOCK": {"MASTERS": [server.url for server in servers]}}
+    # Fresh masters are dialled on first use: give them room on a loaded CI machine.
+    redlock = {"MASTERS": [server.url for server in servers], "NODE_TIMEOUT": 0.5}
+    value = {"URL": django_settings.REDIS_URL, "REDLOCK": redlock}
     with override_settings(DJANGO_REDIS_COORD=value):
         yield servers
 
@@ -511,3 +513,11 @@ def test_missing_masters_fail_at_decoration_and_in_the_system_check(three, redis
         del configured
         gc.collect()
         assert checks.run_checks(tags=["django_redis_coord"]) == []
+
+
+def test_node_timeout_setting_is_capped_at_a_quarter_of_the_timeout(three):
+    from django_redis_coord.shortcuts import redlock
+
+    assert redlock("capped", timeout=10).node_timeout == 0.5
+    assert redlock("capped", timeout=1).node_timeout == 0.25
+    assert redlock("capped", timeout=10, node_timeout=0.05).node_timeout == 0.05
