@@ -12,9 +12,11 @@ import json
 import os
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Optional, Union
 
 from .exceptions import InvalidLockArgument, InvalidLockArgumentType, LockError, LockLostError, NameKindConflict
@@ -90,6 +92,31 @@ def new_token() -> bytes:
 def drift(timeout: Optional[Number]) -> float:
     """Seconds subtracted from a hold's duration for the local validity deadline."""
     return DRIFT_FIXED + (DRIFT_FACTOR * timeout if timeout else 0.0)
+
+
+class SharedHold:
+    """Hold state shared by all threads (``thread_local=False``); ``.token`` as in redis-py.
+
+    The hold itself is a plain namespace (``hold``), so the watchdog thread can update the
+    deadline of whichever thread acquired; ``initial`` names further fields it starts with.
+    """
+
+    initial: dict[str, Any] = {}
+
+    def __init__(self) -> None:
+        self.hold = SimpleNamespace(token=None, **self.initial)
+
+    @property
+    def token(self) -> Optional[bytes]:
+        return self.hold.token
+
+    @token.setter
+    def token(self, value: Optional[bytes]) -> None:
+        self.hold.token = value
+
+
+class ThreadHold(SharedHold, threading.local):
+    """Hold state private to each thread."""
 
 
 @dataclass

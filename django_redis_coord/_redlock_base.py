@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, Optional, Union
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ._base import Grant, LockBase, Number, as_bytes, check_number, drift, encode_token, new_token, to_ms
+from ._base import SharedHold as BaseSharedHold
 from .exceptions import (
     CoordError,
     InvalidLockArgument,
@@ -528,13 +529,7 @@ class RedlockBase:
         )
 
 
-class SharedHold:
-    """Hold state shared by all threads (``thread_local=False``); ``.token`` as in redis-py."""
+class SharedHold(BaseSharedHold):
+    """A Redlock's hold state shared by all threads; it starts with fence, deadline and lost set."""
 
-    def __init__(self) -> None:
-        self.hold = SimpleNamespace(token=None, fence=None, deadline=0.0, lost=False)
-
-    @property
-    def token(self) -> Optional[bytes]:
-        return self.hold.token
-
+    initial = {"fence": None, "deadline": 0.0, "lost": False}

@@ -13,11 +13,23 @@ from __future__ import annotations
 
 import threading
 import time
-from types import SimpleNamespace, TracebackType
+from types import TracebackType
 from typing import Any, Optional, Union
 
 from . import watchdog as _watchdog
-from ._base import Grant, LockBase, Number, QueuedBase, as_bytes, check_number, encode_token, new_token, to_ms
+from ._base import (
+    Grant,
+    LockBase,
+    Number,
+    QueuedBase,
+    SharedHold,
+    ThreadHold,
+    as_bytes,
+    check_number,
+    encode_token,
+    new_token,
+    to_ms,
+)
 from .exceptions import (
     InvalidLockArgument,
     LockAcquireTimeout,
@@ -66,26 +78,6 @@ def blocking_pop(client: Any, key: bytes, budget: Optional[float], server_timeou
     finally:
         pool.release(conn)
     return None if reply is None else reply[1]
-
-
-class _SharedHold:
-    """Hold state shared by all threads (``thread_local=False``); ``.token`` as in redis-py."""
-
-    def __init__(self) -> None:
-        self.hold = SimpleNamespace(token=None)
-
-    @property
-    def token(self) -> Optional[bytes]:
-        return self.hold.token
-
-    @token.setter
-    def token(self, value: Optional[bytes]) -> None:
-        self.hold.token = value
-
-
-class _ThreadHold(_SharedHold, threading.local):
-    """Hold state private to each thread.  The per-thread ``hold`` namespace is a plain object,
-    so the watchdog thread can update the deadline of the thread that acquired."""
 
 
 class QueuedPrimitive(QueuedBase):
@@ -190,7 +182,7 @@ class Lock(QueuedPrimitive, LockBase):
 
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
-        self.local = _ThreadHold() if self.thread_local else _SharedHold()
+        self.local = ThreadHold() if self.thread_local else SharedHold()
 
     # -- local state (per thread unless thread_local=False) --------------------------------
     def _state(self) -> Any:
