@@ -116,34 +116,95 @@ class SignallingMixin(Signals):
     def _outermost_hold(self) -> bool:
         return int(getattr(self._state(), "count", 1) or 1) <= 1
 
-    def _after_acquire(self, acquired: bool, started: float) -> None:
+    def _acquire_event(self, acquired: bool, started: float) -> Optional[tuple[Any, dict[str, Any]]]:
+        """The signal (and its arguments) an acquire call ends with, if any."""
         waited = time.monotonic() - started
+        if not acquired:
+            return lock_contended, {"wait_time": waited, "retry_after": self.retry_after, **self._signal_args()}
+        if not self._outermost_hold():
+            return None
         state = self._state()
-        if acquired:
-            if self._outermost_hold():
-                state.acquired_at = time.monotonic()
-                state.lost_signalled = False
-                send(lock_acquired, type(self), fence=self.fence, wait_time=waited, **self._signal_args())
-        else:
-            send(lock_contended, type(self), wait_time=waited, retry_after=self.retry_after, **self._signal_args())
+        state.acquired_at = time.monotonic()
+        state.lost_signalled = False
+        return lock_acquired, {"fence": self.fence, "wait_time": waited, **self._signal_args()}
+
+    def _released_args(self) -> tuple[Any, dict[str, Any]]:
+        """Taken before a release: the hold's state and the arguments of its closing signal."""
+        return self._state(), {"fence": self.fence, "held_time": self._held_time(), **self._signal_args()}
+
+    def _first_loss(self, state: Any) -> bool:
+        if getattr(state, "lost_signalled", False):
+            return False
+        state.lost_signalled = True
+        return True
+
+    def _hold_ended(self, state: Any) -> bool:
+        """After a successful release: did the hold end (not just an inner re-entrant one)?"""
+        return state.token is None
 
 
-
-class SignallingLock(SignallingMixin, CoreLock):
-    """:class:`django_redis_coord.locks.Lock` sending the signals of :mod:`django_redis_coord.signals`."""
+class SyncSignalling(SignallingMixin):
+    """Sends the signals from a sync primitive (watchdog thread or caller's thread)."""
 
     def _mark_lost(self, local: Any) -> None:
-        # Called by the watchdog (another thread) with the hold's own state.
         args = self._loss_args(local)
         if args is not None:
             send(lock_lost, type(self), **args)
-        super()._mark_lost(local)
+        super()._mark_lost(local)  # type: ignore[misc]
 
     def acquire(self, *args: Any, **kwargs: Any) -> bool:
         started = time.monotonic()
-        acquired = super().acquire(*args, **kwargs)
-        self._after_acquire(acquired, started)
+        acquired = super().acquire(*args, **kwargs)  # type: ignore[misc]
+        event = self._acquire_event(acquired, started)
+        if event is not None:
+            send(event[0], type(self), **event[1])
         return acquired
+
+    def release(self) -> None:
+        state, args = self._released_args()
+        try:
+            super().release()  # type: ignore[misc]
+        except LockNotOwnedError:  # lost (or found lost before)
+            if self._first_loss(state):
+                send(lock_lost, type(self), **args)
+            raise
+        if self._hold_ended(state):
+            send(lock_released, type(self), **args)
+
+
+class AsyncSignalling(SignallingMixin):
+    """Sends the signals from an asyncio primitive (the loss from the loop's watchdog task)."""
+
+    def _mark_lost(self, local: Any) -> None:
+        args = self._loss_args(local)
+        if args is not None:
+            task = asyncio.ensure_future(asend(lock_lost, type(self), **args))
+            _pending.add(task)
+            task.add_done_callback(_pending.discard)
+        super()._mark_lost(local)  # type: ignore[misc]
+
+    async def acquire(self, *args: Any, **kwargs: Any) -> bool:
+        started = time.monotonic()
+        acquired = await super().acquire(*args, **kwargs)  # type: ignore[misc]
+        event = self._acquire_event(acquired, started)
+        if event is not None:
+            await asend(event[0], type(self), **event[1])
+        return acquired
+
+    async def release(self) -> None:
+        state, args = self._released_args()
+        try:
+            await super().release()  # type: ignore[misc]
+        except LockNotOwnedError:
+            if self._first_loss(state):
+                await asend(lock_lost, type(self), **args)
+            raise
+        if self._hold_ended(state):
+            await asend(lock_released, type(self), **args)
+
+
+class SignallingLock(SyncSignalling, CoreLock):
+    """:class:`django_redis_coord.locks.Lock` sending the signals of :mod:`django_redis_coord.signals`."""
 
     def do_acquire(self, *args: Any, **kwargs: Any) -> Any:
         return self._note_refusal(super().do_acquire(*args, **kwargs))
@@ -151,48 +212,9 @@ class SignallingLock(SignallingMixin, CoreLock):
     def do_cancel(self, *args: Any, **kwargs: Any) -> Any:
         return self._note_refusal(super().do_cancel(*args, **kwargs))
 
-    def release(self) -> None:
-        state = self._state()
-        fence = self.fence
-        held = self._held_time()
-        try:
-            super().release()
-        except LockNotOwnedError:
-            if not getattr(state, "lost_signalled", False):
-                state.lost_signalled = True
-                send(lock_lost, type(self), fence=fence, held_time=held, **self._signal_args())
-            raise
-        if state.token is None:
-            send(lock_released, type(self), fence=fence, held_time=held, **self._signal_args())
 
-
-class AsyncSignallingLock(SignallingMixin, AsyncCoreLock):
+class AsyncSignallingLock(AsyncSignalling, AsyncCoreLock):  # type: ignore[misc]
     """The asyncio :class:`~django_redis_coord.asyncio.lock.Lock` sending the same signals."""
-
-    def _mark_lost(self, local: Any) -> None:
-        # Called by the event loop's watchdog task with the hold's own state.
-        args = self._loss_args(local)
-        if args is not None:
-            task = asyncio.ensure_future(asend(lock_lost, type(self), **args))
-            _pending.add(task)
-            task.add_done_callback(_pending.discard)
-        super()._mark_lost(local)
-
-    async def acquire(self, *args: Any, **kwargs: Any) -> bool:  # type: ignore[override]
-        started = time.monotonic()
-        acquired = await super().acquire(*args, **kwargs)
-        waited = time.monotonic() - started
-        state = self._state()
-        if acquired:
-            if self._outermost_hold():
-                state.acquired_at = time.monotonic()
-                state.lost_signalled = False
-                await asend(lock_acquired, type(self), fence=self.fence, wait_time=waited, **self._signal_args())
-        else:
-            await asend(
-                lock_contended, type(self), wait_time=waited, retry_after=self.retry_after, **self._signal_args()
-            )
-        return acquired
 
     async def do_acquire(self, *args: Any, **kwargs: Any) -> Any:
         return self._note_refusal(await super().do_acquire(*args, **kwargs))
@@ -200,27 +222,14 @@ class AsyncSignallingLock(SignallingMixin, AsyncCoreLock):
     async def do_cancel(self, *args: Any, **kwargs: Any) -> Any:
         return self._note_refusal(await super().do_cancel(*args, **kwargs))
 
-    async def release(self) -> None:  # type: ignore[override]
-        state = self._state()
-        fence = self.fence
-        held = self._held_time()
-        try:
-            await super().release()
-        except LockNotOwnedError:
-            if not getattr(state, "lost_signalled", False):
-                state.lost_signalled = True
-                await asend(lock_lost, type(self), fence=fence, held_time=held, **self._signal_args())
-            raise
-        if state.token is None:
-            await asend(lock_released, type(self), fence=fence, held_time=held, **self._signal_args())
-
 
 class RedlockSignals(SignallingMixin):
-    """What the sync and asyncio signalling Redlocks share.
+    """What the sync and asyncio signalling Redlocks add.
 
     A refused attempt records how long the other holder keeps a quorum: the time until enough
     of the refusing masters' holds end (what they reported), or the Redlock's own ``timeout``
     as an upper bound when they cannot tell (a hold without expiry, masters that did not answer).
+    A Redlock is not re-entrant: every successful release ends the hold.
     """
 
     timeout: Any
@@ -230,78 +239,16 @@ class RedlockSignals(SignallingMixin):
         self._state().holder_pttl = busy if busy is not None else to_ms(self.timeout)
         return super().failed_attempt(grants)  # type: ignore[misc]
 
-    def _released_args(self) -> tuple[Any, dict[str, Any]]:
-        return self._state(), {"fence": self.fence, "held_time": self._held_time(), **self._signal_args()}
-
-    def _first_loss(self, state: Any) -> bool:
-        if getattr(state, "lost_signalled", False):
-            return False
-        state.lost_signalled = True
+    def _hold_ended(self, state: Any) -> bool:
         return True
 
 
-class SignallingRedlock(RedlockSignals, CoreRedlock):
+class SignallingRedlock(SyncSignalling, RedlockSignals, CoreRedlock):
     """:class:`django_redis_coord.Redlock` sending the signals of :mod:`django_redis_coord.signals`."""
 
-    def _mark_lost(self, hold: Any) -> None:
-        # Called by the watchdog thread with the hold's own state.
-        args = self._loss_args(hold)
-        if args is not None:
-            send(lock_lost, type(self), **args)
-        super()._mark_lost(hold)
 
-    def acquire(self, *args: Any, **kwargs: Any) -> bool:
-        started = time.monotonic()
-        acquired = super().acquire(*args, **kwargs)
-        self._after_acquire(acquired, started)
-        return acquired
-
-    def release(self) -> None:
-        state, args = self._released_args()
-        try:
-            super().release()
-        except LockNotOwnedError:  # not held on a quorum any more (or found lost before)
-            if self._first_loss(state):
-                send(lock_lost, type(self), **args)
-            raise
-        send(lock_released, type(self), **args)
-
-
-class AsyncSignallingRedlock(RedlockSignals, AsyncCoreRedlock):
+class AsyncSignallingRedlock(AsyncSignalling, RedlockSignals, AsyncCoreRedlock):  # type: ignore[misc]
     """The asyncio :class:`~django_redis_coord.asyncio.Redlock` sending the same signals."""
-
-    def _mark_lost(self, hold: Any) -> None:
-        args = self._loss_args(hold)
-        if args is not None:
-            task = asyncio.ensure_future(asend(lock_lost, type(self), **args))
-            _pending.add(task)
-            task.add_done_callback(_pending.discard)
-        super()._mark_lost(hold)
-
-    async def acquire(self, *args: Any, **kwargs: Any) -> bool:  # type: ignore[override]
-        started = time.monotonic()
-        acquired = await super().acquire(*args, **kwargs)
-        waited = time.monotonic() - started
-        if acquired:
-            state = self._state()
-            state.acquired_at = time.monotonic()
-            state.lost_signalled = False
-            await asend(lock_acquired, type(self), fence=self.fence, wait_time=waited, **self._signal_args())
-        else:
-            await asend(
-                lock_contended, type(self), wait_time=waited, retry_after=self.retry_after, **self._signal_args()
-            )
-        return acquired
-
-    async def release(self) -> None:  # type: ignore[override]
-        state, args = self._released_args()
-        try:
-            await super().release()
-        except LockNotOwnedError:
-            if self._first_loss(state):
-                await asend(lock_lost, type(self), **args)
-            raise
-        await asend(lock_released, type(self), **args)
 
 
 def _options(timeout: Any, auto_renew: Optional[bool]) -> tuple[Any, bool]:
