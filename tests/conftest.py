@@ -73,3 +73,23 @@ def redis_servers():
     yield start
     for server in started:
         server.cleanup()
+
+
+@pytest.fixture
+def received():
+    """Every hold signal sent during the test, as ``(label, {"sender": ..., **arguments})``."""
+    from django_redis_coord.signals import lock_acquired, lock_contended, lock_lost, lock_released
+
+    signals = {"acquired": lock_acquired, "released": lock_released, "contended": lock_contended, "lost": lock_lost}
+    events: list[tuple[str, dict]] = []
+    receivers = {}
+    for label, signal in signals.items():
+
+        def receiver(sender, signal=None, _label=label, **kwargs):
+            events.append((_label, {"sender": sender, **kwargs}))
+
+        receivers[label] = receiver
+        signal.connect(receiver, weak=False)
+    yield events
+    for label, signal in signals.items():
+        signal.disconnect(receivers[label])

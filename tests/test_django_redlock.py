@@ -19,11 +19,8 @@ from django_redis_coord import Lock, QuorumUnavailable, aredlock, lock_holder, l
 from django_redis_coord.decorators import LockContended, current_lock, redlock_users
 from django_redis_coord.exceptions import InvalidLockArgument, InvalidLockArgumentType, LockNotOwnedError
 from django_redis_coord.shortcuts import AsyncSignallingRedlock, SignallingRedlock, redlock
-from django_redis_coord.signals import lock_acquired, lock_contended, lock_lost, lock_released
 from tests.procs import run_processes
 from tests.test_django_decorators import entered, in_thread, wait_for
-
-SIGNALS = {"acquired": lock_acquired, "released": lock_released, "contended": lock_contended, "lost": lock_lost}
 
 
 # -- fixtures --------------------------------------------------------------------------------------
@@ -46,22 +43,6 @@ def three(redis_servers, redis_client):
     value = {"URL": django_settings.REDIS_URL, "REDLOCK": redlock}
     with override_settings(DJANGO_REDIS_COORD=value):
         yield servers
-
-
-@pytest.fixture
-def received():
-    events: list[tuple[str, dict]] = []
-    receivers = {}
-    for label, signal in SIGNALS.items():
-
-        def receiver(sender, signal=None, _label=label, **kwargs):
-            events.append((_label, {"sender": sender, **kwargs}))
-
-        receivers[label] = receiver
-        signal.connect(receiver, weak=False)
-    yield events
-    for label, signal in SIGNALS.items():
-        signal.disconnect(receivers[label])
 
 
 def flags() -> redis.Redis:

@@ -12,26 +12,8 @@ from django.test import Client, override_settings
 from django_redis_coord import lock, semaphore
 from django_redis_coord.exceptions import LockNotOwnedError
 from django_redis_coord.shortcuts import alock
-from django_redis_coord.signals import lock_acquired, lock_contended, lock_lost, lock_released
+from django_redis_coord.signals import lock_acquired
 from tests.test_django_decorators import entered, in_thread, wait_for
-
-SIGNALS = {"acquired": lock_acquired, "released": lock_released, "contended": lock_contended, "lost": lock_lost}
-
-
-@pytest.fixture
-def received():
-    events: list[tuple[str, dict]] = []
-    receivers = {}
-    for label, signal in SIGNALS.items():
-
-        def receiver(sender, signal=None, _label=label, **kwargs):
-            events.append((_label, {"sender": sender, **kwargs}))
-
-        receivers[label] = receiver
-        signal.connect(receiver, weak=False)
-    yield events
-    for label, signal in SIGNALS.items():
-        signal.disconnect(receivers[label])
 
 
 def lost_of(events, name):
