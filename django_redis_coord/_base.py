@@ -9,6 +9,7 @@ Nothing in here talks to Redis; the sync and asyncio twins (:mod:`django_redis_c
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import socket
@@ -19,7 +20,14 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Optional, Union
 
-from .exceptions import InvalidLockArgument, InvalidLockArgumentType, LockError, LockLostError, NameKindConflict
+from .exceptions import (
+    InvalidLockArgument,
+    InvalidLockArgumentType,
+    LockAcquireTimeout,
+    LockError,
+    LockLostError,
+    NameKindConflict,
+)
 from .keys import KeySet, encode_name, keys_for
 from .scripts import queue_script
 
@@ -427,7 +435,28 @@ class QueuedBase:
         return Grant(True, fence, pttl, provisional)
 
 
-class LockBase(QueuedBase):
+class ReleaseOnExit:
+    """What the ``with`` blocks of the lock-like primitives share (as redis-py's Lock behaves)."""
+
+    name: Any
+    kind: str
+    raise_on_release_error: bool
+
+    def timed_out(self) -> LockAcquireTimeout:
+        """The error of a ``with`` block that could not acquire in time."""
+        return LockAcquireTimeout("Unable to acquire lock within the time specified", lock_name=self.name)
+
+    def release_failed(self) -> None:
+        """A release at the end of a ``with`` block failed: re-raise, or log it when
+        ``raise_on_release_error`` is off.  Call it from the ``except`` clause."""
+        if self.raise_on_release_error:
+            raise
+        logging.getLogger("django_redis_coord").warning(
+            "%s %r was no longer owned when exiting the context manager.", self.kind.capitalize(), self.name
+        )
+
+
+class LockBase(ReleaseOnExit, QueuedBase):
     """Arguments, keys and local state common to :class:`Lock` and its asyncio twin."""
 
     kind = "lock"

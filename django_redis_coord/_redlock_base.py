@@ -11,7 +11,6 @@ its holder registry and the listing tools like any lock.
 from __future__ import annotations
 
 import hashlib
-import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -22,13 +21,12 @@ from typing import Any, NamedTuple, Optional, Union
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from ._base import Grant, LockBase, Number, as_bytes, check_number, drift, encode_token, new_token, to_ms
+from ._base import Grant, LockBase, Number, ReleaseOnExit, as_bytes, check_number, drift, encode_token, new_token, to_ms
 from ._base import SharedHold as BaseSharedHold
 from .exceptions import (
     CoordError,
     InvalidLockArgument,
     InvalidLockArgumentType,
-    LockAcquireTimeout,
     LockError,
     LockLostError,
     LockNotOwnedError,
@@ -37,7 +35,6 @@ from .scripts import script_text
 
 __all__ = ["QuorumUnavailable", "RedlockBase", "Command", "DEFAULT_TIMEOUT", "DEFAULT_RETRY_DELAY", "pack"]
 
-logger = logging.getLogger("django_redis_coord")
 
 #: Lease of a Redlock hold when none is given (seconds).
 DEFAULT_TIMEOUT = 10.0
@@ -132,7 +129,7 @@ class Tally:
     failures: dict[int, BaseException] = field(default_factory=dict)
 
 
-class RedlockBase:
+class RedlockBase(ReleaseOnExit):
     """Arguments, commands and local state common to :class:`Redlock` and its asyncio twin."""
 
     kind = "redlock"
@@ -357,15 +354,6 @@ class RedlockBase:
         """Raise :class:`LockLostError` unless the hold is still valid."""
         if not self.valid:
             raise LockLostError("The Redlock is no longer held", lock_name=self.name)
-
-    def release_failed(self) -> None:
-        """A release at the end of a ``with`` block failed: re-raise or log, as redis-py's Lock does."""
-        if self.raise_on_release_error:
-            raise
-        logger.warning("Redlock %r was no longer owned when exiting the context manager.", self.name)
-
-    def timed_out(self) -> LockAcquireTimeout:
-        return LockAcquireTimeout("Unable to acquire lock within the time specified", lock_name=self.name)
 
     # -- reading the answers ------------------------------------------------------------------
     @staticmethod

@@ -32,7 +32,6 @@ from ._base import (
 )
 from .exceptions import (
     InvalidLockArgument,
-    LockAcquireTimeout,
     LockError,
     LockLostError,
     LockNotOwnedError,
@@ -193,7 +192,7 @@ class Lock(QueuedPrimitive, LockBase):
     def __enter__(self) -> Lock:
         if self.acquire():
             return self
-        raise LockAcquireTimeout("Unable to acquire lock within the time specified", lock_name=self.name)
+        raise self.timed_out()
 
     def __exit__(
         self,
@@ -204,13 +203,7 @@ class Lock(QueuedPrimitive, LockBase):
         try:
             self.release()
         except LockError:
-            if self.raise_on_release_error:
-                raise
-            import logging
-
-            logging.getLogger("django_redis_coord").warning(
-                "Lock %r was no longer owned when exiting the context manager.", self.name
-            )
+            self.release_failed()
 
     # -- public API ----------------------------------------------------------------------------
     def acquire(

@@ -8,7 +8,6 @@ other's hold.  Pass ``thread_local=False`` to share one hold between tasks delib
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import weakref
 from types import SimpleNamespace, TracebackType
@@ -18,7 +17,6 @@ from .. import watchdog as _watchdog
 from .._base import Grant, LockBase, Number, QueuedBase, as_bytes, check_number, encode_token, new_token, to_ms
 from ..exceptions import (
     InvalidLockArgument,
-    LockAcquireTimeout,
     LockError,
     LockLostError,
     LockNotOwnedError,
@@ -202,7 +200,7 @@ class Lock(QueuedPrimitive, LockBase):
     async def __aenter__(self) -> Lock:
         if await self.acquire():
             return self
-        raise LockAcquireTimeout("Unable to acquire lock within the time specified", lock_name=self.name)
+        raise self.timed_out()
 
     async def __aexit__(
         self,
@@ -213,11 +211,7 @@ class Lock(QueuedPrimitive, LockBase):
         try:
             await self.release()
         except LockError:
-            if self.raise_on_release_error:
-                raise
-            logging.getLogger("django_redis_coord").warning(
-                "Lock %r was no longer owned when exiting the context manager.", self.name
-            )
+            self.release_failed()
 
     async def acquire(
         self,
