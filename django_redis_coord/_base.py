@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from types import SimpleNamespace
 from typing import Any, Optional, Union
 
@@ -29,7 +30,7 @@ from .exceptions import (
     NameKindConflict,
 )
 from .keys import KeySet, encode_name, keys_for
-from .scripts import queue_script
+from .scripts import encode, queue_script
 
 Number = Union[int, float]
 
@@ -44,6 +45,8 @@ DRIFT_FACTOR = 0.01
 
 _HOSTNAME = socket.gethostname()
 _INFO_CACHE: dict[tuple, str] = {}
+_ENCODED_INFO_CACHE: dict[tuple, bytes] = {}
+_ENCODED_ENQUEUE = tuple(encode(mode) for mode in range(3))
 
 
 #: The longest duration any argument may have (ten years): far below what PX / PEXPIRE accept.
@@ -145,6 +148,34 @@ class Grant:
         if len(reply) == 1:
             return cls(False)
         return cls(False, pttl=int(reply[1]), position=int(reply[2]))
+
+
+@dataclass(frozen=True)
+class EncodedParts:
+    """The parts of a primitive's acquire and release calls that never change, encoded once
+    (see :func:`django_redis_coord.scripts.encode`); only the token and the holder info vary."""
+
+    #: The keys both scripts start with: name, meta, queue, waiters, registry.
+    keys: bytes
+    ttl: bytes
+    lease: bytes
+    #: The acquire script's last arguments: member, wake prefix and suffix, setting.
+    acquire_tail: bytes
+    #: The release script's arguments after the token: member, wake prefix and suffix, retention.
+    release_tail: bytes
+
+
+@lru_cache(maxsize=4096)
+def encoded_parts(keys: KeySet, member: bytes, ttl_ms: int, lease_ms: int, setting: Any,
+                  retention: tuple) -> EncodedParts:
+    """The :class:`EncodedParts` of one primitive's settings (shared by all objects with them)."""
+    return EncodedParts(
+        keys=encode(keys.name, keys.meta, keys.queue, keys.waiters, keys.registry),
+        ttl=encode(ttl_ms),
+        lease=encode(lease_ms),
+        acquire_tail=encode(member, keys.wake_prefix, keys.wake_suffix, setting),
+        release_tail=encode(member, keys.wake_prefix, keys.wake_suffix, *retention),
+    )
 
 
 @dataclass(frozen=True)
@@ -275,6 +306,27 @@ class QueuedBase:
                 _INFO_CACHE.clear()
             info = _INFO_CACHE[key] = json.dumps({**self._info_head, "pid": key[1], "thread": worker})
         return info
+
+    def encoded_parts(self) -> EncodedParts:
+        return encoded_parts(self.keys, self.member, self._ttl_ms, self._lease_ms, self.acquire_setting,
+                             self.retention_args)
+
+    def acquire_encoded(self, token: bytes, enqueue: int, worker: str) -> bytes:
+        """:meth:`acquire_keys` and :meth:`acquire_args`, encoded (the short path of FastScript)."""
+        parts = self.encoded_parts()
+        key = (self.label, os.getpid(), worker)
+        info = _ENCODED_INFO_CACHE.get(key)
+        if info is None:
+            if len(_ENCODED_INFO_CACHE) > 4096:
+                _ENCODED_INFO_CACHE.clear()
+            info = _ENCODED_INFO_CACHE[key] = encode(self.holder_info(worker))
+        return b"".join((parts.keys, encode(self.keys.wake(token), token), parts.ttl, _ENCODED_ENQUEUE[enqueue],
+                         parts.lease, info, parts.acquire_tail))
+
+    def release_encoded(self, token: bytes) -> bytes:
+        """:meth:`release_keys` and :meth:`release_args`, encoded."""
+        parts = self.encoded_parts()
+        return parts.keys + encode(token) + parts.release_tail
 
     def acquire_keys(self, token: bytes) -> tuple:
         k = self.keys

@@ -155,7 +155,8 @@ class QueuedPrimitive(QueuedBase):
 
     def do_acquire(self, token: bytes, enqueue: int, worker: str) -> Grant:
         script = self.scripts.get(self.redis, self.acquire_script)
-        reply = script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis)
+        reply = script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis,
+                       encoded=self.acquire_encoded(token, enqueue, worker))
         return self.grant_from_reply(reply)
 
     def do_cancel(self, token: bytes, worker: str) -> Grant:
@@ -270,7 +271,8 @@ class Lock(QueuedPrimitive, LockBase):
 
     def do_release(self, token: bytes) -> None:
         script = self.scripts.get(self.redis, "lock_release")
-        if int(script(self.release_keys(), self.release_args(token), client=self.redis)) != 1:
+        if int(script(self.release_keys(), self.release_args(token), client=self.redis,
+                      encoded=self.release_encoded(token))) != 1:
             local = self._state()
             local.token = None
             local.count = 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Optional
 
 import redis
 from redis.commands.core import Script
@@ -50,23 +50,42 @@ def _bulk(value: Any) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(data), data)
 
 
+def encode(*values: Any) -> bytes:
+    """``values`` as consecutive RESP bulk strings: a piece of the ``encoded`` argument of a
+    :class:`FastScript` call.  Primitives encode the parts of their calls that never change once."""
+    return b"".join([_bulk(value) for value in values])
+
+
 class FastScript(Script):
     """A redis-py ``Script`` with the short path described in the module docstring."""
 
-    def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
+    def __init__(self, registered_client: Any, script: Any) -> None:
+        super().__init__(registered_client, script)
+        self._heads: dict[tuple[int, int], bytes] = {}
+
+    def _head(self, count: int, numkeys: int) -> bytes:
+        """The start of an EVALSHA of this script with ``count`` keys and arguments."""
+        head = self._heads.get((count, numkeys))
+        if head is None:
+            head = b"*%d\r\n$7\r\nEVALSHA\r\n" % (count + 3) + _bulk(self.sha) + _bulk(numkeys)
+            self._heads[(count, numkeys)] = head
+        return head
+
+    def __call__(self, keys: Any = None, args: Any = None, client: Any = None, encoded: Optional[bytes] = None) -> Any:
+        """Run the script.  ``encoded``, when given, is ``keys`` and ``args`` already encoded (see
+        :func:`encode`); the short path sends it instead of encoding them again."""
         keys = keys or ()
         args = args or ()
         if client is None:
             client = self.registered_client
         if type(client) is not redis.Redis or client.connection is not None:
             return super().__call__(keys, args, client)
-        parts = [b"*%d\r\n$7\r\nEVALSHA\r\n" % (len(keys) + len(args) + 3), _bulk(self.sha), _bulk(len(keys))]
-        parts += [_bulk(key) for key in keys]
-        parts += [_bulk(arg) for arg in args]
+        if encoded is None:
+            encoded = encode(*keys, *args)
         pool = client.connection_pool
         conn = pool.get_connection()
         try:
-            conn.send_packed_command([b"".join(parts)], check_health=False)
+            conn.send_packed_command([self._head(len(keys) + len(args), len(keys)) + encoded], check_health=False)
             return conn.read_response()
         except NoScriptError:
             pass  # loaded (and re-sent) by the ordinary path below

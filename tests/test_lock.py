@@ -249,3 +249,30 @@ def test_mutual_exclusion_and_fence_order_across_processes(redis_client, redis_u
         assert earlier[1] <= later[0], "two processes held the lock at the same time"
         assert earlier[2] < later[2], "fences must grow in grant order"
     assert int(redis_client.get("shared:counter")) == 160
+
+
+@pytest.mark.parametrize("label", [None, "nightly report"])
+def test_pre_encoded_calls_match_their_keys_and_args(redis_client, label):
+    """The short path sends calls whose constant parts were encoded once: byte for byte what
+    encoding the keys and arguments gives, for locks and semaphores, whatever the name."""
+    from django_redis_coord import Semaphore
+    from django_redis_coord.scripts import encode
+
+    primitives = [
+        Lock(redis_client, "plain", timeout=3, label=label),
+        Lock(redis_client, "a{tag}b", label=label),
+        Lock(redis_client, "ünïcode", timeout=0.5, label=label),
+        Semaphore(redis_client, "sem", limit=3, timeout=2, label=label),
+        Semaphore(redis_client, "sem-no-limit", label=label),
+    ]
+    for primitive in primitives:
+        for token in (b"t", b"0123456789abcdef" * 2):
+            for enqueue in (0, 1, 2):
+                expected = encode(*primitive.acquire_keys(token), *primitive.acquire_args(token, enqueue, "w"))
+                assert primitive.acquire_encoded(token, enqueue, "w") == expected
+            assert primitive.release_encoded(token) == encode(*primitive.release_keys(), *primitive.release_args(token))
+    semaphore = primitives[3]
+    semaphore.limit = 5  # the limit sent with the acquire changes with it
+    assert semaphore.acquire_encoded(b"t", 1, "w") == encode(*semaphore.acquire_keys(b"t"),
+                                                             *semaphore.acquire_args(b"t", 1, "w"))
+    assert semaphore.acquire_encoded(b"t", 1, "w").endswith(encode(5))
