@@ -24,12 +24,15 @@ from typing import Any, Optional
 
 from benchmarks.common import (
     FORK,
+    PAIR_BLOCK,
+    PAIR_SLICE,
     Context,
     Section,
     commands_delta,
     commandstats,
     counting_client,
     held_fraction,
+    interleaved_pairs,
     overlaps,
     percentile,
     run_workers,
@@ -157,54 +160,23 @@ def warm_up(ctx: Context, libs: Sequence[str]) -> None:
 
 
 # -- 1. uncontended pairs --------------------------------------------------------------------------
-PAIR_SLICE = 0.05  # seconds per library before switching to the next one
-PAIR_BLOCK = 10    # pairs timed together for the per-pair time distribution
-
-
 def measure_pairs(ctx: Context, sizes: Sizes) -> dict[str, Any]:
-    """Acquire+release pairs per second for each library.
-
-    The libraries take turns in slices of PAIR_SLICE seconds (the order rotating), so that all of
-    them see the same background load on a shared machine.  Per round: each library's throughput
-    and its ratio to the floor's throughput in that round.  Over all rounds: the median time of a
-    pair (timed in blocks of PAIR_BLOCK), which is the least sensitive to other processes' bursts.
-    """
-    rates: dict[str, list[float]] = {lib: [] for lib in ALL}
-    ratios: dict[str, list[float]] = {lib: [] for lib in ALL}
-    blocks: dict[str, list[float]] = {lib: [] for lib in ALL}
+    """Acquire+release pairs per second for each library (see :func:`interleaved_pairs`)."""
     client = ctx.client()
     locks = {lib: make_lock(lib, client, key_name(lib), 10.0) for lib in ALL}
-    slices = max(1, round(sizes.pair_seconds / PAIR_SLICE))
-    for round_no in range(sizes.pair_rounds):
-        calls = dict.fromkeys(ALL, 0)
-        spent = dict.fromkeys(ALL, 0.0)
-        for slice_no in range(slices):
-            shift = (round_no * slices + slice_no) % len(ALL)
-            for lib in ALL[shift:] + ALL[:shift]:
-                lock = locks[lib]
-                started = time.perf_counter()
-                stop_at = started + PAIR_SLICE
-                now = started
-                while now < stop_at:
-                    for _ in range(PAIR_BLOCK):
-                        if not lock.acquire():
-                            raise RuntimeError(f"an uncontended {lib} acquire failed")
-                        lock.release()
-                    block_end = time.perf_counter()
-                    blocks[lib].append((block_end - now) / PAIR_BLOCK)
-                    now = block_end
-                    calls[lib] += PAIR_BLOCK
-                spent[lib] += now - started
-        this_round = {lib: calls[lib] / spent[lib] for lib in ALL}
-        for lib in ALL:
-            rates[lib].append(this_round[lib])
-            ratios[lib].append(this_round[lib] / this_round["raw"])
-        figures = ", ".join(f"{k} {v:.0f}" for k, v in this_round.items())
-        ctx.log(f"pairs/s round {round_no + 1}: {figures}")
-    client.close()
-    typical = {lib: 1.0 / statistics.median(blocks[lib]) for lib in ALL}
-    return {"rates": rates, "ratios": ratios, "typical": typical,
-            "typical_ratio": {lib: typical[lib] / typical["raw"] for lib in ALL}}
+
+    def pair_of(lib: str, lock: Any) -> Any:
+        def pair() -> None:
+            if not lock.acquire():
+                raise RuntimeError(f"an uncontended {lib} acquire failed")
+            lock.release()
+        return pair
+
+    try:
+        return interleaved_pairs(ctx, {lib: pair_of(lib, lock) for lib, lock in locks.items()},
+                                 sizes.pair_seconds, sizes.pair_rounds)
+    finally:
+        client.close()
 
 
 # -- 2. contention -------------------------------------------------------------------------------------

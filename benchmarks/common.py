@@ -290,18 +290,50 @@ def overlaps(holds: Iterable[tuple[int, int, Any]]) -> int:
     return count
 
 
-def timed_rate(fn: Callable[[], Any], seconds: float, min_calls: int = 10) -> float:
-    """Call ``fn()`` repeatedly for about ``seconds``; return calls per second."""
-    calls = 0
-    started = time.perf_counter()
-    stop_at = started + seconds
-    while True:
-        for _ in range(min_calls):
-            fn()
-        calls += min_calls
-        now = time.perf_counter()
-        if now >= stop_at:
-            return calls / (now - started)
+PAIR_SLICE = 0.05  # seconds per library before switching to the next one
+PAIR_BLOCK = 10    # pairs timed together for the per-pair time distribution
+
+
+def interleaved_pairs(ctx: Context, pairs: dict[str, Callable[[], Any]], seconds: float, rounds: int,
+                      floor: str = "raw") -> dict[str, Any]:
+    """Calls per second of each ``pairs`` function (an acquire+release pair), next to ``floor``.
+
+    The functions take turns in slices of PAIR_SLICE seconds (the order rotating), so that all of
+    them see the same background load on a shared machine.  Per round: each one's throughput and
+    its ratio to the floor's throughput in that round.  Over all rounds: the median time of a pair
+    (timed in blocks of PAIR_BLOCK), which is the least sensitive to other processes' bursts.
+    """
+    libs = list(pairs)
+    rates: dict[str, list[float]] = {lib: [] for lib in libs}
+    ratios: dict[str, list[float]] = {lib: [] for lib in libs}
+    blocks: dict[str, list[float]] = {lib: [] for lib in libs}
+    slices = max(1, round(seconds / PAIR_SLICE))
+    for round_no in range(rounds):
+        calls = dict.fromkeys(libs, 0)
+        spent = dict.fromkeys(libs, 0.0)
+        for slice_no in range(slices):
+            shift = (round_no * slices + slice_no) % len(libs)
+            for lib in libs[shift:] + libs[:shift]:
+                pair = pairs[lib]
+                started = time.perf_counter()
+                stop_at = started + PAIR_SLICE
+                now = started
+                while now < stop_at:
+                    for _ in range(PAIR_BLOCK):
+                        pair()
+                    block_end = time.perf_counter()
+                    blocks[lib].append((block_end - now) / PAIR_BLOCK)
+                    now = block_end
+                    calls[lib] += PAIR_BLOCK
+                spent[lib] += now - started
+        this_round = {lib: calls[lib] / spent[lib] for lib in libs}
+        for lib in libs:
+            rates[lib].append(this_round[lib])
+            ratios[lib].append(this_round[lib] / this_round[floor])
+        ctx.log(f"pairs/s round {round_no + 1}: " + ", ".join(f"{k} {v:.0f}" for k, v in this_round.items()))
+    typical = {lib: 1.0 / statistics.median(blocks[lib]) for lib in libs}
+    return {"rates": rates, "ratios": ratios, "typical": typical,
+            "typical_ratio": {lib: typical[lib] / typical[floor] for lib in libs}}
 
 
 def run_workers(target: Callable[..., Any], args_list: Iterable[tuple], timeout: float = 120.0) -> list[Any]:
