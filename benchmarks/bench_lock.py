@@ -7,7 +7,11 @@ Libraries compared (each on its own key of the one private redis-server):
 * ``redis-py`` — ``redis.lock.Lock`` (polls every ``sleep`` = 0.1 s; ``redis-py 1ms`` polls every 1 ms);
 * ``python-redis-lock`` — ``redis_lock.Lock`` (SET NX EX, waiters BLPOP a signal list pushed on release);
 * ``pottery`` — ``pottery.Redlock`` with one master (retries after a random 0–0.2 s);
-* ``ours`` — ``django_redis_coord.Lock`` (FIFO queue, server-side handoff to the head's wake list).
+* ``ours`` — ``django_redis_coord.Lock`` (FIFO queue, server-side handoff to the head's wake list);
+* ``ceiling`` (contention only) — not a lock: one token passed around through one Redis list, ``BLPOP``
+  to take it and ``RPUSH`` to give it back, over raw sockets with no client library.  No expiry,
+  fence, holder record or queue state: the most held time any Redis-based lock can reach on the
+  machine the benchmark runs on.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from benchmarks.common import (
 )
 
 ALL = ("raw", "redis-py", "python-redis-lock", "pottery", "ours")
-CONTENDERS = ("raw", "redis-py", "redis-py 1ms", "python-redis-lock", "pottery", "ours")
+CONTENDERS = ("raw", "redis-py", "redis-py 1ms", "python-redis-lock", "pottery", "ours", "ceiling")
 DESCRIPTIONS = {
     "raw": "SET NX PX + Lua compare-and-delete (polls 0.5 ms when contended)",
     "redis-py": "redis.lock.Lock, sleep=0.1 (default)",
@@ -49,6 +53,7 @@ DESCRIPTIONS = {
     "python-redis-lock": "redis_lock.Lock (BLPOP on a release signal)",
     "pottery": "pottery.Redlock, one master",
     "ours": "django_redis_coord.Lock",
+    "ceiling": "one token in a Redis list, BLPOP / RPUSH over raw sockets (not a lock)",
 }
 
 # Targets (issue text): uncontended >= 0.95x the floor; at 4 processes held >= 0.80, wait p99 <= 8 ms,
@@ -76,7 +81,7 @@ class Sizes:
     expiry_libs: tuple[str, ...] = ALL
     expiry_trials: int = 3
     expiry_ttl: float = 1.0
-    handoff_libs: tuple[str, ...] = CONTENDERS
+    handoff_libs: tuple[str, ...] = tuple(lib for lib in CONTENDERS if lib != "ceiling")
     handoff_trials: int = 40
     plots: bool = True
 
@@ -112,6 +117,53 @@ class RawLock:
             raise RuntimeError("raw lock was not held at release")
 
 
+class TokenRing:
+    """The ceiling of the contention figures: one token in a Redis list, taken with ``BLPOP`` and
+    given back with ``RPUSH``, over a raw socket (no client library on either side of the handoff).
+    The list must hold exactly one token before the contenders start (:func:`reset_ring`)."""
+
+    def __init__(self, client: Any, name: str) -> None:
+        import socket
+
+        from benchmarks.common import count_request
+
+        kwargs = client.connection_pool.connection_kwargs
+        self.sock = socket.create_connection((kwargs["host"], kwargs["port"]))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        key = name.encode()
+        self.take = b"*3\r\n$5\r\nBLPOP\r\n$%d\r\n%b\r\n$1\r\n0\r\n" % (len(key), key)
+        self.give = b"*3\r\n$5\r\nRPUSH\r\n$%d\r\n%b\r\n$1\r\nt\r\n" % (len(key), key)
+        self.count = count_request
+
+    def _call(self, request: bytes, lines: int) -> bytes:
+        self.count(request)
+        self.sock.sendall(request)
+        reply = b""
+        while reply.count(b"\r\n") < lines:
+            chunk = self.sock.recv(4096)
+            if not chunk:
+                raise ConnectionError("redis-server closed the connection")
+            reply += chunk
+        if reply.startswith(b"-"):
+            raise RuntimeError(reply.decode(errors="replace"))
+        return reply
+
+    def acquire(self, blocking: bool = True) -> bool:
+        self._call(self.take, 5)  # *2, $len, key, $1, t
+        return True
+
+    def release(self) -> None:
+        self._call(self.give, 1)
+
+
+def reset_ring(client: Any, name: str) -> None:
+    """Leave exactly one token in the ring ``name``."""
+    pipe = client.pipeline(transaction=True)
+    pipe.delete(name)
+    pipe.rpush(name, "t")
+    pipe.execute()
+
+
 def make_lock(lib: str, client: Any, name: str, ttl: float) -> Any:
     """A lock object of library ``lib`` on ``name`` with a ``ttl``-second expiry."""
     if lib == "raw":
@@ -132,6 +184,8 @@ def make_lock(lib: str, client: Any, name: str, ttl: float) -> Any:
         from django_redis_coord import Lock
 
         return Lock(client, name, timeout=ttl)
+    if lib == "ceiling":
+        return TokenRing(client, name)
     raise ValueError(f"unknown library {lib!r}")
 
 
@@ -218,6 +272,8 @@ def server_cpu(client: Any) -> float:
 def measure_contention(ctx: Context, lib: str, procs: int, sizes: Sizes) -> dict[str, Any]:
     name = key_name(lib) + f":c{procs}"
     admin = ctx.client()
+    if lib == "ceiling":
+        reset_ring(admin, name)
     before = commandstats(admin)
     cpu_before = server_cpu(admin)
     start_ns = time.monotonic_ns() + int(0.3e9 + procs * 0.02e9)
@@ -386,7 +442,7 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
     sizes = sizes or (QUICK if ctx.quick else FULL)
     section = Section("lock", "Lock benchmark: django_redis_coord.Lock next to redis-py, python-redis-lock, pottery")
     section.text(__doc__.split("\n\n", 1)[1])
-    warm_up(ctx, sorted(set(ALL) | set(sizes.contenders)))
+    warm_up(ctx, sorted((set(ALL) | set(sizes.contenders)) - {"ceiling"}))  # the ring has no scripts
     ctx.flush()
 
     # 1. uncontended

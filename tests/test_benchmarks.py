@@ -31,7 +31,7 @@ TINY = bench_lock.Sizes(
     contention_seconds=0.3,
     contention_procs=(2,),
     contention_rounds=1,
-    contenders=("raw", "ours"),
+    contenders=("raw", "ours", "ceiling"),
     expiry_libs=("ours",),
     expiry_trials=1,
     expiry_ttl=0.5,
@@ -132,6 +132,8 @@ def test_lock_benchmark_end_to_end_with_tiny_sizes(redis_servers, tmp_path):
         assert 0 < figures[prefix + "held"] <= 1
         assert 0 <= figures[prefix + "fairness"] <= 1
         assert figures[prefix + "p50"] <= figures[prefix + "p99"] <= figures[prefix + "max"]
+    # The ceiling passes its one token around: a BLPOP and an RPUSH per acquisition, nothing else.
+    assert figures["contention2.ceiling.sent_cmds"] == pytest.approx(2.0)
     # Ours sends at least an acquire and a release per acquisition; the server counts scripted calls too.
     assert figures["contention2.ours.sent_cmds"] >= 2
     assert figures["contention2.ours.server_cmds"] > figures["contention2.ours.sent_cmds"]
