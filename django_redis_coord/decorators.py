@@ -81,6 +81,7 @@ from ._base import check_number
 from .conf import CoordSettings, coord_settings
 from .connection import get_async_client, get_async_redlock_masters, get_client, get_redlock_masters
 from .exceptions import CoordError, InvalidLockArgument, InvalidLockArgumentType, LockError, LockLostError
+from .semaphores import encode_identity
 from .shortcuts import (
     AsyncSignallingLock,
     AsyncSignallingRedlock,
@@ -378,6 +379,18 @@ class _AsyncRelease(_Release):
     def _release_without_loop(self) -> None:
         _release_logged(_sync_twin(self.primitive))
 
+    def _needs_loop(self) -> bool:
+        """Whether the release must run on the loop: the hold is in that loop's watchdog (renewal
+        or the claim of a provisional hand-off), or it is a Redlock's.  Otherwise the thread that
+        closes the response releases it with the sync client, without a hop to the loop."""
+        primitive = self.primitive
+        if isinstance(primitive, _AsyncPermitHold):
+            permit = primitive.semaphore._permits.get(encode_identity(primitive.identity, primitive.name))
+            return permit is not None and permit.watched
+        if isinstance(primitive, AsyncSignallingLock):
+            return bool(getattr(primitive._state(), "watched", False))
+        return True
+
     async def arelease(self) -> None:
         if not self._claim():
             return
@@ -399,7 +412,7 @@ class _AsyncRelease(_Release):
             _background.add(task)
             task.add_done_callback(_background.discard)
             return
-        if self.loop.is_closed() or not self.loop.is_running():
+        if self.loop.is_closed() or not self.loop.is_running() or not self._needs_loop():
             if self._claim():
                 self._release_without_loop()
             return

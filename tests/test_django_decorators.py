@@ -539,3 +539,52 @@ def test_async_views_through_the_sync_handler_release(redis_client):
     with pytest.warns(Warning, match="consume asynchronous iterators"):
         assert b"".join(list(response)) == b"0\n1\n2\n"
     assert not redis_client.exists("stream:q")
+
+
+@pytest.mark.parametrize("auto_renew", [False, True])
+def test_async_response_closed_from_a_worker_thread_releases_once(redis_client, received, auto_renew):
+    """Django closes an async view's response in a worker thread while the loop runs.  A hold the
+    loop's watchdog does not renew is released right there with the sync client (no hop back to
+    the loop); a renewed one is released on its loop, which owns the renewal.  Either way once,
+    with the fence it was granted, and the next request gets in."""
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from django_redis_coord.signals import lock_released
+
+    released_in: list[asyncio.AbstractEventLoop] = []
+
+    async def where(sender, **kwargs):  # awaited on the loop by asend(), in a loop of its own by send()
+        released_in.append(asyncio.get_running_loop())
+
+    lock_released.connect(where, weak=False)
+
+    @locked("closed-in-thread", timeout=5, auto_renew=auto_renew)
+    async def view(request):
+        return HttpResponse(b"ok")
+
+    async def scenario():
+        response = await view(RequestFactory().get("/"))
+        held = bool(redis_client.exists("closed-in-thread"))
+        await asyncio.to_thread(response.close)
+        # A renewed hold is released by a task on the loop: let it run.
+        for _ in range(200):
+            if not redis_client.exists("closed-in-thread"):
+                break
+            await asyncio.sleep(0.01)
+        again = await view(RequestFactory().get("/"))
+        again.close()
+        await asyncio.sleep(0.05)
+        return asyncio.get_running_loop(), held, again.status_code
+
+    try:
+        loop, held, again = asyncio.run(scenario())
+    finally:
+        lock_released.disconnect(where)
+    assert held and again == 200
+    assert not redis_client.exists("closed-in-thread")
+    acquired = [event for label, event in received if label == "acquired"]
+    released = [event for label, event in received if label == "released"]
+    assert len(acquired) == 2 and len(released) == 2
+    assert released[0]["fence"] == acquired[0]["fence"] < acquired[1]["fence"]
+    assert (released_in[0] is loop) is auto_renew
