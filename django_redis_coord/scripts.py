@@ -4,11 +4,12 @@ Each script is ``common.lua``, its family's helpers and its own file; nothing is
 texts are turned into redis-py ``Script`` objects (EVALSHA with a NOSCRIPT fallback) once per
 kind of client, sync or asyncio.
 
-On a plain ``redis.Redis`` client the sync scripts take a shorter path: the EVALSHA is packed
-here and written to a pooled connection, skipping redis-py's per-command dispatch, which costs
-more client time than the script itself.  A script is never re-sent after a connection error or
-timeout on that path (the script may have run): the error reaches the caller.  Every other kind
-of client (cluster, pipeline, single-connection, subclasses) goes through redis-py's ordinary path.
+On a plain ``redis.Redis`` (or ``redis.asyncio.Redis``) client the scripts take a shorter path:
+the EVALSHA is packed here and written to a pooled connection, skipping redis-py's per-command
+dispatch, which costs more client time than the script itself.  A script is never re-sent after a
+connection error, timeout or cancellation on that path (the script may have run): the error
+reaches the caller.  Every other kind of client (cluster, pipeline, single-connection,
+subclasses) goes through redis-py's ordinary path.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from importlib import resources
 from typing import Any, Optional
 
 import redis
-from redis.commands.core import Script
+import redis.asyncio
+from redis.commands.core import AsyncScript, Script
 from redis.exceptions import NoScriptError, ResponseError
 
 
@@ -56,12 +58,11 @@ def encode(*values: Any) -> bytes:
     return b"".join([_bulk(value) for value in values])
 
 
-class FastScript(Script):
-    """A redis-py ``Script`` with the short path described in the module docstring."""
+class _Heads:
+    """The start of this script's EVALSHA for each count of keys and arguments, packed once."""
 
-    def __init__(self, registered_client: Any, script: Any) -> None:
-        super().__init__(registered_client, script)
-        self._heads: dict[tuple[int, int], bytes] = {}
+    sha: str
+    _heads: dict[tuple[int, int], bytes]
 
     def _head(self, count: int, numkeys: int) -> bytes:
         """The start of an EVALSHA of this script with ``count`` keys and arguments."""
@@ -70,6 +71,14 @@ class FastScript(Script):
             head = b"*%d\r\n$7\r\nEVALSHA\r\n" % (count + 3) + _bulk(self.sha) + _bulk(numkeys)
             self._heads[(count, numkeys)] = head
         return head
+
+
+class FastScript(_Heads, Script):
+    """A redis-py ``Script`` with the short path described in the module docstring."""
+
+    def __init__(self, registered_client: Any, script: Any) -> None:
+        super().__init__(registered_client, script)
+        self._heads = {}
 
     def __call__(self, keys: Any = None, args: Any = None, client: Any = None, encoded: Optional[bytes] = None) -> Any:
         """Run the script.  ``encoded``, when given, is ``keys`` and ``args`` already encoded (see
@@ -101,6 +110,43 @@ class FastScript(Script):
         return super().__call__(keys, args, client)
 
 
+class AsyncFastScript(_Heads, AsyncScript):
+    """The asyncio form of :class:`FastScript`."""
+
+    def __init__(self, registered_client: Any, script: Any) -> None:
+        super().__init__(registered_client, script)
+        self._heads = {}
+
+    async def __call__(  # type: ignore[override]
+        self, keys: Any = None, args: Any = None, client: Any = None, encoded: Optional[bytes] = None
+    ) -> Any:
+        keys = keys or ()
+        args = args or ()
+        if client is None:
+            client = self.registered_client
+        if type(client) is not redis.asyncio.Redis or client.single_connection_client:
+            return await super().__call__(keys, args, client)
+        if encoded is None:
+            encoded = encode(*keys, *args)
+        pool = client.connection_pool
+        conn = await pool.get_connection()
+        try:
+            await conn.send_packed_command([self._head(len(keys) + len(args), len(keys)) + encoded],
+                                           check_health=False)
+            return await conn.read_response()
+        except NoScriptError:
+            pass
+        except ResponseError:
+            raise
+        except BaseException:
+            # As in FastScript; a cancelled call also leaves its reply unread on the connection.
+            await conn.disconnect()
+            raise
+        finally:
+            await pool.release(conn)
+        return await super().__call__(keys, args, client)
+
+
 def queue_script(pipe: Any, script: Script, keys: Any, args: Any) -> None:
     """Queue ``script`` on a pipeline: by EVALSHA (the pipeline loads it first when the server
     lacks it) or, on redis-py's cluster pipelines, which refuse EVALSHA, by its shipped text."""
@@ -112,20 +158,18 @@ def queue_script(pipe: Any, script: Script, keys: Any, args: Any) -> None:
 
 
 class ScriptRegistry:
-    """Lazily registered ``Script`` objects of one kind of client (sync or asyncio)."""
+    """Lazily made script objects of one kind of client (sync or asyncio)."""
 
-    def __init__(self, fast: bool) -> None:
-        self._fast = fast
+    def __init__(self, kind: type) -> None:
+        self._kind = kind
         self._scripts: dict[str, Any] = {}
 
     def get(self, client: Any, name: str) -> Any:
         script = self._scripts.get(name)
         if script is None:
-            text = script_text(name)
-            script = FastScript(client, text) if self._fast else client.register_script(text)
-            self._scripts[name] = script
+            script = self._scripts[name] = self._kind(client, script_text(name))
         return script
 
 
-sync_scripts = ScriptRegistry(fast=True)
-async_scripts = ScriptRegistry(fast=False)
+sync_scripts = ScriptRegistry(FastScript)
+async_scripts = ScriptRegistry(AsyncFastScript)

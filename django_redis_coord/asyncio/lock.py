@@ -171,7 +171,8 @@ class QueuedPrimitive(QueuedBase):
 
     async def do_acquire(self, token: bytes, enqueue: int, worker: str) -> Grant:
         script = self.scripts.get(self.redis, self.acquire_script)
-        reply = await script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis)
+        reply = await script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis,
+                             encoded=self.acquire_encoded(token, enqueue, worker))
         return self.grant_from_reply(reply)
 
     async def do_cancel(self, token: bytes, worker: str) -> Grant:
@@ -271,7 +272,8 @@ class Lock(QueuedPrimitive, LockBase):
 
     async def do_release(self, token: bytes) -> None:
         script = self.scripts.get(self.redis, "lock_release")
-        if int(await script(self.release_keys(), self.release_args(token), client=self.redis)) != 1:
+        if int(await script(self.release_keys(), self.release_args(token), client=self.redis,
+                            encoded=self.release_encoded(token))) != 1:
             raise LockNotOwnedError("Cannot release a lock that's no longer owned", lock_name=self.name)
 
     async def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:

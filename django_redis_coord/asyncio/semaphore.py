@@ -110,7 +110,8 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
     # -- the only methods talking to Redis -------------------------------------------------------
     async def do_release(self, token: bytes) -> bool:
         script = self.scripts.get(self.redis, "sem_release")
-        return int(await script(self.release_keys(), self.release_args(token), client=self.redis)) == 1
+        return int(await script(self.release_keys(), self.release_args(token), client=self.redis,
+                                encoded=self.release_encoded(token))) == 1
 
     async def do_extend(self, token: bytes, ms: int, mode: str) -> int:
         script = self.scripts.get(self.redis, "sem_extend")
