@@ -160,16 +160,18 @@ def queue_script(pipe: Any, script: Script, keys: Any, args: Any) -> None:
 class ScriptRegistry:
     """Lazily made script objects of one kind of client (sync or asyncio)."""
 
-    def __init__(self, kind: type) -> None:
-        self._kind = kind
+    def __init__(self, asyncio: bool) -> None:
+        self._asyncio = asyncio
         self._scripts: dict[str, Any] = {}
 
     def get(self, client: Any, name: str) -> Any:
         script = self._scripts.get(name)
         if script is None:
-            script = self._scripts[name] = self._kind(client, script_text(name))
+            text = script_text(name)
+            script = AsyncFastScript(client, text) if self._asyncio else FastScript(client, text)
+            self._scripts[name] = script
         return script
 
 
-sync_scripts = ScriptRegistry(FastScript)
-async_scripts = ScriptRegistry(AsyncFastScript)
+sync_scripts = ScriptRegistry(asyncio=False)
+async_scripts = ScriptRegistry(asyncio=True)

@@ -72,7 +72,7 @@ def test_scripts_are_only_ever_the_shipped_files():
                 assert isinstance(text, ast.Attribute) and text.attr == "script", (
                     f"{where}: EVAL of a script text built in Python"
                 )
-            if name in ("register_script", "FastScript", "Script", "script_load"):
+            if name in ("register_script", "FastScript", "AsyncFastScript", "Script", "script_load"):
                 assert _is_script_text(call.args[-1]), f"{where}: script text not from script_text()"
                 checked += 1
             if name == "script_text":
