@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.common import Context, Section, percentile
+from benchmarks.common import PAIR_SLICE, Context, Section, interleaved_blocks, percentile
 
 LIBS = ("pottery", "ours", "ours asyncio")
 DESCRIPTIONS = {
@@ -32,7 +32,6 @@ DESCRIPTIONS = {
 }
 #: Target (issue text): ours >= 2x pottery with the same 3 masters.
 TARGET_RATIO = 2.0
-SLICE = 0.05  # seconds per library before switching to the next one
 BLOCK = 5     # pairs timed together
 
 
@@ -97,35 +96,11 @@ def measure_pairs(ctx: Context, servers: list[Any], sizes: Sizes) -> dict[str, A
     }
     for run_block in runners.values():  # connections and scripts in place before timing
         run_block()
-    rates: dict[str, list[float]] = {lib: [] for lib in LIBS}
-    ratios: list[float] = []
-    pair_times: dict[str, list[float]] = {lib: [] for lib in LIBS}
-    slices = max(1, round(sizes.pair_seconds / SLICE))
-    for round_no in range(sizes.rounds):
-        calls = dict.fromkeys(LIBS, 0)
-        spent = dict.fromkeys(LIBS, 0.0)
-        for slice_no in range(slices):
-            shift = (round_no * slices + slice_no) % len(LIBS)
-            for lib in LIBS[shift:] + LIBS[:shift]:
-                started = time.perf_counter()
-                now = started
-                while now < started + SLICE:
-                    runners[lib]()
-                    block_end = time.perf_counter()
-                    pair_times[lib].append((block_end - now) / BLOCK)
-                    now = block_end
-                    calls[lib] += BLOCK
-                spent[lib] += now - started
-        this_round = {lib: calls[lib] / spent[lib] for lib in LIBS}
-        for lib in LIBS:
-            rates[lib].append(this_round[lib])
-        ratios.append(this_round["ours"] / this_round["pottery"])
-        figures = ", ".join(f"{k} {v:.0f}" for k, v in this_round.items())
-        ctx.log(f"redlock pairs/s round {round_no + 1}: {figures}")
+    result = interleaved_blocks(ctx, runners, BLOCK, sizes.pair_seconds, sizes.rounds, floor="pottery")
     aio.close()
     for client in clients:
         client.close()
-    return {"rates": rates, "ratios": ratios, "pair_times": pair_times}
+    return {**result, "ratios": result["ratios"]["ours"]}
 
 
 def measure_failures(ctx: Context, servers: list[Any], sizes: Sizes) -> dict[str, list[float]]:
@@ -181,7 +156,7 @@ def run(ctx: Context, sizes: Sizes | None = None) -> Section:
     section.figure("ratio.ours_vs_pottery", ratio, "ours / pottery pairs/s (median of per-round ratios)")
     section.check("ours >= 2x pottery (same 3 masters)", ratio, ">=", TARGET_RATIO)
     section.text(
-        f"{sizes.rounds} rounds; in each, the libraries take turns in {SLICE * 1000:.0f} ms slices (order "
+        f"{sizes.rounds} rounds; in each, the libraries take turns in {PAIR_SLICE * 1000:.0f} ms slices (order "
         f"rotating) for {sizes.pair_seconds:g} s each, so that all see the same background load. The ratio is "
         "the median of the per-round ratios. A pair of ours is three rounds to the masters (grant, fence record, "
         "release), each sent to all masters before any reply is read; pottery's is two, each through a new "

@@ -298,15 +298,32 @@ def interleaved_pairs(ctx: Context, pairs: dict[str, Callable[[], Any]], seconds
                       floor: str = "raw") -> dict[str, Any]:
     """Calls per second of each ``pairs`` function (an acquire+release pair), next to ``floor``.
 
-    The functions take turns in slices of PAIR_SLICE seconds (the order rotating), so that all of
-    them see the same background load on a shared machine.  Per round: each one's throughput and
-    its ratio to the floor's throughput in that round.  Over all rounds: the median time of a pair
-    (timed in blocks of PAIR_BLOCK), which is the least sensitive to other processes' bursts.
+    See :func:`interleaved_blocks`; here each block is PAIR_BLOCK calls of the function.
     """
-    libs = list(pairs)
+    def block_of(pair: Callable[[], Any]) -> Callable[[], None]:
+        def block() -> None:
+            for _ in range(PAIR_BLOCK):
+                pair()
+        return block
+
+    return interleaved_blocks(ctx, {lib: block_of(pair) for lib, pair in pairs.items()}, PAIR_BLOCK, seconds,
+                              rounds, floor)
+
+
+def interleaved_blocks(ctx: Context, blocks: dict[str, Callable[[], Any]], size: int, seconds: float,
+                       rounds: int, floor: str) -> dict[str, Any]:
+    """Pairs per second of each library, whose ``blocks`` function runs ``size`` pairs.
+
+    The libraries take turns in slices of PAIR_SLICE seconds (the order rotating), so that all of
+    them see the same background load on a shared machine.  Per round: each one's throughput and
+    its ratio to the floor's throughput in that round.  Over all rounds: the time of a pair in
+    each block (``pair_times``) and the rate from their median (``typical``), which is the least
+    sensitive to other processes' bursts.
+    """
+    libs = list(blocks)
     rates: dict[str, list[float]] = {lib: [] for lib in libs}
     ratios: dict[str, list[float]] = {lib: [] for lib in libs}
-    blocks: dict[str, list[float]] = {lib: [] for lib in libs}
+    pair_times: dict[str, list[float]] = {lib: [] for lib in libs}
     slices = max(1, round(seconds / PAIR_SLICE))
     for round_no in range(rounds):
         calls = dict.fromkeys(libs, 0)
@@ -314,25 +331,24 @@ def interleaved_pairs(ctx: Context, pairs: dict[str, Callable[[], Any]], seconds
         for slice_no in range(slices):
             shift = (round_no * slices + slice_no) % len(libs)
             for lib in libs[shift:] + libs[:shift]:
-                pair = pairs[lib]
+                block = blocks[lib]
                 started = time.perf_counter()
                 stop_at = started + PAIR_SLICE
                 now = started
                 while now < stop_at:
-                    for _ in range(PAIR_BLOCK):
-                        pair()
+                    block()
                     block_end = time.perf_counter()
-                    blocks[lib].append((block_end - now) / PAIR_BLOCK)
+                    pair_times[lib].append((block_end - now) / size)
                     now = block_end
-                    calls[lib] += PAIR_BLOCK
+                    calls[lib] += size
                 spent[lib] += now - started
         this_round = {lib: calls[lib] / spent[lib] for lib in libs}
         for lib in libs:
             rates[lib].append(this_round[lib])
             ratios[lib].append(this_round[lib] / this_round[floor])
         ctx.log(f"pairs/s round {round_no + 1}: " + ", ".join(f"{k} {v:.0f}" for k, v in this_round.items()))
-    typical = {lib: 1.0 / statistics.median(blocks[lib]) for lib in libs}
-    return {"rates": rates, "ratios": ratios, "typical": typical,
+    typical = {lib: 1.0 / statistics.median(pair_times[lib]) for lib in libs}
+    return {"rates": rates, "ratios": ratios, "pair_times": pair_times, "typical": typical,
             "typical_ratio": {lib: typical[lib] / typical[floor] for lib in libs}}
 
 
