@@ -377,7 +377,13 @@ class _AsyncRelease(_Release):
         self.loop = loop
 
     def _release_without_loop(self) -> None:
-        _release_logged(_sync_twin(self.primitive))
+        twin = _sync_twin(self.primitive)
+        try:
+            _release_logged(twin)
+        finally:
+            if not isinstance(self.primitive, _AsyncPermitHold):  # a permit's twin shares its permits
+                # The hold ended (or was found lost) for the asyncio object as well.
+                vars(self.primitive._state()).update(vars(twin._state()))
 
     def _needs_loop(self) -> bool:
         """Whether the release must run on the loop: the hold is in that loop's watchdog (renewal
@@ -434,11 +440,13 @@ def _sync_twin(primitive: Any) -> Any:
         )
         vars(redlock._state()).update(vars(primitive._state()))
         redlock._fences.update(primitive._fences)
+        redlock.speak_for(primitive)
         return redlock
     twin = SignallingLock(get_client(), primitive.name, timeout=primitive.timeout, thread_local=False,
                           app_name=primitive.app_name)
     # The hold's state (token, fence, deadline, start); neither object is shared with a thread.
     vars(twin._state()).update(vars(primitive._state()))
+    twin.speak_for(primitive)
     return twin
 
 
@@ -510,6 +518,7 @@ class _AsyncPermitHold(_PermitHold):
             get_client(), semaphore.name, semaphore.limit, semaphore.timeout, app_name=semaphore.app_name
         )
         twin._permits, twin._acquired_at = semaphore._permits, semaphore._acquired_at
+        twin.speak_for(semaphore)
         hold = _PermitHold(twin)
         hold.identity, hold._fence = self.identity, self._fence
         return hold

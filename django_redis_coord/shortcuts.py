@@ -72,14 +72,27 @@ class Signals:
     # Provided by the primitive the mixin is combined with.
     kind: str
     name: Any
+    _voice: Any = None
 
     def __init__(self, redis: Any, name: Name, *args: Any, app_name: Optional[Name] = None, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)  # type: ignore[call-arg]
         #: The name as the application wrote it (without ``KEY_PREFIX``).
         self.app_name = app_name if app_name is not None else self.name
+        self._voice: Any = None
+
+    def speak_for(self, primitive: Any) -> None:
+        """Send this object's signals as ``primitive``'s: its class as the sender and it as
+        ``instance`` (a sync twin finishing an asyncio hold from another thread)."""
+        self._voice = primitive
+
+    @property
+    def signal_sender(self) -> type:
+        """The ``sender`` of this object's signals: its class, or that of the one it speaks for."""
+        return type(self if self._voice is None else self._voice)
 
     def _signal_args(self) -> dict[str, Any]:
-        return {"name": self.app_name, "key": self.name, "kind": self.kind, "instance": self}
+        instance = self if self._voice is None else self._voice
+        return {"name": self.app_name, "key": self.name, "kind": self.kind, "instance": instance}
 
 
 class SignallingMixin(Signals):
@@ -149,7 +162,7 @@ class SyncSignalling(SignallingMixin):
     def _mark_lost(self, local: Any) -> None:
         args = self._loss_args(local)
         if args is not None:
-            send(lock_lost, type(self), **args)
+            send(lock_lost, self.signal_sender, **args)
         super()._mark_lost(local)  # type: ignore[misc]
 
     def acquire(self, *args: Any, **kwargs: Any) -> bool:
@@ -157,7 +170,7 @@ class SyncSignalling(SignallingMixin):
         acquired = super().acquire(*args, **kwargs)  # type: ignore[misc]
         event = self._acquire_event(acquired, started)
         if event is not None:
-            send(event[0], type(self), **event[1])
+            send(event[0], self.signal_sender, **event[1])
         return acquired
 
     def release(self) -> None:
@@ -166,10 +179,10 @@ class SyncSignalling(SignallingMixin):
             super().release()  # type: ignore[misc]
         except LockNotOwnedError:  # lost (or found lost before)
             if self._first_loss(state):
-                send(lock_lost, type(self), **args)
+                send(lock_lost, self.signal_sender, **args)
             raise
         if self._hold_ended(state):
-            send(lock_released, type(self), **args)
+            send(lock_released, self.signal_sender, **args)
 
 
 class AsyncSignalling(SignallingMixin):
@@ -178,7 +191,7 @@ class AsyncSignalling(SignallingMixin):
     def _mark_lost(self, local: Any) -> None:
         args = self._loss_args(local)
         if args is not None:
-            task = asyncio.ensure_future(asend(lock_lost, type(self), **args))
+            task = asyncio.ensure_future(asend(lock_lost, self.signal_sender, **args))
             _pending.add(task)
             task.add_done_callback(_pending.discard)
         super()._mark_lost(local)  # type: ignore[misc]
@@ -188,7 +201,7 @@ class AsyncSignalling(SignallingMixin):
         acquired = await super().acquire(*args, **kwargs)  # type: ignore[misc]
         event = self._acquire_event(acquired, started)
         if event is not None:
-            await asend(event[0], type(self), **event[1])
+            await asend(event[0], self.signal_sender, **event[1])
         return acquired
 
     async def release(self) -> None:
@@ -197,10 +210,10 @@ class AsyncSignalling(SignallingMixin):
             await super().release()  # type: ignore[misc]
         except LockNotOwnedError:
             if self._first_loss(state):
-                await asend(lock_lost, type(self), **args)
+                await asend(lock_lost, self.signal_sender, **args)
             raise
         if self._hold_ended(state):
-            await asend(lock_released, type(self), **args)
+            await asend(lock_released, self.signal_sender, **args)
 
 
 class SignallingLock(SyncSignalling, CoreLock):
@@ -440,7 +453,7 @@ def _semaphore_class() -> type:
         def _mark_lost(self, permit: Any) -> None:
             args = self._watchdog_loss(permit)
             if args is not None:
-                send(lock_lost, type(self), **args)
+                send(lock_lost, self.signal_sender, **args)
             super()._mark_lost(permit)
 
         def do_acquire(self, *args: Any, **kwargs: Any) -> Any:
@@ -453,9 +466,9 @@ def _semaphore_class() -> type:
             started = time.monotonic()
             acquired = super().acquire(identity, blocking, blocking_timeout)
             if acquired:
-                send(lock_acquired, type(self), **self._acquired(identity, started))
+                send(lock_acquired, self.signal_sender, **self._acquired(identity, started))
             else:
-                send(lock_contended, type(self), wait_time=time.monotonic() - started,
+                send(lock_contended, self.signal_sender, wait_time=time.monotonic() - started,
                      retry_after=self.retry_after, **self._signal_args())
             return acquired
 
@@ -463,9 +476,9 @@ def _semaphore_class() -> type:
             permit, args = self._before_release(identity)
             released = super().release(identity)
             if released and permit is not None and not permit.lost:
-                send(lock_released, type(self), **args)
+                send(lock_released, self.signal_sender, **args)
             elif self._first_loss(permit):
-                send(lock_lost, type(self), **args)
+                send(lock_lost, self.signal_sender, **args)
             return released
 
     return SignallingSemaphore
@@ -487,9 +500,9 @@ def _async_semaphore_class() -> type:
             started = time.monotonic()
             acquired = await super().acquire(identity, blocking, blocking_timeout)
             if acquired:
-                await asend(lock_acquired, type(self), **self._acquired(identity, started))
+                await asend(lock_acquired, self.signal_sender, **self._acquired(identity, started))
             else:
-                await asend(lock_contended, type(self), wait_time=time.monotonic() - started,
+                await asend(lock_contended, self.signal_sender, wait_time=time.monotonic() - started,
                             retry_after=self.retry_after, **self._signal_args())
             return acquired
 
@@ -497,15 +510,15 @@ def _async_semaphore_class() -> type:
             permit, args = self._before_release(identity)
             released = await super().release(identity)
             if released and permit is not None and not permit.lost:
-                await asend(lock_released, type(self), **args)
+                await asend(lock_released, self.signal_sender, **args)
             elif self._first_loss(permit):
-                await asend(lock_lost, type(self), **args)
+                await asend(lock_lost, self.signal_sender, **args)
             return released
 
         def _mark_lost(self, permit: Any) -> None:
             args = self._watchdog_loss(permit)
             if args is not None:
-                task = asyncio.ensure_future(asend(lock_lost, type(self), **args))
+                task = asyncio.ensure_future(asend(lock_lost, self.signal_sender, **args))
                 _pending.add(task)
                 task.add_done_callback(_pending.discard)
             super()._mark_lost(permit)

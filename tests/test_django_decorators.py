@@ -559,8 +559,11 @@ def test_async_response_closed_from_a_worker_thread_releases_once(redis_client, 
 
     lock_released.connect(where, weak=False)
 
+    holds = []
+
     @locked("closed-in-thread", timeout=5, auto_renew=auto_renew)
     async def view(request):
+        holds.append(current_lock())
         return HttpResponse(b"ok")
 
     async def scenario():
@@ -588,3 +591,9 @@ def test_async_response_closed_from_a_worker_thread_releases_once(redis_client, 
     assert len(acquired) == 2 and len(released) == 2
     assert released[0]["fence"] == acquired[0]["fence"] < acquired[1]["fence"]
     assert (released_in[0] is loop) is auto_renew
+    # Whichever thread released it, the signals speak for the view's own (asyncio) lock, and that
+    # lock knows its hold has ended.
+    for start, end in zip(acquired, released):
+        assert end["sender"] is start["sender"] and end["instance"] is start["instance"]
+    assert [event["instance"] for event in acquired] == holds
+    assert not holds[0].valid and holds[0].fence is None
