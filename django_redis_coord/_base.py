@@ -150,6 +150,10 @@ class Grant:
         return cls(False, pttl=int(reply[1]), position=int(reply[2]))
 
 
+#: Names longer than this (bytes) get their encoded parts made afresh on each call, not cached.
+ENCODED_CACHE_MAX_NAME = 256
+
+
 @dataclass(frozen=True)
 class EncodedParts:
     """The parts of a primitive's acquire and release calls that never change, encoded once
@@ -165,7 +169,7 @@ class EncodedParts:
     release_tail: bytes
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096, typed=True)
 def encoded_parts(keys: KeySet, member: bytes, ttl_ms: int, lease_ms: int, setting: Any,
                   retention: tuple) -> EncodedParts:
     """The :class:`EncodedParts` of one primitive's settings (shared by all objects with them)."""
@@ -308,8 +312,8 @@ class QueuedBase:
         return info
 
     def encoded_parts(self) -> EncodedParts:
-        return encoded_parts(self.keys, self.member, self._ttl_ms, self._lease_ms, self.acquire_setting,
-                             self.retention_args)
+        make = encoded_parts if len(self.keys.name) <= ENCODED_CACHE_MAX_NAME else encoded_parts.__wrapped__
+        return make(self.keys, self.member, self._ttl_ms, self._lease_ms, self.acquire_setting, self.retention_args)
 
     def acquire_encoded(self, token: bytes, enqueue: int, worker: str) -> bytes:
         """:meth:`acquire_keys` and :meth:`acquire_args`, encoded (the short path of FastScript)."""

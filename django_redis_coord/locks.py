@@ -103,7 +103,12 @@ class QueuedPrimitive(QueuedBase):
         """
         worker = self._worker()
         sent_at = time.monotonic()
-        grant = self.do_acquire(token, 1 if blocking else 0, worker)
+        try:
+            grant = self.do_acquire(token, 1 if blocking else 0, worker)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # interrupted, not failed: the call may have granted
+                self._abandon(token, worker)
+            raise
         if grant.acquired:
             return grant, sent_at
         if not blocking:

@@ -89,25 +89,29 @@ class FastScript(_Heads, Script):
             client = self.registered_client
         if type(client) is not redis.Redis or client.connection is not None:
             return super().__call__(keys, args, client)
-        if encoded is None:
-            encoded = encode(*keys, *args)
-        pool = client.connection_pool
+        data = self._head(len(keys) + len(args), len(keys)) + (encode(*keys, *args) if encoded is None else encoded)
+        try:
+            return self._send_once(client.connection_pool, data)
+        except NoScriptError:  # nothing ran: load the script (idempotent) and send the call again
+            client.script_load(self.script)
+            return self._send_once(client.connection_pool, data)
+
+    @staticmethod
+    def _send_once(pool: Any, data: bytes) -> Any:
+        """Write ``data`` on a pooled connection and read the reply, with no retry: after a
+        connection error or timeout the script may have run, and re-sending a release or an
+        additive extend would not be idempotent, so the caller gets the error instead."""
         conn = pool.get_connection()
         try:
-            conn.send_packed_command([self._head(len(keys) + len(args), len(keys)) + encoded], check_health=False)
+            conn.send_packed_command([data])  # with the connection's health check, if configured
             return conn.read_response()
-        except NoScriptError:
-            pass  # loaded (and re-sent) by the ordinary path below
-        except ResponseError:
+        except ResponseError:  # the whole reply was read: the connection is clean
             raise
         except BaseException:
-            # The script may have run and only its reply been lost: re-sending a release or an
-            # additive extend would not be idempotent, so the caller gets the error instead.
             conn.disconnect()
             raise
         finally:
             pool.release(conn)
-        return super().__call__(keys, args, client)
 
 
 class AsyncFastScript(_Heads, AsyncScript):
@@ -126,25 +130,28 @@ class AsyncFastScript(_Heads, AsyncScript):
             client = self.registered_client
         if type(client) is not redis.asyncio.Redis or client.single_connection_client:
             return await super().__call__(keys, args, client)
-        if encoded is None:
-            encoded = encode(*keys, *args)
-        pool = client.connection_pool
+        data = self._head(len(keys) + len(args), len(keys)) + (encode(*keys, *args) if encoded is None else encoded)
+        try:
+            return await self._send_once(client.connection_pool, data)
+        except NoScriptError:
+            await client.script_load(self.script)
+            return await self._send_once(client.connection_pool, data)
+
+    @staticmethod
+    async def _send_once(pool: Any, data: bytes) -> Any:
+        """As :meth:`FastScript._send_once`; a cancelled call also leaves its reply unread, so its
+        connection is closed too."""
         conn = await pool.get_connection()
         try:
-            await conn.send_packed_command([self._head(len(keys) + len(args), len(keys)) + encoded],
-                                           check_health=False)
+            await conn.send_packed_command([data])
             return await conn.read_response()
-        except NoScriptError:
-            pass
         except ResponseError:
             raise
         except BaseException:
-            # As in FastScript; a cancelled call also leaves its reply unread on the connection.
             await conn.disconnect()
             raise
         finally:
             await pool.release(conn)
-        return await super().__call__(keys, args, client)
 
 
 def queue_script(pipe: Any, script: Script, keys: Any, args: Any) -> None:

@@ -191,3 +191,45 @@ def test_reentrant_and_bad_input(async_redis):
         await client.aclose()
 
     run(scenario())
+
+
+def test_a_first_attempt_cancelled_before_its_reply_leaves_no_hold(redis_server):
+    """The acquire script ran and granted, but the task was cancelled before it read the reply
+    (here the reply is held back on the client): the hold is given back, not left to its TTL
+    (none here: it would stay forever)."""
+    import redis.asyncio
+    from redis.asyncio.connection import Connection
+
+    delay = {"seconds": 0.0}
+
+    class SlowReplies(Connection):
+        async def read_response(self, *args, **kwargs):
+            await asyncio.sleep(delay["seconds"])
+            return await super().read_response(*args, **kwargs)
+
+    async def scenario():
+        url = redis_server.url
+        client = redis.asyncio.Redis.from_url(url, connection_class=SlowReplies)
+        observer = redis.asyncio.Redis.from_url(url)
+        await observer.delete("cancelled-first")
+        lock = Lock(client, "cancelled-first", timeout=None)
+        assert await lock.acquire(blocking=False)  # a pooled connection and the script loaded
+        await lock.release()
+        delay["seconds"] = 0.25
+        task = asyncio.ensure_future(lock.acquire(blocking=False))
+        for _ in range(200):  # until the script has run on the server and granted the lock
+            if await observer.exists("cancelled-first"):
+                break
+            await asyncio.sleep(0.005)
+        held_while_reading = await observer.exists("cancelled-first")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        left = await observer.exists("cancelled-first")
+        await client.aclose()
+        await observer.aclose()
+        return held_while_reading, left
+
+    held_while_reading, left = asyncio.run(scenario())
+    assert held_while_reading == 1
+    assert left == 0

@@ -276,3 +276,64 @@ def test_pre_encoded_calls_match_their_keys_and_args(redis_client, label):
     assert semaphore.acquire_encoded(b"t", 1, "w") == encode(*semaphore.acquire_keys(b"t"),
                                                              *semaphore.acquire_args(b"t", 1, "w"))
     assert semaphore.acquire_encoded(b"t", 1, "w").endswith(encode(5))
+
+
+def test_a_first_attempt_interrupted_before_its_reply_leaves_no_hold(redis_server, redis_client):
+    """The sync twin of the asyncio test: KeyboardInterrupt after the acquire script ran, before
+    its reply was read.  The hold is given back (the interruption still reaches the caller)."""
+    from redis.connection import Connection
+
+    armed = {"interrupt": False}
+
+    class InterruptedReplies(Connection):
+        def read_response(self, *args, **kwargs):
+            if armed["interrupt"]:
+                armed["interrupt"] = False
+                time.sleep(0.1)  # the script has run on the server by now
+                raise KeyboardInterrupt
+            return super().read_response(*args, **kwargs)
+
+    client = redis.Redis.from_url(redis_server.url, connection_class=InterruptedReplies)
+    client.ping()
+    lock = Lock(client, "interrupted-first", timeout=None)
+    assert lock.acquire(blocking=False)  # the script is loaded: the interrupted call will run it
+    lock.release()
+    armed["interrupt"] = True
+    with pytest.raises(KeyboardInterrupt):
+        lock.acquire(blocking=False)
+    assert not redis_client.exists("interrupted-first")
+    assert lock.acquire(blocking=False)  # and the lock is free for the next caller
+    lock.release()
+    client.close()
+
+
+def test_scripts_flushed_from_the_server_are_loaded_again(redis_server, redis_client):
+    """After SCRIPT FLUSH (a restart or a failover loses them too), the short path loads the script
+    and sends the call once more: sync and asyncio, acquire and release."""
+    import asyncio
+
+    import redis.asyncio
+
+    from django_redis_coord.asyncio import Lock as AsyncLock
+
+    lock = Lock(redis_client, "flushed", timeout=5)
+    for _ in range(2):
+        redis_client.script_flush()
+        assert lock.acquire(blocking=False)
+        redis_client.script_flush()
+        lock.release()
+    assert not redis_client.exists("flushed")
+
+    async def scenario():
+        client = redis.asyncio.Redis.from_url(redis_server.url)
+        alock = AsyncLock(client, "flushed", timeout=5)
+        for _ in range(2):
+            await client.script_flush()
+            assert await alock.acquire(blocking=False)
+            await client.script_flush()
+            await alock.release()
+        held = await client.exists("flushed")
+        await client.aclose()
+        return held
+
+    assert asyncio.run(scenario()) == 0

@@ -117,7 +117,12 @@ class QueuedPrimitive(QueuedBase):
         """Try once and, when ``blocking``, wait in line until ``stop_at``; see the sync twin."""
         worker = self._worker()
         sent_at = time.monotonic()
-        grant = await self.do_acquire(token, 1 if blocking else 0, worker)
+        try:
+            grant = await self.do_acquire(token, 1 if blocking else 0, worker)
+        except asyncio.CancelledError:
+            # The call may have reached Redis and granted (or queued) this token: undo that.
+            await asyncio.shield(asyncio.ensure_future(self._abandon(token, worker)))
+            raise
         if grant.acquired:
             return grant, sent_at
         if not blocking:
