@@ -8,8 +8,9 @@ On a plain ``redis.Redis`` (or ``redis.asyncio.Redis``) client the scripts take 
 the EVALSHA is packed here and written to a pooled connection, skipping redis-py's per-command
 dispatch, which costs more client time than the script itself.  A script is never re-sent after a
 connection error, timeout or cancellation on that path (the script may have run): the error
-reaches the caller.  Every other kind of client (cluster, pipeline, single-connection,
-subclasses) goes through redis-py's ordinary path.
+reaches the caller.  After a NOSCRIPT reply (nothing ran) the script is loaded and the call sent
+once more.  Every other kind of client (cluster, pipeline, single-connection, subclasses) goes
+through redis-py's ordinary path, with the retries configured on it.
 """
 
 from __future__ import annotations
