@@ -79,7 +79,7 @@ class Sizes:
     pair_rounds: int = 5               # interleaved rounds; medians are reported
     contention_seconds: float = 4.0
     contention_procs: tuple[int, ...] = (4, 16)
-    contention_rounds: int = 2         # rounds at the first process count (median + spread)
+    contention_rounds: int = 3         # rounds at the first process count (median + spread)
     contenders: tuple[str, ...] = CONTENDERS
     hold_s: float = 0.001
     think_s: float = 0.001
@@ -555,7 +555,11 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
     for procs_index, procs in enumerate(sizes.contention_procs):
         rounds = sizes.contention_rounds if procs_index == 0 else 1
         for round_no in range(rounds):
+            # Each round starts at another library (and odd rounds run backwards), so that a slow
+            # phase of a shared machine does not fall on the same library in every round.
             order = list(sizes.contenders)
+            shift = round_no * len(order) // rounds
+            order = order[shift:] + order[:shift]
             if round_no % 2:
                 order.reverse()
             for lib in order:
