@@ -382,8 +382,9 @@ def run(ctx: Context) -> Section:
             "`@locked`, per round, rounds alternating their order; the round trip is a `PING` through the "
             "same pooled client in the same rounds.  *Round trips per locked request* counts the packets "
             "the client wrote: one EVALSHA to acquire and one to release.  The async view's release runs "
-            "when the response is closed, which `AsyncClient` does in a worker thread; that hop back to "
-            "the event loop is part of its figure."
+            "when the response is closed, which `AsyncClient` does in a worker thread: that thread "
+            "releases it with the sync client (no hop back to the event loop), so the figure has one "
+            "acquire on the asyncio client and one release on the sync one."
         )
     finally:
         if override is not None:
