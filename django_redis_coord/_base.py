@@ -44,8 +44,7 @@ DRIFT_FIXED = 0.002
 DRIFT_FACTOR = 0.01
 
 _HOSTNAME = socket.gethostname()
-_INFO_CACHE: dict[tuple, str] = {}
-_ENCODED_INFO_CACHE: dict[tuple, bytes] = {}
+_INFO_CACHE: dict[tuple, tuple[str, bytes]] = {}
 _ENCODED_ENQUEUE = tuple(encode(mode) for mode in range(3))
 
 
@@ -301,15 +300,21 @@ class QueuedBase:
         """Refuse the settings only this kind of primitive has (before the common ones)."""
 
     # -- arguments of the scripts ------------------------------------------------------------
-    def holder_info(self, worker: str) -> str:
-        """Holder metadata sent with each acquire (JSON), cached per label, process and worker."""
+    def _holder_info(self, worker: str) -> tuple[str, bytes]:
+        """Holder metadata sent with each acquire, as JSON and encoded for the short path; cached
+        per label, process and worker."""
         key = (self.label, os.getpid(), worker)
         info = _INFO_CACHE.get(key)
         if info is None:
             if len(_INFO_CACHE) > 4096:
                 _INFO_CACHE.clear()
-            info = _INFO_CACHE[key] = json.dumps({**self._info_head, "pid": key[1], "thread": worker})
+            text = json.dumps({**self._info_head, "pid": key[1], "thread": worker})
+            info = _INFO_CACHE[key] = (text, encode(text))
         return info
+
+    def holder_info(self, worker: str) -> str:
+        """Holder metadata sent with each acquire (JSON)."""
+        return self._holder_info(worker)[0]
 
     def encoded_parts(self) -> EncodedParts:
         make = encoded_parts if len(self.keys.name) <= ENCODED_CACHE_MAX_NAME else encoded_parts.__wrapped__
@@ -318,14 +323,8 @@ class QueuedBase:
     def acquire_encoded(self, token: bytes, enqueue: int, worker: str) -> bytes:
         """:meth:`acquire_keys` and :meth:`acquire_args`, encoded (the short path of FastScript)."""
         parts = self.encoded_parts()
-        key = (self.label, os.getpid(), worker)
-        info = _ENCODED_INFO_CACHE.get(key)
-        if info is None:
-            if len(_ENCODED_INFO_CACHE) > 4096:
-                _ENCODED_INFO_CACHE.clear()
-            info = _ENCODED_INFO_CACHE[key] = encode(self.holder_info(worker))
         return b"".join((parts.keys, encode(self.keys.wake(token), token), parts.ttl, _ENCODED_ENQUEUE[enqueue],
-                         parts.lease, info, parts.acquire_tail))
+                         parts.lease, self._holder_info(worker)[1], parts.acquire_tail))
 
     def release_encoded(self, token: bytes) -> bytes:
         """:meth:`release_keys` and :meth:`release_args`, encoded."""
