@@ -8,6 +8,7 @@ Nothing in here talks to Redis; the sync and asyncio twins (:mod:`django_redis_c
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -516,6 +517,8 @@ class LockBase(ReleaseOnExit, QueuedBase):
 
     kind = "lock"
     key_kind = b"lock"
+    #: The hold state (see :meth:`_new_local`), set by each flavour.
+    local: Any
     retention_args = (META_RETENTION_MS,)
     acquire_setting = META_RETENTION_MS
 
@@ -559,6 +562,21 @@ class LockBase(ReleaseOnExit, QueuedBase):
 
     def _lost_subject(self, local: Any) -> Any:
         return self
+
+    def _new_local(self) -> Any:
+        """Empty hold state of this flavour: per thread, per task or shared (``thread_local``)."""
+        raise NotImplementedError
+
+    def _fresh(self) -> Any:
+        """A lock with this one's client and settings and no hold of its own.
+
+        For callers that make one lock per use of the same name (``@locked`` makes one per
+        request): the arguments were checked and the keys computed when this one was made, so the
+        copy costs a fraction of a new construction.  Only the hold state is new.
+        """
+        twin = copy.copy(self)
+        twin.local = twin._new_local()
+        return twin
 
     # -- the caller's hold (per thread or task: see each flavour's ``_state``) ---------------
     def _state(self) -> Any:

@@ -119,6 +119,8 @@ VIEW_NAMES = frozenset({"request", "user", "query", "headers", "args", "kwargs",
 _DEFAULT: Any = object()
 #: What :meth:`Locked._unavailable` returns when the call goes ahead without the lock.
 _RUN_UNLOCKED: Any = object()
+#: Locks one ``locked(...)`` object keeps to copy from (by name, label and flavour), at most.
+_MADE_LOCKS_MAX = 256
 
 _current: contextvars.ContextVar[Any] = contextvars.ContextVar("django_redis_coord_current_lock", default=None)
 _background: set[asyncio.Task] = set()
@@ -594,6 +596,9 @@ class Locked:
         self.redlock = redlock
         # Context-manager holds of this object, per thread/task (one object may be shared).
         self._held: contextvars.ContextVar[tuple] = contextvars.ContextVar(f"locked-{id(self)}", default=())
+        # One lock made per name, label and flavour, with the settings and client it was made with:
+        # each use takes a fresh copy of it (Lock._fresh) instead of checking and computing it all again.
+        self._made: dict[tuple[str, Optional[str], bool], tuple[CoordSettings, Any, Any]] = {}
 
     # -- primitives ------------------------------------------------------------------------------
     def _check_redlock_settings(self, settings: Optional[CoordSettings] = None) -> None:
@@ -646,11 +651,16 @@ class Locked:
             semaphore = make_semaphore(name, self.limit, options["timeout"], asyncio=is_async, label=label,
                                        auto_renew=options["auto_renew"])
             return _AsyncPermitHold(semaphore) if is_async else _PermitHold(semaphore)
-        if is_async:
-            return AsyncSignallingLock(
-                get_async_client(), key, app_name=name, label=label, thread_local=False, **options
-            )
-        return SignallingLock(get_client(), key, app_name=name, label=label, thread_local=False, **options)
+        client = get_async_client() if is_async else get_client()
+        made = self._made.get((name, label, is_async))
+        if made is not None and made[0] is settings and made[1] is client:
+            return made[2]._fresh()
+        lock_class = AsyncSignallingLock if is_async else SignallingLock
+        lock = lock_class(client, key, app_name=name, label=label, thread_local=False, **options)
+        if len(self._made) >= _MADE_LOCKS_MAX:
+            self._made.clear()
+        self._made[(name, label, is_async)] = (settings, client, lock)
+        return lock._fresh()
 
     def _acquire_args(self) -> dict[str, Any]:
         if self.wait:

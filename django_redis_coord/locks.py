@@ -187,7 +187,10 @@ class Lock(QueuedPrimitive, LockBase):
 
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
-        self.local = ThreadHold() if self.thread_local else SharedHold()
+        self.local = self._new_local()
+
+    def _new_local(self) -> Any:
+        return ThreadHold() if self.thread_local else SharedHold()
 
     # -- local state (per thread unless thread_local=False) --------------------------------
     def _state(self) -> Any:

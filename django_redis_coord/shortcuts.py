@@ -80,6 +80,11 @@ class Signals:
         self.app_name = app_name if app_name is not None else self.name
         self._voice: Any = None
 
+    def _fresh(self) -> Any:
+        twin = super()._fresh()  # type: ignore[misc]
+        twin._voice = None
+        return twin
+
     def speak_for(self, primitive: Any) -> None:
         """Send this object's signals as ``primitive``'s: its class as the sender and it as
         ``instance`` (a sync twin finishing an asyncio hold from another thread)."""

@@ -233,3 +233,28 @@ def test_a_first_attempt_cancelled_before_its_reply_leaves_no_hold(redis_server)
     held_while_reading, left = asyncio.run(scenario())
     assert held_while_reading == 1
     assert left == 0
+
+
+def test_a_fresh_copy_shares_the_settings_but_not_the_hold(async_redis):
+    async def main():
+        client = async_redis()
+        made = Lock(client, "afresh", timeout=5, thread_local=False)
+        first, second = made._fresh(), made._fresh()
+        assert first.keys == made.keys and first.timeout == made.timeout
+        assert await first.acquire(blocking=False)
+        assert not await second.acquire(blocking=False)
+        assert await first.owned() and not await second.owned() and made.local.token is None
+        await first.release()
+        assert await second.acquire(blocking=False)
+        await second.release()
+        per_task = Lock(client, "afresh:tasks", timeout=5)._fresh()  # thread_local: per task
+        assert await per_task.acquire(blocking=False)
+
+        async def other_task():
+            return per_task.local.token
+
+        assert await asyncio.create_task(other_task()) is None
+        await per_task.release()
+        await client.aclose()
+
+    run(main())

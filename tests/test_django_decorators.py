@@ -407,6 +407,35 @@ def test_configurable_status_handler_and_template(redis_client, rf):
             assert locked("busy")(lambda request: "ran")(rf.get("/")).status_code == 429
 
 
+@pytest.mark.django_db
+def test_each_request_gets_its_own_hold_and_settings_changes_apply(redis_client, rf):
+    from django.http import HttpResponse
+
+    seen = []
+
+    @locked("reused")  # the timeout comes from the settings
+    def view(request):
+        held = current_lock()
+        seen.append((held, redis_client.get(held.name), redis_client.pttl(held.name), held.fence))
+        return HttpResponse(b"ok")
+
+    with override_settings(DJANGO_REDIS_COORD={"URL": redis_client_url(redis_client), "DEFAULT_TIMEOUT": 20}):
+        for _ in range(2):
+            view(rf.get("/")).close()
+    (first, token_1, pttl_1, fence_1), (second, token_2, _, fence_2) = seen
+    assert first is not second and token_1 and token_2 and token_1 != token_2
+    assert fence_2 > fence_1 and not first.valid and not second.valid
+    assert 15_000 < pttl_1 <= 20_000
+    with override_settings(DJANGO_REDIS_COORD={"URL": redis_client_url(redis_client), "KEY_PREFIX": "other",
+                                               "DEFAULT_TIMEOUT": 40}):
+        response = view(rf.get("/"))
+        held, token, pttl, _ = seen[-1]
+        assert held.name == "other:reused" and redis_client.get("other:reused") == token
+        assert 35_000 < pttl <= 40_000
+        response.close()
+    assert redis_client.get("other:reused") is None and redis_client.get("reused") is None
+
+
 def redis_client_url(client) -> str:
     kwargs = client.connection_pool.connection_kwargs
     return f"redis://{kwargs['host']}:{kwargs['port']}/0"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -337,3 +338,25 @@ def test_scripts_flushed_from_the_server_are_loaded_again(redis_server, redis_cl
         return held
 
     assert asyncio.run(scenario()) == 0
+
+
+def test_a_fresh_copy_shares_the_settings_but_not_the_hold(redis_client):
+    made = Lock(redis_client, "fresh", timeout=5, thread_local=False, label="made once")
+    first, second = made._fresh(), made._fresh()
+    assert (first.name, first.timeout, first.label, first.keys) == (made.name, made.timeout, made.label, made.keys)
+    assert first.acquire(blocking=False)
+    assert not second.acquire(blocking=False)
+    assert first.owned() and not second.owned() and made.local.token is None and second.fence is None
+    fence = first.fence
+    first.release()
+    assert second.acquire(blocking=False) and second.fence > fence
+    assert first.local.token is None
+    second.release()
+    threaded = Lock(redis_client, "fresh:threads", timeout=5)._fresh()  # thread_local stays per thread
+    assert threaded.acquire(blocking=False)
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(threaded.local.token))
+    worker.start()
+    worker.join()
+    assert seen == [None] and threaded.local.token is not None
+    threaded.release()

@@ -197,7 +197,10 @@ class Lock(QueuedPrimitive, LockBase):
 
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
-        self.local: Any = _TaskLocal() if self.thread_local else SimpleNamespace(token=None)
+        self.local: Any = self._new_local()
+
+    def _new_local(self) -> Any:
+        return _TaskLocal() if self.thread_local else SimpleNamespace(token=None)
 
     def _state(self) -> Any:
         local = self.local
