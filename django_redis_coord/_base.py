@@ -8,7 +8,6 @@ Nothing in here talks to Redis; the sync and asyncio twins (:mod:`django_redis_c
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -257,6 +256,8 @@ class QueuedBase:
     retention_args: tuple = ()
     #: The last argument of the acquire scripts (a lock: metadata retention; a semaphore: its limit).
     acquire_setting: Any = ""
+    #: :meth:`encoded_parts`, once made.
+    _parts: Optional[EncodedParts] = None
 
     def __init__(
         self,
@@ -318,8 +319,15 @@ class QueuedBase:
         return self._holder_info(worker)[0]
 
     def encoded_parts(self) -> EncodedParts:
-        make = encoded_parts if len(self.keys.name) <= ENCODED_CACHE_MAX_NAME else encoded_parts.__wrapped__
-        return make(self.keys, self.member, self._ttl_ms, self._lease_ms, self.acquire_setting, self.retention_args)
+        """The constant parts of this object's script calls, encoded: made once per object (and
+        shared through a cache by objects with the same settings; a semaphore makes them again
+        when its limit changes)."""
+        parts = self._parts
+        if parts is None:
+            make = encoded_parts if len(self.keys.name) <= ENCODED_CACHE_MAX_NAME else encoded_parts.__wrapped__
+            parts = self._parts = make(self.keys, self.member, self._ttl_ms, self._lease_ms, self.acquire_setting,
+                                       self.retention_args)
+        return parts
 
     def acquire_encoded(self, token: bytes, enqueue: int, worker: str) -> bytes:
         """:meth:`acquire_keys` and :meth:`acquire_args`, encoded (the short path of FastScript)."""
@@ -567,14 +575,18 @@ class LockBase(ReleaseOnExit, QueuedBase):
         """Empty hold state of this flavour: per thread, per task or shared (``thread_local``)."""
         raise NotImplementedError
 
-    def _fresh(self) -> Any:
-        """A lock with this one's client and settings and no hold of its own.
+    def _fresh(self, redis: Any = None) -> Any:
+        """A lock with this one's settings and no hold of its own, on ``redis`` (default: this
+        one's client).
 
         For callers that make one lock per use of the same name (``@locked`` makes one per
-        request): the arguments were checked and the keys computed when this one was made, so the
-        copy costs a fraction of a new construction.  Only the hold state is new.
+        request): the arguments were checked and the keys and encoded arguments computed when this
+        one was made, so the copy costs a fraction of a new construction.  Only the hold state is new.
         """
-        twin = copy.copy(self)
+        twin = object.__new__(type(self))
+        vars(twin).update(vars(self))
+        if redis is not None:
+            twin.redis = redis
         twin.local = twin._new_local()
         return twin
 

@@ -596,9 +596,10 @@ class Locked:
         self.redlock = redlock
         # Context-manager holds of this object, per thread/task (one object may be shared).
         self._held: contextvars.ContextVar[tuple] = contextvars.ContextVar(f"locked-{id(self)}", default=())
-        # One lock made per name, label and flavour, with the settings and client it was made with:
-        # each use takes a fresh copy of it (Lock._fresh) instead of checking and computing it all again.
-        self._made: dict[tuple[str, Optional[str], bool], tuple[CoordSettings, Any, Any]] = {}
+        # One lock made per name, label and flavour (with the settings it was made from, and no
+        # client): each use takes a fresh copy of it on the current client (Lock._fresh) instead of
+        # checking and computing it all again.
+        self._made: dict[tuple[str, Optional[str], bool], tuple[CoordSettings, Any]] = {}
 
     # -- primitives ------------------------------------------------------------------------------
     def _check_redlock_settings(self, settings: Optional[CoordSettings] = None) -> None:
@@ -636,6 +637,8 @@ class Locked:
         return {"timeout": timeout, "auto_renew": bool(auto_renew)}
 
     def _make(self, name: str, label: Optional[str], settings: CoordSettings, *, is_async: bool) -> Any:
+        if not self.redlock and self.limit is None:
+            return self._make_lock(name, label, settings, is_async=is_async)
         options = self._primitive_options(settings)
         key = settings.prefixed(name)
         if self.redlock:
@@ -647,20 +650,25 @@ class Locked:
                 )
             return SignallingRedlock(get_redlock_masters(), key, app_name=name, label=label, thread_local=False,
                                      **options)
-        if self.limit is not None:
-            semaphore = make_semaphore(name, self.limit, options["timeout"], asyncio=is_async, label=label,
-                                       auto_renew=options["auto_renew"])
-            return _AsyncPermitHold(semaphore) if is_async else _PermitHold(semaphore)
+        assert self.limit is not None  # neither a Redlock nor a lock: a semaphore
+        semaphore = make_semaphore(name, self.limit, options["timeout"], asyncio=is_async, label=label,
+                                   auto_renew=options["auto_renew"])
+        return _AsyncPermitHold(semaphore) if is_async else _PermitHold(semaphore)
+
+    def _make_lock(self, name: str, label: Optional[str], settings: CoordSettings, *, is_async: bool) -> Any:
+        """A signalling lock on the current client: a copy of the one made for this name, label,
+        flavour and settings (made here the first time)."""
         client = get_async_client() if is_async else get_client()
         made = self._made.get((name, label, is_async))
-        if made is not None and made[0] is settings and made[1] is client:
-            return made[2]._fresh()
-        lock_class = AsyncSignallingLock if is_async else SignallingLock
-        lock = lock_class(client, key, app_name=name, label=label, thread_local=False, **options)
-        if len(self._made) >= _MADE_LOCKS_MAX:
-            self._made.clear()
-        self._made[(name, label, is_async)] = (settings, client, lock)
-        return lock._fresh()
+        if made is None or made[0] is not settings:
+            lock_class = AsyncSignallingLock if is_async else SignallingLock
+            made_lock = lock_class(None, settings.prefixed(name), app_name=name, label=label, thread_local=False,
+                                   **self._primitive_options(settings))
+            made_lock.encoded_parts()  # made once, shared by the copies
+            if len(self._made) >= _MADE_LOCKS_MAX:
+                self._made.clear()
+            made = self._made[(name, label, is_async)] = (settings, made_lock)
+        return made[1]._fresh(client)
 
     def _acquire_args(self) -> dict[str, Any]:
         if self.wait:

@@ -166,6 +166,7 @@ class SemaphoreBase(QueuedBase):
     def limit(self, value: Optional[int]) -> None:
         self._limit = value
         self.acquire_setting = value if value is not None else ""
+        self._parts = None  # the encoded acquire arguments hold the limit
 
     # -- arguments and replies of the scripts ------------------------------------------------
     def set_limit_args(self, size: int) -> tuple:

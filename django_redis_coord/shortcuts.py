@@ -80,11 +80,6 @@ class Signals:
         self.app_name = app_name if app_name is not None else self.name
         self._voice: Any = None
 
-    def _fresh(self) -> Any:
-        twin = super()._fresh()  # type: ignore[misc]
-        twin._voice = None
-        return twin
-
     def speak_for(self, primitive: Any) -> None:
         """Send this object's signals as ``primitive``'s: its class as the sender and it as
         ``instance`` (a sync twin finishing an asyncio hold from another thread)."""
@@ -224,6 +219,11 @@ class AsyncSignalling(SignallingMixin):
 class SignallingLock(SyncSignalling, CoreLock):
     """:class:`django_redis_coord.locks.Lock` sending the signals of :mod:`django_redis_coord.signals`."""
 
+    def _fresh(self, redis: Any = None) -> Any:
+        twin = super()._fresh(redis)
+        twin._voice = None
+        return twin
+
     def do_acquire(self, *args: Any, **kwargs: Any) -> Any:
         return self._note_refusal(super().do_acquire(*args, **kwargs))
 
@@ -233,6 +233,11 @@ class SignallingLock(SyncSignalling, CoreLock):
 
 class AsyncSignallingLock(AsyncSignalling, AsyncCoreLock):  # type: ignore[misc]
     """The asyncio :class:`~django_redis_coord.asyncio.lock.Lock` sending the same signals."""
+
+    def _fresh(self, redis: Any = None) -> Any:
+        twin = super()._fresh(redis)
+        twin._voice = None
+        return twin
 
     async def do_acquire(self, *args: Any, **kwargs: Any) -> Any:
         return self._note_refusal(await super().do_acquire(*args, **kwargs))

@@ -420,11 +420,25 @@ def test_each_request_gets_its_own_hold_and_settings_changes_apply(redis_client,
         return HttpResponse(b"ok")
 
     with override_settings(DJANGO_REDIS_COORD={"URL": redis_client_url(redis_client), "DEFAULT_TIMEOUT": 20}):
-        for _ in range(2):
-            view(rf.get("/")).close()
-    (first, token_1, pttl_1, fence_1), (second, token_2, _, fence_2) = seen
-    assert first is not second and token_1 and token_2 and token_1 != token_2
-    assert fence_2 > fence_1 and not first.valid and not second.valid
+        first_response = view(rf.get("/"))
+        second_response = locked("reused", wait=5)(lambda request: HttpResponse(b"waited"))
+        waiting = in_thread(lambda: second_response(rf.get("/")))  # queued behind the first hold
+        wait_for(lambda: redis_client.zcard(seen[0][0].keys.queue) == 1)
+        first_response.close()  # hands the lock to the waiting request
+        waited = waiting()
+        assert waited.status_code == 200 and waited.content == b"waited"
+        waited.close()
+        third_response = view(rf.get("/"))
+        held_now = seen[-1][0]
+        assert seen[0][0].local.token is None and not seen[0][0].owned() and held_now.owned()
+        third_response.close()
+        view(rf.get("/")).close()
+    locks = [entry[0] for entry in seen]
+    (made_once,) = [made for _, made in view.locked._made.values()]
+    assert len({id(held) for held in locks}) == 3 and made_once not in locks and made_once.local.token is None
+    (first, token_1, pttl_1, fence_1), (second, token_2, _, fence_2), (third, token_3, _, fence_3) = seen
+    assert len({token_1, token_2, token_3}) == 3 and fence_1 < fence_2 < fence_3
+    assert not first.valid and not second.valid and not third.valid
     assert 15_000 < pttl_1 <= 20_000
     with override_settings(DJANGO_REDIS_COORD={"URL": redis_client_url(redis_client), "KEY_PREFIX": "other",
                                                "DEFAULT_TIMEOUT": 40}):
