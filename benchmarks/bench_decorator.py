@@ -624,6 +624,8 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
                        "in the server process: what @locked adds to the response's close() (the release) (us)")
         section.check("sync over HTTP, client-perceived: added latency in in-view round trips", h_added / h_in_view,
                       "<=", TARGET_ROUND_TRIPS)
+        section.check("sync over HTTP, server side with the release: added time in in-view round trips",
+                      s_added / s_in_view, "<=", TARGET_ROUND_TRIPS)
 
         def http_row(label: str, path: str, client_added: str, server_added: str) -> list[Any]:
             samples = over_http["samples"][path]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 import os
 import secrets
-import signal
 import statistics
 import time
 from collections.abc import Sequence
@@ -130,7 +129,7 @@ class TokenRing:
     def __init__(self, client: Any, name: str) -> None:
         import socket
 
-        from benchmarks.common import count_request
+        from benchmarks.common import record_request
 
         kwargs = client.connection_pool.connection_kwargs
         self.sock = socket.create_connection((kwargs["host"], kwargs["port"]))
@@ -138,11 +137,11 @@ class TokenRing:
         key = name.encode()
         self.take = b"*3\r\n$5\r\nBLPOP\r\n$%d\r\n%b\r\n$1\r\n0\r\n" % (len(key), key)
         self.give = b"*3\r\n$5\r\nRPUSH\r\n$%d\r\n%b\r\n$1\r\nt\r\n" % (len(key), key)
-        self.count = count_request
+        self.count = record_request
 
     def _call(self, request: bytes, lines: int) -> bytes:
-        self.count(request)
         self.sock.sendall(request)
+        self.count(request)
         reply = b""
         while reply.count(b"\r\n") < lines:
             chunk = self.sock.recv(4096)
@@ -169,7 +168,7 @@ class RawSocketOurs:
     def __init__(self, client: Any, name: str, ttl: float) -> None:
         import socket
 
-        from benchmarks.common import count_request
+        from benchmarks.common import record_request
         from django_redis_coord import Lock
         from django_redis_coord.scripts import encode, script_text
 
@@ -178,7 +177,7 @@ class RawSocketOurs:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.reader = self.sock.makefile("rb")
         self.lock = Lock(client, name, timeout=ttl)
-        self.encode, self.count = encode, count_request
+        self.encode, self.count = encode, record_request
         self.sha = {}
         for script in ("lock_acquire", "lock_release"):
             self.sha[script] = self._call(encode("SCRIPT", "LOAD", script_text(script)), 3)
@@ -199,8 +198,8 @@ class RawSocketOurs:
 
     def _call(self, body: bytes, count: int) -> Any:
         request = b"*%d\r\n" % count + body
-        self.count(request)
         self.sock.sendall(request)
+        self.count(request)
         return self._read()
 
     def _script(self, name: str, numkeys: int, count: int, encoded: bytes) -> Any:
@@ -438,7 +437,7 @@ def measure_expiry(ctx: Context, lib: str, ttl: float, trial: int) -> float:
         if queue.get(timeout=30) != "waiting":
             raise RuntimeError("waiter did not start")
         time.sleep(min(0.05, ttl / 10))
-        os.kill(holder.pid, signal.SIGKILL)
+        holder.kill()  # SIGKILL: it never releases
         owned_ms = float(queue.get(timeout=ttl + 30))
         admin.close()
         return owned_ms - expires_ms
