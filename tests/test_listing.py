@@ -390,3 +390,23 @@ def test_on_a_redis_cluster_every_primary_is_read(cluster):
     assert names[5] not in {h.name for h in listing.holders()}
     assert listing.waiters(names[6]) == []
     client.close()
+
+
+def test_registry_entries_of_holds_that_ended_without_a_release_are_dropped_by_the_next_grant(redis_client):
+    """Holds that simply expire leave their registry entries until the next grant in the same
+    slot drops them: the registry grows with the holds alive at once, not with history."""
+    from django_redis_coord import Lock, Semaphore
+    from django_redis_coord.keys import key_slot, registry_key
+
+    registry = registry_key(key_slot(b"{tenant-9}"))
+    for number in range(40):
+        assert Lock(redis_client, f"{{tenant-9}}:job:{number}", timeout=0.1).acquire(blocking=False)
+    assert Semaphore(redis_client, "{tenant-9}:pool", limit=2, timeout=0.1).acquire()
+    assert redis_client.zcard(registry) == 41
+    time.sleep(0.3)
+    fresh = Lock(redis_client, "{tenant-9}:job:new", timeout=5)
+    assert fresh.acquire(blocking=False)
+    assert redis_client.zcard(registry) == 1
+    fresh.release()
+    permits = Semaphore(redis_client, "{tenant-9}:pool", limit=2, timeout=0.1)
+    assert permits.acquire() and redis_client.zcard(registry) == 1

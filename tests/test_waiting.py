@@ -189,3 +189,53 @@ def test_sleep_is_accepted_but_waiting_does_not_poll(redis_client):
     # A 1 ms polling loop would send ~500 commands; a queued waiter sends a handful.
     assert 2 <= sent < 12, stats
     holder.release()
+
+
+def _queue_with_token_then_block(url: str, name: str, token: str, lease: float) -> None:
+    Lock(redis.Redis.from_url(url), name, timeout=30, waiter_lease=lease).acquire(token=token)
+    time.sleep(60)
+
+
+def test_a_grant_left_for_a_dead_waiter_is_not_taken_by_a_later_caller_with_its_token(redis_client, redis_url):
+    """The hand-off message of a waiter that died stays on its wake list for a while: a later
+    blocking acquire with the same token must wait in line, not take that stale grant."""
+    holder = Lock(redis_client, "stale-wake", timeout=30)
+    holder.acquire()
+    doomed = CTX.Process(target=_queue_with_token_then_block, args=(redis_url, "stale-wake", "job-7", 0.2))
+    doomed.start()
+    _wait_for(lambda: _queue_length(redis_client, "stale-wake") == 1)
+    os.kill(doomed.pid, signal.SIGKILL)
+    doomed.join()
+    holder.release()  # handed (provisionally, two leases) to the dead waiter: a message on its wake list
+    wake = keys_for(b"stale-wake").wake(b"job-7")
+    assert redis_client.llen(wake) == 1
+    _wait_for(lambda: redis_client.get("stale-wake") is None, timeout=5)  # the unclaimed grant lapsed
+    other = Lock(redis_client, "stale-wake", timeout=30)
+    assert other.acquire(blocking=False)
+    again = Lock(redis_client, "stale-wake", timeout=30, waiter_lease=0.2)
+    assert not again.acquire(token="job-7", blocking_timeout=0.5)
+    assert redis_client.get("stale-wake") == other.local.token and again.fence is None
+    assert redis_client.exists(wake) == 0 and _queue_length(redis_client, "stale-wake") == 0
+    other.release()
+
+
+def test_a_blocking_acquire_with_the_holders_own_token_waits_for_its_release(redis_client):
+    first = Lock(redis_client, "same-token", timeout=30)
+    assert first.acquire(token="shared")
+    second = Lock(redis_client, "same-token", timeout=30)
+    assert not second.acquire(token="shared", blocking=False)
+    assert not second.acquire(token="shared", blocking_timeout=0.5)  # waits, then gives up
+    assert second.fence is None and _queue_length(redis_client, "same-token") == 0
+    fence = first.fence
+    first.release()
+    assert second.acquire(token="shared", blocking_timeout=5) and second.fence > fence
+    second.release()
+
+
+def test_lock_metadata_expires_after_the_release_even_of_a_hold_with_no_timeout(redis_client):
+    forever = Lock(redis_client, "no-expiry")
+    forever.acquire()
+    meta = keys_for(b"no-expiry").meta
+    assert redis_client.pttl(meta) == -1  # kept while held
+    forever.release()
+    assert 0 < redis_client.pttl(meta) <= 24 * 3600 * 1000

@@ -20,12 +20,19 @@ local function next_fence(meta, now_us)
   return fence
 end
 
+-- Drop registry entries whose hold ended without a release (crashed holders).
+local function prune_registry(registry, now_ms)
+  redis.call('ZREMRANGEBYSCORE', registry, '-inf', '(' .. int(now_ms))
+end
+
 -- Record that `token` now holds `name` for `ttl` ms (0 = no expiry): the next fence (next_fence()
--- inlined into the same HSET: this is the hot path), who holds it, and its registry entry.
+-- inlined into the same HSET: this is the hot path), who holds it, and its registry entry (after
+-- dropping the entries of holds that ended without a release).
 local function record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention)
   local fence = math.max(tonumber(redis.call('HGET', meta, 'fence') or '0') + 1, now_us)
   redis.call('HSET', meta, 'fence', int(fence), 'token', token, 'info', info, 'since', int(now_ms),
              'ttl', int(ttl), 'claim', '0')
+  prune_registry(registry, now_ms)  -- holds of this slot that ended without a release
   if ttl > 0 then
     redis.call('ZADD', registry, int(now_ms + ttl), member)
     redis.call('PEXPIRE', meta, ttl + retention)
@@ -44,11 +51,6 @@ local function grant_lock(name, meta, registry, member, token, ttl, info, now_ms
     redis.call('SET', name, token)
   end
   return record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention)
-end
-
--- Drop registry entries whose hold ended without a release (crashed holders).
-local function prune_registry(registry, now_ms)
-  redis.call('ZREMRANGEBYSCORE', registry, '-inf', '(' .. int(now_ms))
 end
 
 -- Parse a waiter record "ttl lease_until lease info" (ms, ms, ms, JSON).

@@ -40,16 +40,17 @@ local current = redis.pcall('GET', name)
 if type(current) == 'table' then
   return {-2}  -- the name holds another kind of value (a semaphore's permits): nothing written
 end
-if current == token then
-  -- Handed to us while we were not blocked on our wake list.
+if current == token and retry and not redis.call('ZSCORE', queue, token) then
+  -- Handed to us (which took us off the queue) while we were not blocked on our wake list.  A
+  -- caller using the holder's own token that was not handed the lock waits in line like any other.
   redis.call('DEL', own_wake)
   local provisional = 0
   if redis.call('HGET', meta, 'claim') == '1' then provisional = 1 end
   return {1, tonumber(redis.call('HGET', meta, 'fence')), redis.call('PTTL', name), provisional}
 end
-if retry then
-  redis.call('DEL', own_wake)  -- a grant that expired before we came back for it
-end
+-- Whatever waits on our wake list is not ours to take: a grant that expired before we came back
+-- for it, or one made to an earlier caller with the same token that never took it.
+redis.call('DEL', own_wake)
 
 if not current then
   local other = hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix,

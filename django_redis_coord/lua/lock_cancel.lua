@@ -1,5 +1,6 @@
 -- Leave the wait queue (a blocking acquire gave up).  If the lock was handed to the caller in
--- the meantime it keeps it; if the caller was at the head of a free lock, the next waiter gets it.
+-- the meantime (or granted by an attempt whose reply was lost) it keeps it; if the caller was at
+-- the head of a free lock, the next waiter gets it.
 -- KEYS and ARGV as for lock_acquire.lua.
 -- Returns {1, fence, pttl, provisional} when the caller holds the lock, else {0}.
 local name, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -7,10 +8,11 @@ local token, lease = ARGV[1], tonumber(ARGV[4])
 local member, wake_prefix, wake_suffix, retention = ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
 local now_ms, now_us = server_now()
 
-redis.call('ZREM', queue, token)
+-- Still queued: whoever holds the lock with this token was not handed it as this caller.
+local queued = redis.call('ZREM', queue, token) == 1
 redis.call('HDEL', waiters, token)
 redis.call('DEL', own_wake)
-if redis.call('GET', name) == token then
+if not queued and redis.call('GET', name) == token then
   local provisional = 0
   if redis.call('HGET', meta, 'claim') == '1' then provisional = 1 end
   return {1, tonumber(redis.call('HGET', meta, 'fence')), redis.call('PTTL', name), provisional}

@@ -18,6 +18,12 @@ redis.call('ZREM', registry, member)
 -- token at `name`, so they describe nobody once it is gone.
 if redis.call('EXISTS', queue) == 1 then
   local now_ms, now_us = server_now()
-  hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, now_ms, now_us, retention, nil)
+  if hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, now_ms, now_us, retention,
+              nil) then
+    return 1
+  end
 end
+-- Nobody holds it now: the metadata (the fence counter) is kept for the retention period, also
+-- after a hold with no expiry.
+redis.call('PEXPIRE', meta, retention)
 return 1

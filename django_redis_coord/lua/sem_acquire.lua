@@ -40,9 +40,9 @@ if redis.call('ZSCORE', permits, token) then
   local fence, pttl = sem_claim(permits, meta, registry, member, token, ttl, now_ms)
   return {1, fence, pttl, 0}
 end
-if retry then
-  redis.call('DEL', own_wake)  -- a grant whose lease ended before we came back for it
-end
+-- Whatever waits on our wake list is not ours to take: a grant whose lease ended before we came
+-- back for it, or one made to an earlier caller with the same identity that never took it.
+redis.call('DEL', own_wake)
 
 local free, granted = sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix,
                                    limit, now_ms, now_us, token)
@@ -54,6 +54,7 @@ if free then
   local last = state[2]
   if granted then last = redis.call('HGET', meta, 'fence') end
   local fence, expiry = sem_grant(permits, meta, token, ttl, 0, info, now_ms, now_us, last)
+  prune_registry(registry, now_ms)  -- holds of this slot that ended without a release
   sem_publish(permits, registry, member, expiry)
   if ttl > 0 then return {1, fence, ttl, 0} end
   return {1, fence, -1, 0}
