@@ -227,11 +227,14 @@ class SemaphoreBase(QueuedBase):
             raise LockError("Cannot release a semaphore this thread did not acquire", lock_name=self.name)
         return stack[-1]
 
-    def _forget(self, token: bytes) -> Optional[Permit]:
+    def _forget(self, token: bytes, stack: Optional[list[bytes]] = None) -> Optional[Permit]:
+        """Drop the permit of ``token``; ``stack``: the anonymous permits of the thread or task that
+        took it (default: the current one's)."""
         permit = self._permits.pop(token, None)
         if permit is not None and permit.watched:
             self._watchdog().unregister(self, permit)
-        stack = self._stack()
+        if stack is None:
+            stack = self._stack()
         if token in stack:
             stack.remove(token)
         return permit

@@ -19,12 +19,12 @@ are the core classes plus the signals of :mod:`django_redis_coord.signals`.  :fu
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from typing import Any, Optional, Union
 
 from ._base import to_ms
+from ._tasks import in_background, run_to_completion
 from .asyncio.lock import Lock as AsyncCoreLock
 from .asyncio.redlock import Redlock as AsyncCoreRedlock
 from .conf import coord_settings
@@ -52,10 +52,6 @@ __all__ = [
 DEFAULT: Any = object()
 
 Name = Union[str, bytes]
-
-#: Signal deliveries scheduled from watchdog callbacks (kept referenced until they ran).
-_pending: set[asyncio.Future] = set()
-
 
 def retry_after_seconds(pttl_ms: Optional[int]) -> Optional[int]:
     """Seconds until a holder's TTL runs out, rounded up (at least 1); ``None`` without expiry."""
@@ -191,9 +187,7 @@ class AsyncSignalling(SignallingMixin):
     def _mark_lost(self, local: Any) -> None:
         args = self._loss_args(local)
         if args is not None:
-            task = asyncio.ensure_future(asend(lock_lost, self.signal_sender, **args))
-            _pending.add(task)
-            task.add_done_callback(_pending.discard)
+            in_background(asend(lock_lost, self.signal_sender, **args))
         super()._mark_lost(local)  # type: ignore[misc]
 
     async def acquire(self, *args: Any, **kwargs: Any) -> bool:
@@ -201,7 +195,12 @@ class AsyncSignalling(SignallingMixin):
         acquired = await super().acquire(*args, **kwargs)  # type: ignore[misc]
         event = self._acquire_event(acquired, started)
         if event is not None:
-            await asend(event[0], self.signal_sender, **event[1])
+            try:
+                await asend(event[0], self.signal_sender, **event[1])
+            except BaseException:
+                if acquired:  # cancelled while telling the receivers: nobody would release it
+                    await run_to_completion(self._give_back())  # type: ignore[attr-defined]
+                raise
         return acquired
 
     async def release(self) -> None:
@@ -510,7 +509,11 @@ def _async_semaphore_class() -> type:
             started = time.monotonic()
             acquired = await super().acquire(identity, blocking, blocking_timeout)
             if acquired:
-                await asend(lock_acquired, self.signal_sender, **self._acquired(identity, started))
+                try:
+                    await asend(lock_acquired, self.signal_sender, **self._acquired(identity, started))
+                except BaseException:  # cancelled while telling the receivers: nobody would release it
+                    await run_to_completion(self._give_back(identity))
+                    raise
             else:
                 await asend(lock_contended, self.signal_sender, wait_time=time.monotonic() - started,
                             retry_after=self.retry_after, **self._signal_args())
@@ -528,9 +531,7 @@ def _async_semaphore_class() -> type:
         def _mark_lost(self, permit: Any) -> None:
             args = self._watchdog_loss(permit)
             if args is not None:
-                task = asyncio.ensure_future(asend(lock_lost, self.signal_sender, **args))
-                _pending.add(task)
-                task.add_done_callback(_pending.discard)
+                in_background(asend(lock_lost, self.signal_sender, **args))
             super()._mark_lost(permit)
 
     return AsyncSignallingSemaphore

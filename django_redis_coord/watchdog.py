@@ -2,9 +2,11 @@
 
 One watchdog per process (a thread) renews every registered hold at a third of its timeout,
 batching all holds due at the same moment on the same client into one pipeline round trip.
-Network calls run on a separate I/O thread, so a server that stops answering cannot keep the
-watchdog from declaring a hold lost at its local deadline: ``send instant + TTL - drift`` on the
-monotonic clock.  A lost hold gets ``valid == False`` and its ``on_lost`` callback fires once.
+Each batch runs on a thread of its own, so a server that stops answering holds up neither the
+renewals on other servers nor the watchdog, which declares a hold lost at its local deadline:
+``send instant + TTL - drift`` on the monotonic clock.  A lost hold gets ``valid == False`` and its
+``on_lost`` callback fires once, on a thread kept for the callbacks: a slow callback delays other
+callbacks, never a renewal.
 
 The asyncio twin (:class:`AsyncWatchdog`) is one task per event loop with the same behaviour.
 """
@@ -17,9 +19,11 @@ import os
 import threading
 import time
 import weakref
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+from ._tasks import in_background
 
 logger = logging.getLogger("django_redis_coord")
 
@@ -50,21 +54,26 @@ class Hold:
         return hold
 
 
-def _settle(holds: dict, hold: Hold, sent_at: float, reply: Any, now: float) -> None:
-    """Apply a renewal outcome to a registered hold: reschedule, forget, or declare it lost."""
+def _settle(holds: dict, hold: Hold, sent_at: float, reply: Any, now: float) -> bool:
+    """Apply a renewal outcome to a registered hold: reschedule or forget it; True when it is
+    lost (forgotten here; the caller runs :meth:`Watchdog._lose`)."""
     hold.in_flight = False
     if hold.key not in holds:
-        return
+        return False
     outcome = _renew_reply(hold, sent_at, reply)
     if outcome is False:
         holds.pop(hold.key, None)
-        Watchdog._lose(hold)
-    elif outcome is None:
+        # Not held in Redis any more: no longer valid from now on, even before on_lost has run.
+        deadline = getattr(hold.local, "deadline", None)
+        hold.local.deadline = now if deadline is None else min(deadline, now)
+        return True
+    if outcome is None:
         hold.due = now + min(RETRY_INTERVAL, hold.interval)
     elif hold.once:
         holds.pop(hold.key, None)
     else:
         hold.due = now + hold.interval
+    return False
 
 
 def _renew_reply(hold: Hold, sent_at: float, reply: Any) -> Optional[bool]:
@@ -86,7 +95,8 @@ class Watchdog:
         self.pid = os.getpid()
         self._holds: dict[tuple, Hold] = {}
         self._cond = threading.Condition()
-        self._io = ThreadPoolExecutor(max_workers=2, thread_name_prefix="dcoord-renew")
+        # on_lost callbacks and lock_lost signals, in order, away from the renewals.
+        self._callbacks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dcoord-on-lost")
         self._thread = threading.Thread(target=self._run, name="dcoord-watchdog", daemon=True)
         self._thread.start()
 
@@ -111,6 +121,7 @@ class Watchdog:
     # -- loop ----------------------------------------------------------------------------------
     def _run(self) -> None:
         while True:
+            lost: list[Hold] = []
             with self._cond:
                 now = time.monotonic()
                 wake_at = now + 1.0
@@ -119,7 +130,7 @@ class Watchdog:
                     deadline = getattr(hold.local, "deadline", None)
                     if deadline is not None and now >= deadline:
                         self._holds.pop(hold.key, None)
-                        self._lose(hold)
+                        lost.append(hold)
                         continue
                     if deadline is not None:
                         wake_at = min(wake_at, deadline)
@@ -131,38 +142,38 @@ class Watchdog:
                         wake_at = min(wake_at, hold.due)
                 for hold in due:
                     hold.in_flight = True
-                if not due:
+                if not due and not lost:
                     self._cond.wait(max(0.0, wake_at - now))
                     continue
+            self._report(lost)
             by_client: dict[int, list[Hold]] = {}
             for hold in due:
                 by_client.setdefault(id(hold.owner.redis), []).append(hold)
             for batch in by_client.values():
-                future = self._io.submit(self._renew_batch, batch)
-                future.add_done_callback(self._after_batch(batch))
+                # A thread per batch: a client whose server stopped answering keeps its own
+                # renewals in flight (its holds meet their deadlines), nobody else's.
+                threading.Thread(target=self._renew_batch, args=(batch,), name="dcoord-renew", daemon=True).start()
 
-    def _renew_batch(self, batch: list[Hold]) -> tuple[float, list[Any]]:
-        client = batch[0].owner.redis
-        pipe = client.pipeline(transaction=False)
-        for hold in batch:
-            hold.owner.queue_renewal(pipe, hold.token)
+    def _renew_batch(self, batch: list[Hold]) -> None:
         sent_at = time.monotonic()
-        return sent_at, pipe.execute(raise_on_error=False)
+        try:
+            pipe = batch[0].owner.redis.pipeline(transaction=False)
+            for hold in batch:
+                hold.owner.queue_renewal(pipe, hold.token)
+            sent_at = time.monotonic()
+            replies = pipe.execute(raise_on_error=False)
+        except Exception as exc:  # connection refused, timeout, ...
+            replies = [exc] * len(batch)
+        with self._cond:
+            now = time.monotonic()
+            lost = [hold for hold, reply in zip(batch, replies) if _settle(self._holds, hold, sent_at, reply, now)]
+            self._cond.notify()
+        self._report(lost)
 
-    def _after_batch(self, batch: list[Hold]):
-        def done(future: Future) -> None:
-            try:
-                sent_at, replies = future.result()
-            except BaseException as exc:  # connection refused, timeout, ...
-                replies = [exc] * len(batch)
-                sent_at = time.monotonic()
-            with self._cond:
-                now = time.monotonic()
-                for hold, reply in zip(batch, replies):
-                    _settle(self._holds, hold, sent_at, reply, now)
-                self._cond.notify()
-
-        return done
+    def _report(self, lost: list[Hold]) -> None:
+        """Run the loss handling of ``lost`` holds (callbacks, signals) on the callbacks' thread."""
+        for hold in lost:
+            self._callbacks.submit(self._lose, hold)
 
     @staticmethod
     def _lose(hold: Hold) -> None:
@@ -212,6 +223,13 @@ class AsyncWatchdog:
         return len(self._holds)
 
     async def _run(self) -> None:
+        try:
+            await self._loop_forever()
+        finally:  # the loop is shutting down (its tasks are cancelled): let it and its holds go
+            if _async_watchdogs.get(self.loop) is self:
+                del _async_watchdogs[self.loop]
+
+    async def _loop_forever(self) -> None:
         while True:
             now = time.monotonic()
             wake_at = now + 1.0
@@ -235,7 +253,7 @@ class AsyncWatchdog:
                 hold.in_flight = True
                 by_client.setdefault(id(hold.owner.redis), []).append(hold)
             for batch in by_client.values():
-                self.loop.create_task(self._renew_batch(batch))
+                in_background(self._renew_batch(batch))
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), max(0.0, wake_at - time.monotonic()))
@@ -254,7 +272,8 @@ class AsyncWatchdog:
             replies = [exc] * len(batch)
         now = time.monotonic()
         for hold, reply in zip(batch, replies):
-            _settle(self._holds, hold, sent_at, reply, now)
+            if _settle(self._holds, hold, sent_at, reply, now):
+                Watchdog._lose(hold)
         self._changed.set()
 
 

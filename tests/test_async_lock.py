@@ -258,3 +258,57 @@ def test_a_fresh_copy_shares_the_settings_but_not_the_hold(async_redis):
         await client.aclose()
 
     run(main())
+
+
+def test_a_release_cancelled_on_its_way_still_releases(async_redis):
+    """A task cancelled while its release is under way (a client going away under ASGI) must not
+    leave the lock held: the release completes in the background."""
+    from django_redis_coord.asyncio import Semaphore
+
+    async def main():
+        client = async_redis()
+        lock = Lock(client, "a:cancelled-release", timeout=None, thread_local=False)  # released by another task
+        permits = Semaphore(client, "a:cancelled-permit", limit=1)
+        assert await lock.acquire() and await permits.acquire("job")
+        for release in (lock.release(), permits.release("job")):
+            task = asyncio.ensure_future(release)
+            await asyncio.sleep(0)  # the release has started: its script is being sent
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        for _ in range(200):
+            if not await client.exists("a:cancelled-release") and await permits.get_current_size() == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert not await client.exists("a:cancelled-release") and lock.local.token is None
+        assert await permits.get_current_size() == 0
+        assert await Lock(client, "a:cancelled-release", timeout=5).acquire(blocking=False)
+        await client.aclose()
+
+    run(main())
+
+
+def test_event_loops_that_ended_are_let_go(redis_client, redis_url):
+    """Run per call in a new event loop (as async views under WSGI): the watchdog tasks and the
+    Redlock links of loops that ended must not keep those loops (and their sockets) alive."""
+    import gc
+
+    import redis.asyncio
+
+    from django_redis_coord import watchdog
+    from django_redis_coord.asyncio import Redlock
+    from django_redis_coord.asyncio import redlock as async_redlock
+
+    async def once():
+        client = redis.asyncio.Redis.from_url(redis_url)
+        async with Lock(client, "a:loops", timeout=5, auto_renew=True):
+            pass
+        async with Redlock([client], "a:loops:redlock", timeout=5):
+            pass
+        await client.aclose()
+
+    for _ in range(20):
+        asyncio.run(once())
+    gc.collect()
+    assert len(watchdog._async_watchdogs) <= 1
+    assert len(async_redlock._links) <= 1

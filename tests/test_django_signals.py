@@ -155,3 +155,34 @@ def test_semaphore_permit_lost_from_the_watchdog_and_user_callback_still_runs(re
     lost = lost_of(received, "renewed-pool")
     assert len(lost) == 1 and lost[0]["kind"] == "semaphore" and lost[0]["fence"] == fence
     assert called[0].fence == fence
+
+
+def test_an_async_acquire_cancelled_while_its_signal_is_delivered_gives_the_hold_back(redis_client):
+    """Cancelled (a client going away under ASGI) after the grant, while a receiver of
+    lock_acquired runs: nobody would ever release that hold, so the acquire gives it back."""
+    from django_redis_coord.shortcuts import asemaphore
+
+    async def slow_receiver(sender, **kwargs):
+        await asyncio.sleep(1)
+
+    lock_acquired.connect(slow_receiver, weak=False)
+    try:
+        async def scenario():
+            for make in (lambda: alock("cancelled-in-signal", timeout=None),
+                         lambda: asemaphore("cancelled-in-signal:permits", 1, timeout=None)):
+                primitive = make()
+                task = asyncio.ensure_future(primitive.acquire())
+                await asyncio.sleep(0.3)  # granted; the receiver is running
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                for _ in range(200):
+                    if await make().acquire(blocking=False):
+                        break
+                    await asyncio.sleep(0.01)
+                else:
+                    raise AssertionError("the hold of the cancelled acquire was never given back")
+
+        asyncio.run(scenario())
+    finally:
+        lock_acquired.disconnect(slow_receiver)

@@ -144,3 +144,45 @@ def test_a_release_that_finds_the_hold_gone_fires_on_lost_once(redis_client):
         lock.release()
     assert lost == [lock]
     assert not lock.valid
+
+
+def test_a_server_that_stops_answering_does_not_hold_up_renewals_on_other_servers(redis_servers):
+    stuck, healthy = redis_servers(2)
+    lost: list[str] = []
+    on_stuck = [Lock(stuck.client(socket_timeout=30), f"stuck:{n}", timeout=1.5, auto_renew=True,
+                     on_lost=lambda lk: lost.append(lk.name)) for n in range(3)]
+    client = healthy.client()
+    on_healthy = Lock(client, "healthy", timeout=1.5, auto_renew=True, on_lost=lambda lk: lost.append(lk.name))
+    for lock in on_stuck + [on_healthy]:
+        assert lock.acquire()
+    stuck.pause()
+    try:
+        time.sleep(3.5)  # more than twice the timeout: the stuck server's renewals hang meanwhile
+        assert sorted(lost) == ["stuck:0", "stuck:1", "stuck:2"]
+        assert on_healthy.valid and client.pttl("healthy") > 0
+        later = Lock(client, "healthy:later", timeout=1.5, auto_renew=True, on_lost=lambda lk: lost.append(lk.name))
+        assert later.acquire()
+        time.sleep(2.0)
+        assert later.valid and client.pttl("healthy:later") > 0 and "healthy:later" not in lost
+    finally:
+        stuck.resume()
+    on_healthy.release()
+    later.release()
+
+
+def test_a_slow_on_lost_callback_delays_no_renewal(redis_client):
+    lost: list[str] = []
+
+    def slow(lock):
+        lost.append(lock.name)
+        time.sleep(2.5)
+
+    steady = Lock(redis_client, "steady", timeout=0.9, auto_renew=True, on_lost=lambda lk: lost.append(lk.name))
+    doomed = Lock(redis_client, "doomed", timeout=0.9, auto_renew=True, on_lost=slow)
+    assert steady.acquire() and doomed.acquire()
+    redis_client.delete("doomed")
+    _wait_for(lambda: lost == ["doomed"], timeout=5)
+    assert not doomed.valid  # not valid from the moment the loss was found, callback still running
+    time.sleep(2.0)  # over twice the timeout while the callback sleeps
+    assert lost == ["doomed"] and steady.valid and redis_client.pttl("steady") > 0
+    steady.release()

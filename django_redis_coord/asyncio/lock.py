@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
+from collections.abc import Awaitable
 from types import SimpleNamespace, TracebackType
 from typing import Any, Optional, Union
 
 from .. import watchdog as _watchdog
 from .._base import Grant, LockBase, Number, QueuedBase, as_bytes, check_number, encode_token, new_token, to_ms
+from .._tasks import in_background, run_to_completion
 from ..exceptions import (
     InvalidLockArgument,
     LockError,
@@ -111,7 +113,7 @@ class QueuedPrimitive(QueuedBase):
 
     def _after_loss(self, result: Any) -> None:
         if asyncio.iscoroutine(result):
-            asyncio.ensure_future(result)
+            in_background(result)
 
     async def _take(self, token: bytes, blocking: bool, stop_at: Optional[float]) -> Optional[tuple[Grant, float]]:
         """Try once and, when ``blocking``, wait in line until ``stop_at``; see the sync twin."""
@@ -121,7 +123,7 @@ class QueuedPrimitive(QueuedBase):
             grant = await self.do_acquire(token, 1 if blocking else 0, worker)
         except asyncio.CancelledError:
             # The call may have reached Redis and granted (or queued) this token: undo that.
-            await asyncio.shield(asyncio.ensure_future(self._abandon(token, worker)))
+            await run_to_completion(self._abandon(token, worker))
             raise
         if grant.acquired:
             return grant, sent_at
@@ -132,7 +134,7 @@ class QueuedPrimitive(QueuedBase):
         except BaseException:
             # Cancelled or failed while queued: leave the queue (and return a hold just
             # handed over) even though this task is being cancelled.
-            await asyncio.shield(asyncio.ensure_future(self._abandon(token, worker)))
+            await run_to_completion(self._abandon(token, worker))
             raise
         return (grant, sent_at) if grant.acquired else None
 
@@ -264,8 +266,21 @@ class Lock(QueuedPrimitive, LockBase):
             local.count -= 1
             return
         lost = getattr(local, "lost", False)
+        # Once asked, the release completes even if this task is cancelled meanwhile (a client
+        # going away under ASGI): otherwise the lock would stay held, renewed by nobody.
+        await run_to_completion(self._give_back())
+        if lost:
+            raise LockLostError("The lock was lost before it was released", lock_name=self.name)
+
+    def _give_back(self) -> Awaitable[None]:
+        """Stop renewing this task's hold and return the call that releases it; that call needs
+        nothing from the task, so it can finish in another one (see :func:`run_to_completion`)."""
+        local = self._state()
         if getattr(local, "watched", False):
             self._watchdog().unregister(self, local)
+        return self._release_hold(local, local.token)
+
+    async def _release_hold(self, local: Any, token: bytes) -> None:
         try:
             await self.do_release(token)
         except LockNotOwnedError:
@@ -275,8 +290,6 @@ class Lock(QueuedPrimitive, LockBase):
             raise
         local.token = None
         local.count = 0
-        if lost:
-            raise LockLostError("The lock was lost before it was released", lock_name=self.name)
 
     async def do_release(self, token: bytes) -> None:
         script = self.scripts.get(self.redis, "lock_release")

@@ -29,6 +29,7 @@ from redis.retry import Retry
 from .. import watchdog as _watchdog
 from .._base import Number
 from .._redlock_base import Command, NoBackoff, QuorumUnavailable, RedlockBase, SharedHold, pack
+from .._tasks import in_background, run_to_completion
 from ..exceptions import LockError
 
 __all__ = ["Redlock", "QuorumUnavailable"]
@@ -74,9 +75,14 @@ _links: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, dict[float
 
 
 def _links_for(masters: Sequence[Any], node_timeout: float) -> list[_Link]:
-    by_pool = _links.get(asyncio.get_running_loop())
+    loop = asyncio.get_running_loop()
+    by_pool = _links.get(loop)
     if by_pool is None:
-        by_pool = _links[asyncio.get_running_loop()] = weakref.WeakKeyDictionary()
+        # A new event loop: let go of the links of the loops that were closed (their idle
+        # connections hold on to their loop, so the weak keys alone would never drop them).
+        for closed in [old for old in list(_links.keys()) if old.is_closed()]:
+            del _links[closed]
+        by_pool = _links[loop] = weakref.WeakKeyDictionary()
     links = []
     for master in masters:
         pool = master.connection_pool
@@ -250,7 +256,7 @@ class Redlock(RedlockBase):
                 raise  # already undone
             except BaseException:
                 # Cancelled mid-attempt: give back whatever it may have been granted, then stop.
-                await asyncio.shield(asyncio.ensure_future(self._undo(raw, set())))
+                await run_to_completion(self._undo(raw, set()))
                 raise
             if hint is True:
                 return True
@@ -294,12 +300,21 @@ class Redlock(RedlockBase):
     def _mark_lost(self, hold: SimpleNamespace) -> None:
         result = self.mark_lost(hold)
         if asyncio.iscoroutine(result):
-            asyncio.ensure_future(result)
+            in_background(result)
 
     async def release(self) -> None:
+        # Completes even if this task is cancelled meanwhile (see Lock.release).
+        await run_to_completion(self._give_back())
+
+    def _give_back(self) -> Any:
+        """The call that releases this task's hold, needing nothing from the task (see
+        :meth:`django_redis_coord.asyncio.Lock._give_back`)."""
         hold, token = self.hold_to_release()
         if self.auto_renew:
             _watchdog.async_watchdog().unregister(self, hold)
+        return self._release_hold(hold, token)
+
+    async def _release_hold(self, hold: SimpleNamespace, token: bytes) -> None:
         self.released(hold, (await self._everywhere(self.release_command(token)))[1])
 
     async def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:

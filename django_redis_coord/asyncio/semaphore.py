@@ -10,10 +10,12 @@ other's permit::
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from types import TracebackType
 from typing import Any, Optional, Union
 
 from .._base import Number, check_number, new_token, to_ms
+from .._tasks import run_to_completion
 from ..exceptions import LockAcquireTimeout
 from ..holders import HolderInfo, permits_from_inspect
 from ..semaphores import Identity, SemaphoreBase, check_limit, encode_identity
@@ -68,9 +70,17 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
 
     async def release(self, identity: Optional[Identity] = None) -> bool:
         """Return a permit; see :meth:`django_redis_coord.semaphores.Semaphore.release`."""
-        token = self._token_to_release(identity)
+        # Completes even if this task is cancelled meanwhile (see Lock.release).
+        return await run_to_completion(self._give_back(identity))
+
+    def _give_back(self, identity: Optional[Identity] = None) -> Awaitable[bool]:
+        """The call that returns this task's permit (or ``identity``'s), needing nothing from the
+        task (see :meth:`django_redis_coord.asyncio.Lock._give_back`)."""
+        return self._release_permit(self._token_to_release(identity), self._stack())
+
+    async def _release_permit(self, token: bytes, stack: list[bytes]) -> bool:
         released = await self.do_release(token)
-        self._forget(token)
+        self._forget(token, stack)
         return released
 
     async def extend(
