@@ -141,10 +141,14 @@ def _build(settings: CoordSettings, *, asyncio: bool) -> Any:
 
     if settings.source == "sentinel":
         sentinel_conf = settings.sentinel or {}
+        merged = options()
+        # The sentinels get the same timeouts and retry policy as the master unless SENTINEL_KWARGS
+        # says otherwise: a sentinel that stops answering must fail a request as quickly.
+        to_sentinels = {key: value for key, value in merged.items() if key.startswith("socket_") or key == "retry"}
         sentinel = Sentinel(
             [_node(n) for n in sentinel_conf["SENTINELS"]],
-            sentinel_kwargs=dict(sentinel_conf.get("SENTINEL_KWARGS") or {}),
-            **options(),
+            sentinel_kwargs={**to_sentinels, **(sentinel_conf.get("SENTINEL_KWARGS") or {})},
+            **merged,
         )
         return sentinel.master_for(sentinel_conf["SERVICE_NAME"], db=sentinel_conf.get("DB", 0))
     if settings.source == "cluster":
@@ -246,7 +250,7 @@ def _mirror_async(client: Any) -> Any:
         sentinel = Sentinel(
             nodes,
             min_other_sentinels=manager.min_other_sentinels,
-            sentinel_kwargs=dict(manager.sentinel_kwargs or {}),
+            sentinel_kwargs=_for_asyncio(manager.sentinel_kwargs or {}),
         )
         return sentinel.master_for(pool.service_name, **kwargs)
     if issubclass(pool.connection_class, redis.UnixDomainSocketConnection):
@@ -264,11 +268,27 @@ def _mirror_async(client: Any) -> Any:
 
 # -- description ---------------------------------------------------------------------------------
 def _mask(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(":" + parts.password + "@", ":***@")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
+    """``url`` with its secrets replaced by ``***``: the password of each comma-separated URL
+    (django-redis takes several in one LOCATION), in the user part or in a ``password`` query
+    parameter."""
+    if "," in url:
+        return ",".join(_mask(part) for part in url.split(","))
+    base, question, query = url.partition("?")
+    try:
+        parts = urlsplit(base)
+    except ValueError:  # not a URL a client could use: show nothing of it
+        return "***"
+    if "@" in parts.netloc:
+        credentials, _, host = parts.netloc.rpartition("@")
+        user, colon, _ = credentials.partition(":")
+        base = urlunsplit(parts._replace(netloc=f"{user}:***@{host}" if colon else parts.netloc))
+    if query:
+        query = "&".join(
+            f"{name}=***" if name.lower() == "password" else field
+            for field in query.split("&")
+            for name in [field.partition("=")[0]]
+        )
+    return base + question + query
 
 
 def describe_connection(settings: Optional[CoordSettings] = None) -> str:
@@ -280,7 +300,7 @@ def describe_connection(settings: Optional[CoordSettings] = None) -> str:
         alias = settings.cache_alias or "default"
         location = django_settings.CACHES[alias].get("LOCATION")
         if isinstance(location, (list, tuple)):
-            location = location[0] if location else ""
+            location = ",".join(str(each) for each in location)
         return f"cache {alias!r} ({_mask(str(location))})"
     if settings.source == "sentinel":
         sentinel_conf = settings.sentinel or {}

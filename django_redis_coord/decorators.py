@@ -17,7 +17,8 @@ The key
     template sees its arguments by name (``{pk}``), ``{args[0]}``, ``{kwargs[pk]}``, ``{user}``
     (``request.user``), ``{query[name]}`` (a query-string parameter), ``{headers[X-Tenant]}``,
     ``{request}`` and ``{view}``; a plain function's template sees its arguments by name.
-    Interpolated values are percent-encoded (``:``, ``/``, ``{``, ``}``, ``%`` and spaces), so two
+    Interpolated values are percent-encoded (``:``, ``/``, ``{``, ``}``, ``%``, spaces and any
+    character of the template's own text), and two fields need text between them, so two
     different sets of values never give the same key.  A name the function cannot provide is an
     error when decorating; a value missing from a request (absent query parameter or header, a
     ``None`` or empty value) answers 400 Bad Request (:class:`MissingKeyValue`); a template that
@@ -73,8 +74,16 @@ from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import BadRequest, ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
+from redis.exceptions import (
+    ClusterError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._base import check_number
@@ -105,13 +114,30 @@ __all__ = [
 logger = logging.getLogger("django_redis_coord")
 
 #: Errors meaning "Redis cannot be reached or cannot take writes right now".
-UNAVAILABLE_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError)
+UNAVAILABLE_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OutOfMemoryError, TryAgainError,
+                      ClusterError, RedisClusterException)
+#: The same conditions reported by a command refused inside a Lua script (a plain ResponseError).
+UNAVAILABLE_MARKERS = ("OOM command not allowed", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS")
+#: What the acquire sites catch before telling "unavailable" from other errors (re-raised).
+_REDIS_ERRORS = (RedisError, RedisClusterException)
+
+
+def redis_unavailable(exc: BaseException) -> bool:
+    """True when ``exc`` means Redis cannot be reached or cannot take writes right now (out of
+    memory, read-only, a cluster or Sentinel master down): ``@locked`` answers 503 or fails open."""
+    if isinstance(exc, UNAVAILABLE_ERRORS):
+        return True
+    return isinstance(exc, ResponseError) and any(marker in str(exc) for marker in UNAVAILABLE_MARKERS)
 
 #: How long a closing thread waits for the event loop to release an asyncio hold (seconds).
 ASYNC_RELEASE_WAIT = 10.0
 
-#: Characters kept as they are in interpolated key values (everything else is percent-encoded).
+#: Characters kept as they are in interpolated key values (everything else is percent-encoded),
+#: unless the template's own text uses them: then they are encoded in values too, so that the
+#: text between two fields can never be mistaken for part of a value.
 SAFE_CHARS = "-_.~@+=,!*'()"
+#: The characters :func:`urllib.parse.quote` leaves as they are whatever ``safe`` says.
+_QUOTE_NEVER_ENCODES = "-_.~"
 
 #: Names a view's key template may use besides the view's own arguments.
 VIEW_NAMES = frozenset({"request", "user", "query", "headers", "args", "kwargs", "view"})
@@ -197,8 +223,11 @@ class _RequestValues(Mapping):
 class _Formatter(string.Formatter):
     """Fills a template from a namespace, percent-encoding each value and refusing empty ones."""
 
-    def __init__(self, template: str) -> None:
+    def __init__(self, template: str, safe: str = SAFE_CHARS) -> None:
         self.template = template
+        self.safe = safe
+        # quote() never encodes these; encode them by hand when the template's text uses them.
+        self.also_encoded = [char for char in _QUOTE_NEVER_ENCODES if char not in safe]
 
     def get_value(self, key: Any, args: Any, kwargs: Any) -> Any:
         namespace = kwargs["namespace"]
@@ -222,7 +251,10 @@ class _Formatter(string.Formatter):
         text = super().format_field(value, format_spec)
         if not text:
             raise MissingKeyValue(f"The lock key {self.template!r} got an empty value.")
-        return quote(text, safe=SAFE_CHARS)
+        text = quote(text, safe=self.safe)
+        for char in self.also_encoded:
+            text = text.replace(char, f"%{ord(char):02X}")
+        return text
 
 
 class KeyTemplate:
@@ -234,6 +266,7 @@ class KeyTemplate:
         self.default_name = default
         self.template = default
         self.roots: frozenset[str] = frozenset()
+        self.safe = SAFE_CHARS
         if key is None:
             return
         if callable(key):
@@ -248,9 +281,14 @@ class KeyTemplate:
             parsed = list(string.Formatter().parse(key))
         except ValueError as exc:
             raise KeyTemplateError(f"The lock key {key!r} is not a valid template: {exc}") from exc
-        for _literal, field, spec, _conversion in parsed:
+        for index, (literal, field, spec, _conversion) in enumerate(parsed):
             if field is None:
                 continue
+            if index and not literal:
+                raise KeyTemplateError(
+                    f"The lock key {key!r} has two fields with nothing between them: values such as "
+                    "('ab', 'c') and ('a', 'bc') would give the same key; put a separator between them."
+                )
             root = _ROOT.match(field).group(0)  # type: ignore[union-attr]
             if not root or root.isdigit():
                 raise KeyTemplateError(
@@ -261,6 +299,8 @@ class KeyTemplate:
             roots.add(root)
         self.template = key
         self.roots = frozenset(roots)
+        text = "".join(literal for literal, *_ in parsed)
+        self.safe = "".join(char for char in SAFE_CHARS if char not in text)
 
     def check_against(self, func: Callable[..., Any], *, view_names: bool) -> None:
         """Refuse, when decorating, names that ``func`` can never provide."""
@@ -283,7 +323,7 @@ class KeyTemplate:
     def render(self, namespace: Mapping[str, Any]) -> str:
         if not self.roots:
             return self.template
-        return _Formatter(self.template).vformat(self.template, (), {"namespace": namespace})
+        return _Formatter(self.template, self.safe).vformat(self.template, (), {"namespace": namespace})
 
 
 def _dotted(obj: Any) -> str:
@@ -355,14 +395,18 @@ def _log_release_failure(primitive: Any, exc: BaseException) -> None:
 def _release_logged(primitive: Any) -> None:
     try:
         primitive.release()
-    except (LockError, *UNAVAILABLE_ERRORS) as exc:
+    except (LockError, *_REDIS_ERRORS) as exc:
+        if not isinstance(exc, LockError) and not redis_unavailable(exc):
+            raise
         _log_release_failure(primitive, exc)
 
 
 async def _arelease_logged(primitive: Any) -> None:
     try:
         await primitive.release()
-    except (LockError, *UNAVAILABLE_ERRORS) as exc:
+    except (LockError, *_REDIS_ERRORS) as exc:
+        if not isinstance(exc, LockError) and not redis_unavailable(exc):
+            raise
         _log_release_failure(primitive, exc)
 
 
@@ -889,7 +933,9 @@ class Locked:
         started = _now()
         try:
             acquired = primitive.acquire(**self._acquire_args())
-        except UNAVAILABLE_ERRORS as exc:
+        except _REDIS_ERRORS as exc:
+            if not redis_unavailable(exc):
+                raise
             outcome = self._unavailable(request, name, settings, exc)
             return func(*args, **kwargs) if outcome is _RUN_UNLOCKED else outcome
         if not acquired:
@@ -933,7 +979,9 @@ class Locked:
         started = _now()
         try:
             acquired = await primitive.acquire(**self._acquire_args())
-        except UNAVAILABLE_ERRORS as exc:
+        except _REDIS_ERRORS as exc:
+            if not redis_unavailable(exc):
+                raise
             outcome = self._unavailable(request, name, settings, exc)
             return await _maybe_await(func(*args, **kwargs)) if outcome is _RUN_UNLOCKED else outcome
         if not acquired:
@@ -985,7 +1033,9 @@ class Locked:
         name, settings, primitive, started = self._start(is_async=False)
         try:
             acquired = primitive.acquire(**self._acquire_args())
-        except UNAVAILABLE_ERRORS as exc:
+        except _REDIS_ERRORS as exc:
+            if not redis_unavailable(exc):
+                raise
             self._unavailable(None, name, settings, exc)  # raises unless failing open
             return self._push(None)
         if not acquired:
@@ -1001,7 +1051,9 @@ class Locked:
         name, settings, primitive, started = self._start(is_async=True)
         try:
             acquired = await primitive.acquire(**self._acquire_args())
-        except UNAVAILABLE_ERRORS as exc:
+        except _REDIS_ERRORS as exc:
+            if not redis_unavailable(exc):
+                raise
             self._unavailable(None, name, settings, exc)
             return self._push(None)
         if not acquired:

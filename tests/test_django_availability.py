@@ -9,6 +9,7 @@ import time
 import pytest
 from django.test import AsyncClient, Client, override_settings
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError
 
 from django_redis_coord import locked
 from django_redis_coord.decorators import current_lock
@@ -107,3 +108,26 @@ def test_redis_lost_while_holding_still_answers_and_logs(redis_servers, redis_cl
         response = first()
     assert response.status_code == 200 and response.content == b"ran locked=True"
     assert any("Could not release" in r.getMessage() for r in caplog.records if r.name == "django_redis_coord")
+
+
+def test_a_server_out_of_memory_counts_as_unavailable(redis_servers, rf):
+    """maxmemory reached with noeviction (the policy the deploy check asks for): the acquire
+    script's writes are refused, which is "Redis cannot take writes": 503, or the view runs
+    unlocked with fail_open, like an unreachable server."""
+    (server,) = redis_servers(1)
+    admin = server.client()
+    admin.config_set("maxmemory-policy", "noeviction")
+    used = int(admin.info("memory")["used_memory"])
+    admin.config_set("maxmemory", used + 64 * 1024)
+    filler = 0
+    with pytest.raises(OutOfMemoryError):
+        while True:
+            admin.set(f"filler:{filler}", b"x" * 4096)
+            filler += 1
+    with override_settings(DJANGO_REDIS_COORD={"URL": server.url}):
+        assert locked("full")(lambda request: "ran")(rf.get("/")).status_code == 503
+        assert locked("full", fail_open=True)(lambda request: "ran")(rf.get("/")) == "ran"
+        with override_settings(DJANGO_REDIS_COORD={"URL": server.url, "FAIL_OPEN": True}):
+            with locked("full") as held:
+                assert held is None
+    admin.config_set("maxmemory", 0)

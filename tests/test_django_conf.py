@@ -129,6 +129,16 @@ def test_cache_alias_sources(redis_client, redis_url, backend):
 def test_password_is_masked_in_the_description():
     with override_settings(DJANGO_REDIS_COORD={"URL": "redis://user:secret@127.0.0.1:6379/0"}):
         assert describe_connection() == "redis://user:***@127.0.0.1:6379/0"
+    with override_settings(DJANGO_REDIS_COORD={"URL": "redis://127.0.0.1:6379/0?password=secret&db=1"}):
+        assert describe_connection() == "redis://127.0.0.1:6379/0?password=***&db=1"
+    caches = {"default": {"BACKEND": "django_redis.cache.RedisCache",
+                          "LOCATION": "redis://:secret1@h1:6379/0,redis://:secret2@h2:6379/0"}}
+    with override_settings(CACHES=caches, DJANGO_REDIS_COORD={"CACHE_ALIAS": "default"}):
+        assert describe_connection() == "cache 'default' (redis://:***@h1:6379/0,redis://:***@h2:6379/0)"
+    caches["default"]["LOCATION"] = ["unix:///run/redis.sock?password=secret3", "redis://:secret4@h3/0"]
+    with override_settings(CACHES=caches, DJANGO_REDIS_COORD={"CACHE_ALIAS": "default"}):
+        described = describe_connection()
+        assert "secret" not in described and "unix:///run/redis.sock?password=***" in described
 
 
 def test_django_setup_does_not_connect():
@@ -156,6 +166,33 @@ def sentinel_deployment():
     deployment = LocalSentinel(service="coord", replicas=0, sentinels=1).start()
     yield deployment
     deployment.stop()
+
+
+def test_sentinels_get_the_client_timeouts_and_retry_policy():
+    """Without SENTINEL_KWARGS, the sentinels are asked with the same timeouts (and retry policy)
+    as the master: a sentinel that stops answering fails a request as quickly (nothing connects
+    here: building a client never does)."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    from django_redis_coord.connection import reset_clients
+
+    sentinel = {"SENTINELS": ["127.0.0.1:1"], "SERVICE_NAME": "coord"}
+    retry = Retry(NoBackoff(), 1)
+    options = {"socket_timeout": 0.5, "socket_connect_timeout": 0.25, "retry": retry}
+    with override_settings(DJANGO_REDIS_COORD={"SENTINEL": sentinel, "CLIENT_OPTIONS": options}):
+        reset_clients()
+        kwargs = get_client().connection_pool.sentinel_manager.sentinel_kwargs
+        assert kwargs["socket_timeout"] == 0.5 and kwargs["socket_connect_timeout"] == 0.25 and kwargs["retry"] is retry
+    with override_settings(DJANGO_REDIS_COORD={"SENTINEL": {**sentinel, "SENTINEL_KWARGS": {"socket_timeout": 2}}}):
+        reset_clients()
+        kwargs = get_client().connection_pool.sentinel_manager.sentinel_kwargs
+        assert kwargs["socket_timeout"] == 2 and kwargs["socket_connect_timeout"] == 2.0  # the default's
+
+        async def async_kwargs():
+            return get_async_client().connection_pool.sentinel_manager.sentinel_kwargs
+
+        assert asyncio.run(async_kwargs())["socket_timeout"] == 2
 
 
 def test_sentinel_source(sentinel_deployment):

@@ -323,6 +323,16 @@ def test_values_are_encoded_so_different_values_never_share_a_key(redis_client):
 
     assert job("x:y", "z") != job("x", "y:z")
 
+    @locked("pair:{a}-{b}.{c}")
+    def dashed(a, b, c):
+        return current_lock().name
+
+    keys = {dashed(*values) for values in [("x-y", "z", "w"), ("x", "y-z", "w"), ("x", "y", "z.w"), ("x", "y.z", "w")]}
+    assert len(keys) == 4
+    assert dashed("a@b", "c", "d") == "pair:a@b-c.d"  # characters the template does not use stay readable
+    with pytest.raises(KeyTemplateError, match="nothing between them"):
+        locked("pair:{a}{b}")(lambda a, b: None)
+
 
 def test_default_key_is_the_views_dotted_name(redis_client):
     assert Client().get("/t/default/").content == b"tests.testapp.views.default_key"
