@@ -278,8 +278,12 @@ class QueuedBase:
         self.check_settings(name, timeout)
         check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=name)
         check_number("waiter_lease", waiter_lease, allow_none=False, positive=True, lock_name=name)
+        if not isinstance(auto_renew, bool):
+            raise InvalidLockArgumentType("auto_renew must be True or False", lock_name=name)
         if auto_renew and timeout is None:
             raise InvalidLockArgument("auto_renew needs a timeout to renew", lock_name=name)
+        if on_lost is not None and not callable(on_lost):
+            raise InvalidLockArgumentType("on_lost must be a callable (called with the lock) or None", lock_name=name)
         if label is not None and not isinstance(label, str):
             raise InvalidLockArgumentType("label must be a str", lock_name=name)
         self.redis = redis

@@ -176,8 +176,9 @@ class RedlockBase(ReleaseOnExit):
                 "at most a quarter of it",
                 lock_name=name,
             )
-        # The per-master scripts' keys and arguments (this also validates name and label).
-        self._node = LockBase(None, name, timeout=timeout, label=label)
+        # The per-master scripts' keys and arguments (this also validates name, label, auto_renew
+        # and on_lost).
+        self._node = LockBase(None, name, timeout=timeout, label=label, auto_renew=auto_renew, on_lost=on_lost)
         self.masters: tuple[Any, ...] = masters
         self.quorum = len(masters) // 2 + 1
         self.name: Any = name

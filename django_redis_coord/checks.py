@@ -113,7 +113,10 @@ def check_redis_for_deploy(app_configs: Any = None, **kwargs: Any) -> list[Check
     messages: list[CheckMessage] = []
     try:
         client = get_client()
-        policy = client.info("memory").get("maxmemory_policy")
+        if hasattr(client, "get_primaries"):  # redis.cluster.RedisCluster: ask every node
+            memory = client.info("memory", target_nodes=client.ALL_NODES)
+        else:
+            memory = client.info("memory")
     except RedisError as exc:
         return [
             Warning(
@@ -123,11 +126,15 @@ def check_redis_for_deploy(app_configs: Any = None, **kwargs: Any) -> list[Check
                 id="django_redis_coord.W003",
             )
         ]
-    if policy is not None and policy != "noeviction":
+    # A cluster client answers for each node: {node: info}.
+    per_node = memory.values() if "maxmemory_policy" not in memory and memory else [memory]
+    policies = sorted({str(info.get("maxmemory_policy")) for info in per_node if isinstance(info, dict)} - {"None"})
+    evicting = [policy for policy in policies if policy != "noeviction"]
+    if evicting:
         messages.append(
             Warning(
-                f"Redis maxmemory-policy is {policy!r}: under memory pressure Redis may evict a held lock "
-                "and let a second holder in.",
+                f"Redis maxmemory-policy is {', '.join(repr(p) for p in evicting)}: under memory pressure Redis "
+                "may evict a held lock and let a second holder in.",
                 hint="Set `maxmemory-policy noeviction` on the Redis that holds the locks "
                 "(or give the locks a Redis of their own).",
                 obj=SETTING_NAME,

@@ -301,6 +301,8 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
                         "django_redis_coord.E007",
                         f"{SETTING_NAME}['CLIENT_OPTIONS'][{name!r}] must be a positive number of seconds, "
                         f"not {value!r}.",
+                        "Leave it out for the default (socket_connect_timeout 2, socket_timeout 5): a server that "
+                        "stops answering then fails a request instead of hanging it.",
                     )
                 )
 
@@ -308,7 +310,8 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
     prefix = values["KEY_PREFIX"]
     if not isinstance(prefix, str):
         problems.append(
-            Problem("django_redis_coord.E010", f"{SETTING_NAME}['KEY_PREFIX'] must be a str, not {prefix!r}.")
+            Problem("django_redis_coord.E010", f"{SETTING_NAME}['KEY_PREFIX'] must be a str, not {prefix!r}.",
+                    'For example "shop"; "" (the default) for no prefix.')
         )
     elif any(part in prefix for part in ("{", "}", ":dcoord:")):
         problems.append(
@@ -348,7 +351,8 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
     for name in ("AUTO_RENEW", "FAIL_OPEN"):
         if not isinstance(values[name], bool):
             problems.append(
-                Problem("django_redis_coord.E013", f"{SETTING_NAME}[{name!r}] must be True or False.")
+                Problem("django_redis_coord.E013", f"{SETTING_NAME}[{name!r}] must be True or False.",
+                        f"{name} is {values[name]!r}; write True or False.")
             )
     handler = values["CONTENTION_HANDLER"]
     if handler is not None and not callable(handler):
@@ -357,6 +361,7 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
                 Problem(
                     "django_redis_coord.E016",
                     f"{SETTING_NAME}['CONTENTION_HANDLER'] must be a callable or its dotted path.",
+                    'For example "myapp.views.busy", a function taking (request, contention).',
                 )
             )
         else:
@@ -369,12 +374,16 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
                     Problem(
                         "django_redis_coord.E016",
                         f"{SETTING_NAME}['CONTENTION_HANDLER'] {handler!r} cannot be imported: {exc}.",
+                        "Give the dotted path of a function taking (request, contention), e.g. "
+                        '"myapp.views.busy".',
                     )
                 )
             else:
                 if not callable(target):
                     problems.append(
-                        Problem("django_redis_coord.E016", f"{SETTING_NAME}['CONTENTION_HANDLER'] is not callable.")
+                        Problem("django_redis_coord.E016", f"{SETTING_NAME}['CONTENTION_HANDLER'] is not callable.",
+                                f"{handler!r} names {type(target).__name__} object; name a function taking "
+                                "(request, contention).")
                     )
     problems.extend(_redlock_problems(values["REDLOCK"]))
     return problems
@@ -382,7 +391,8 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
 
 def _cache_alias_problems(alias: object, caches: Mapping[str, Any], *, explicit: bool) -> list[Problem]:
     if not isinstance(alias, str):
-        return [Problem("django_redis_coord.E004", f"{SETTING_NAME}['CACHE_ALIAS'] must be a str, not {alias!r}.")]
+        return [Problem("django_redis_coord.E004", f"{SETTING_NAME}['CACHE_ALIAS'] must be a str, not {alias!r}.",
+                        'Name a Redis cache of CACHES, e.g. "default".')]
     if alias not in caches:
         known = ", ".join(repr(name) for name in caches) or "none"
         return [

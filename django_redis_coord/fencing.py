@@ -41,6 +41,10 @@ from .exceptions import InvalidLockArgument, InvalidLockArgumentType, StaleFence
 from .keys import encode_name
 from .scripts import async_scripts, sync_scripts
 
+#: How long the fence record a fenced read leaves on a key holding nothing yet is kept (ms), when
+#: the reader never writes (a write sets the key's own expiry).
+READ_RECORD_MS = 24 * 3600 * 1000
+
 __all__ = ["fenced_update", "afenced_update", "fenced_set", "afenced_set", "fenced_get", "afenced_get"]
 
 #: Fences are compared as Lua numbers (doubles) in Redis: exact below 2^53.
@@ -173,7 +177,7 @@ def fenced_get(
     if fence is None:
         return _parse(client.hmget(raw, "value", "fence"))
     script = sync_scripts.get(client, "fenced_get")
-    return _fenced_reply(key, fence, script((raw,), (fence,), client=client))
+    return _fenced_reply(key, fence, script((raw,), (fence, READ_RECORD_MS), client=client))
 
 
 async def afenced_get(
@@ -186,4 +190,4 @@ async def afenced_get(
     if fence is None:
         return _parse(await client.hmget(raw, "value", "fence"))
     script = async_scripts.get(client, "fenced_get")
-    return _fenced_reply(key, fence, await script((raw,), (fence,), client=client))
+    return _fenced_reply(key, fence, await script((raw,), (fence, READ_RECORD_MS), client=client))

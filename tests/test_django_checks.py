@@ -47,16 +47,20 @@ BAD_SETTINGS = [
     ("django_redis_coord.E015", {"URL": GOOD_URL, "REDLOCK": {"MASTERS": []}}),
     ("django_redis_coord.E015", {"URL": GOOD_URL, "REDLOCK": {"MASTERS": ["redis://a:1/0", "tcp://b"]}}),
     ("django_redis_coord.E016", {"URL": GOOD_URL, "CONTENTION_HANDLER": "no.such.module.handler"}),
+    ("django_redis_coord.E004", {"CACHE_ALIAS": 7}),
+    ("django_redis_coord.E010", {"URL": GOOD_URL, "KEY_PREFIX": 5}),
+    ("django_redis_coord.E016", {"URL": GOOD_URL, "CONTENTION_HANDLER": 42}),
+    ("django_redis_coord.E016", {"URL": GOOD_URL, "CONTENTION_HANDLER": "django_redis_coord.conf.SETTING_NAME"}),
 ]
 
 
 @pytest.mark.parametrize("expected, value", BAD_SETTINGS)
-def test_each_settings_error_has_its_id_and_a_hint_or_message(expected, value):
+def test_each_settings_error_has_its_id_and_a_hint(expected, value):
     with override_settings(DJANGO_REDIS_COORD=value, CACHES={"default": REDIS_CACHE, "local": LOCMEM}):
         messages = check_settings()
         assert expected in ids(messages)
         message = next(m for m in messages if m.id == expected)
-        assert message.level == checks.ERROR and message.msg
+        assert message.level == checks.ERROR and message.msg and message.hint
         # Registered with Django: `manage.py check` shows the same error.
         assert expected in ids(checks.run_checks(tags=["django_redis_coord"]))
 

@@ -218,6 +218,23 @@ def cluster_deployment():
     deployment.stop()
 
 
+def test_deploy_check_reads_the_eviction_policy_of_every_cluster_node(cluster_deployment):
+    from django_redis_coord.checks import check_redis_for_deploy
+    from django_redis_coord.connection import reset_clients
+
+    nodes = [f"{host}:{port}" for host, port in cluster_deployment.startup_nodes]
+    node = cluster_deployment.primary_nodes()[1].client()
+    with override_settings(DJANGO_REDIS_COORD={"CLUSTER": {"STARTUP_NODES": nodes}}):
+        reset_clients()
+        assert "django_redis_coord.W001" not in [m.id for m in check_redis_for_deploy()]
+        node.config_set("maxmemory-policy", "allkeys-lru")
+        try:
+            warned = [m for m in check_redis_for_deploy() if m.id == "django_redis_coord.W001"]
+        finally:
+            node.config_set("maxmemory-policy", "noeviction")
+        assert len(warned) == 1 and "allkeys-lru" in warned[0].msg
+
+
 def test_cluster_source(cluster_deployment):
     nodes = [f"{host}:{port}" for host, port in cluster_deployment.startup_nodes]
     seed = "redis://{}:{}/0".format(*cluster_deployment.startup_nodes[0])

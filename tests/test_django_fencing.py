@@ -146,3 +146,13 @@ def test_a_fenced_read_shuts_out_older_holders(redis_client):
     assert (info.value.fence, info.value.highest) == (11, 12)
     assert fenced_set("rmw", "v2", 12, client=redis_client)
     assert fenced_get("rmw", client=redis_client) == (b"v2", 12)
+
+
+def test_a_fenced_read_of_a_missing_key_leaves_a_record_that_expires(redis_client):
+    assert fenced_get("rmw:new", 5, client=redis_client) == (None, 5)
+    assert 0 < redis_client.pttl("rmw:new") <= 24 * 3600 * 1000  # not kept for ever if never written
+    assert not fenced_set("rmw:new", "stale", 4, client=redis_client)  # still shuts out older holders
+    assert fenced_set("rmw:new", "v", 5, client=redis_client)
+    assert redis_client.pttl("rmw:new") == -1  # the write's own expiry (none) applies
+    assert fenced_get("rmw:new", 6, client=redis_client) == (b"v", 6)
+    assert redis_client.pttl("rmw:new") == -1  # a read of a stored value changes no expiry

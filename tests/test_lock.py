@@ -187,6 +187,8 @@ BAD_INPUTS = [
     (dict(name="ok", timeout=1, sleep=2), InvalidLockArgument),
     (dict(name="ok", auto_renew=True), InvalidLockArgument),
     (dict(name="x:dcoord:y"), InvalidLockArgument),
+    (dict(name="ok", timeout=5, auto_renew="yes"), InvalidLockArgumentType),
+    (dict(name="ok", timeout=5, on_lost=5), InvalidLockArgumentType),
 ]
 
 

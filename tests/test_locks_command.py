@@ -324,6 +324,18 @@ def test_unreachable_redis_exits_3(settings):
         assert error.returncode == 3 and "unreachable" in str(error)
 
 
+def test_refused_commands_and_unusable_settings_exit_with_their_own_status(redis_servers, settings):
+    (server,) = redis_servers(1)
+    admin = server.client()
+    admin.execute_command("ACL", "SETUSER", "viewer", "on", ">pw", "~*", "+@all", "-eval", "-evalsha")
+    settings.DJANGO_REDIS_COORD = {"URL": f"redis://viewer:pw@{server.host}:{server.port}/0"}
+    error = fails("release", "x", "--yes")
+    assert error.returncode == 7 and "refused" in str(error) and "pw@" not in str(error)
+    settings.DJANGO_REDIS_COORD = {"URL": server.url, "TIMEOUT": 5}  # an unknown setting
+    error = fails("list")
+    assert error.returncode == 1 and "DJANGO_REDIS_COORD" in str(error)
+
+
 # -- KEY_PREFIX --------------------------------------------------------------------------------
 def test_names_are_shown_and_taken_without_the_key_prefix(redis_client, settings, redis_url):
     settings.DJANGO_REDIS_COORD = {"URL": redis_url, "KEY_PREFIX": "shop"}

@@ -3,7 +3,7 @@
 -- operator confirms a particular grant, and never sees the holder's token.
 -- KEYS[1] permits zset   KEYS[2] meta hash   KEYS[3] queue zset   KEYS[4] waiters hash   KEYS[5] registry
 -- ARGV[1] registry member   ARGV[2] wake key prefix   ARGV[3] wake key suffix   ARGV[4] the permit's fence
--- Returns {status, released permit's fence, fence counter after the bump, a waiter's token or false}:
+-- Returns {status, released permit's fence, fence counter after the bump, whether a waiter got a permit}:
 -- status 1 released, 0 no live permit has that fence.
 local permits, meta, queue, waiters, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local member, wake_prefix, wake_suffix, expected = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
@@ -26,12 +26,9 @@ redis.call('HSET', meta, 'forced_at', int(now_ms), 'forced_fence', ARGV[4])
 -- Move the counter past the released permit: every later grant is above it.
 local bumped = next_fence(meta, now_us)
 sem_reclaim(permits, meta, now_ms)
-local heir = false
 local limit = tonumber(redis.call('HGET', meta, 'limit') or '0')
-local before = redis.call('ZCARD', queue)
-sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, limit, now_ms, now_us, nil)
-if redis.call('ZCARD', queue) < before then
-  heir = true
-end
+-- Whether a waiter was granted a permit (dead waiters dropped from the queue on the way do not count).
+local _, heir = sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, limit,
+                             now_ms, now_us, nil)
 sem_publish(permits, registry, member, nil)
 return {1, ARGV[4], int(bumped), heir}

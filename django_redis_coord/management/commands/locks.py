@@ -8,8 +8,9 @@
 
 Names are given and shown without ``KEY_PREFIX`` (as the code names them); ``--all-prefixes``
 lists every holder in the database under its full key.  Exit status: 0 success, 1 bad
-arguments, 3 Redis unreachable, 4 nothing held under that name, 5 release not confirmed,
-6 the holder changed before the release (nothing was released).
+arguments or settings, 3 Redis unreachable, 4 nothing held under that name, 5 release not
+confirmed, 6 the holder changed before the release (nothing was released), 7 Redis refused the
+command (a read-only replica, no permission, out of memory, ...).
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any, Optional
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from django_redis_coord.conf import coord_settings
+from django_redis_coord.conf import SETTING_NAME, coord_settings
 from django_redis_coord.connection import describe_connection, get_client
 from django_redis_coord.exceptions import InvalidLockArgument
 from django_redis_coord.listing import KINDS, HolderListing, LiveHolder, Waiter, format_ms
@@ -36,6 +38,7 @@ EXIT_UNREACHABLE = 3
 EXIT_NOT_HELD = 4
 EXIT_NOT_CONFIRMED = 5
 EXIT_CHANGED = 6
+EXIT_REFUSED = 7
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
@@ -142,8 +145,10 @@ class Command(BaseCommand):
             raise CommandError(f"Redis is unreachable ({describe_connection()}): {exc}", returncode=EXIT_UNREACHABLE)
         except InvalidLockArgument as exc:
             raise CommandError(str(exc), returncode=EXIT_USAGE)
+        except ImproperlyConfigured as exc:
+            raise CommandError(f"{SETTING_NAME} is not usable: {exc}", returncode=EXIT_USAGE)
         except RedisError as exc:
-            raise CommandError(f"Redis error: {exc}", returncode=EXIT_USAGE)
+            raise CommandError(f"Redis refused the command ({describe_connection()}): {exc}", returncode=EXIT_REFUSED)
 
     # -- names ---------------------------------------------------------------------------------
     def key_for(self, name: str) -> str:
