@@ -199,7 +199,7 @@ class AsyncSignalling(SignallingMixin):
                 await asend(event[0], self.signal_sender, **event[1])
             except BaseException:
                 if acquired:  # cancelled while telling the receivers: nobody would release it
-                    await run_to_completion(self._give_back())  # type: ignore[attr-defined]
+                    await run_to_completion(self._release_call())  # type: ignore[attr-defined]
                 raise
         return acquired
 
@@ -512,7 +512,7 @@ def _async_semaphore_class() -> type:
                 try:
                     await asend(lock_acquired, self.signal_sender, **self._acquired(identity, started))
                 except BaseException:  # cancelled while telling the receivers: nobody would release it
-                    await run_to_completion(self._give_back(identity))
+                    await run_to_completion(self._release_call(identity))
                     raise
             else:
                 await asend(lock_contended, self.signal_sender, wait_time=time.monotonic() - started,

@@ -268,11 +268,11 @@ class Lock(QueuedPrimitive, LockBase):
         lost = getattr(local, "lost", False)
         # Once asked, the release completes even if this task is cancelled meanwhile (a client
         # going away under ASGI): otherwise the lock would stay held, renewed by nobody.
-        await run_to_completion(self._give_back())
+        await run_to_completion(self._release_call())
         if lost:
             raise LockLostError("The lock was lost before it was released", lock_name=self.name)
 
-    def _give_back(self) -> Awaitable[None]:
+    def _release_call(self) -> Awaitable[None]:
         """Stop renewing this task's hold and return the call that releases it; that call needs
         nothing from the task, so it can finish in another one (see :func:`run_to_completion`)."""
         local = self._state()

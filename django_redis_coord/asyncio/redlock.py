@@ -304,11 +304,11 @@ class Redlock(RedlockBase):
 
     async def release(self) -> None:
         # Completes even if this task is cancelled meanwhile (see Lock.release).
-        await run_to_completion(self._give_back())
+        await run_to_completion(self._release_call())
 
-    def _give_back(self) -> Any:
+    def _release_call(self) -> Any:
         """The call that releases this task's hold, needing nothing from the task (see
-        :meth:`django_redis_coord.asyncio.Lock._give_back`)."""
+        :meth:`django_redis_coord.asyncio.Lock._release_call`)."""
         hold, token = self.hold_to_release()
         if self.auto_renew:
             _watchdog.async_watchdog().unregister(self, hold)

@@ -71,11 +71,11 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
     async def release(self, identity: Optional[Identity] = None) -> bool:
         """Return a permit; see :meth:`django_redis_coord.semaphores.Semaphore.release`."""
         # Completes even if this task is cancelled meanwhile (see Lock.release).
-        return await run_to_completion(self._give_back(identity))
+        return await run_to_completion(self._release_call(identity))
 
-    def _give_back(self, identity: Optional[Identity] = None) -> Awaitable[bool]:
+    def _release_call(self, identity: Optional[Identity] = None) -> Awaitable[bool]:
         """The call that returns this task's permit (or ``identity``'s), needing nothing from the
-        task (see :meth:`django_redis_coord.asyncio.Lock._give_back`)."""
+        task (see :meth:`django_redis_coord.asyncio.Lock._release_call`)."""
         return self._release_permit(self._token_to_release(identity), self._stack())
 
     async def _release_permit(self, token: bytes, stack: list[bytes]) -> bool:
