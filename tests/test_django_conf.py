@@ -79,7 +79,7 @@ def test_async_client_per_event_loop(redis_client):
     assert asyncio.run(two_calls()) is not asyncio.run(two_calls())
 
 
-def test_clients_of_closed_event_loops_are_let_go(redis_client):
+def test_clients_of_closed_event_loops_are_let_go(redis_servers):
     """A WSGI server runs each async view in an event loop of its own: the clients (and Redis
     connections) of the loops that ended must not pile up."""
     import gc
@@ -87,20 +87,24 @@ def test_clients_of_closed_event_loops_are_let_go(redis_client):
     from django_redis_coord import connection
     from django_redis_coord.decorators import locked
 
+    (server,) = redis_servers(1)  # its own server: only this test's connections are counted
+    admin = server.client()
+
     @locked("loops:{n}", timeout=5)
     async def work(n):
         return await get_async_client().ping()
 
     def connected() -> int:
         gc.collect()
-        return int(redis_client.info("clients")["connected_clients"])
+        return int(admin.info("clients")["connected_clients"])
 
-    asyncio.run(work(n=-1))
-    before = connected()
-    for n in range(30):
-        assert asyncio.run(work(n=n)) is True
-    assert len(connection._async_clients) <= 1
-    assert connected() - before <= 2, "the connections of closed event loops were kept open"
+    with override_settings(DJANGO_REDIS_COORD={"URL": server.url}):
+        asyncio.run(work(n=-1))
+        before = connected()
+        for n in range(30):
+            assert asyncio.run(work(n=n)) is True
+        assert len(connection._async_clients) <= 1
+        assert connected() - before <= 2, "the connections of closed event loops were kept open"
 
 
 @pytest.mark.parametrize(
