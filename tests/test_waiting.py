@@ -204,8 +204,15 @@ def test_a_grant_left_for_a_dead_waiter_is_not_taken_by_a_later_caller_with_its_
     doomed = CTX.Process(target=_queue_with_token_then_block, args=(redis_url, "stale-wake", "job-7", 2.0))
     doomed.start()
     _wait_for(lambda: _queue_length(redis_client, "stale-wake") == 1)
+    def blocked() -> int:
+        return sum("b" in client.get("flags", "") for client in redis_client.client_list())
+
+    _wait_for(lambda: blocked() >= 1)  # the waiter is in its BLPOP
+    before = blocked()
     os.kill(doomed.pid, signal.SIGKILL)
     doomed.join()
+    # Until the server has seen the connection close, that BLPOP would still take the message.
+    _wait_for(lambda: blocked() < before)
     holder.release()  # handed (provisionally, two leases) to the dead waiter: a message on its wake list
     wake = keys_for(b"stale-wake").wake(b"job-7")
     assert redis_client.get("stale-wake") == b"job-7" and redis_client.llen(wake) == 1
