@@ -312,3 +312,32 @@ def test_event_loops_that_ended_are_let_go(redis_client, redis_url):
     gc.collect()
     assert len(watchdog._async_watchdogs) <= 1
     assert len(async_redlock._links) <= 1
+
+
+def test_a_task_that_ends_holding_its_own_lock_is_reported_and_no_longer_renewed(async_redis, caplog):
+    import logging
+
+    async def main():
+        client = async_redis()
+        lock = Lock(client, "a:orphaned", timeout=1, auto_renew=True)
+        with caplog.at_level(logging.WARNING, logger="django_redis_coord"):
+            assert await asyncio.create_task(lock.acquire())  # acquired in a task of its own
+            await asyncio.sleep(0)  # that task's done callbacks
+        assert any("ended without releasing" in r.getMessage() and "a:orphaned" in r.getMessage()
+                   for r in caplog.records)
+        with pytest.raises(LockError):
+            await lock.release()  # this task holds nothing
+        for _ in range(300):
+            if not await client.exists("a:orphaned"):
+                break
+            await asyncio.sleep(0.01)
+        assert not await client.exists("a:orphaned")  # not renewed: its TTL ended it
+        caplog.clear()
+        for _ in range(50):  # a task acquiring and releasing many times keeps no callbacks behind
+            assert await lock.acquire()
+            await lock.release()
+            assert lock._state().task_end is None  # its end-of-task callback was taken off again
+        assert not [r for r in caplog.records if "ended without releasing" in r.getMessage()]
+        await client.aclose()
+
+    run(main())

@@ -8,6 +8,8 @@ other's hold.  Pass ``thread_local=False`` to share one hold between tasks delib
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import time
 import weakref
 from collections.abc import Awaitable
@@ -26,6 +28,8 @@ from ..exceptions import (
 from ..scripts import async_scripts
 
 __all__ = ["Lock", "QueuedPrimitive"]
+
+logger = logging.getLogger("django_redis_coord")
 
 
 def connection_pool_for(client: Any, key: bytes) -> Any:
@@ -95,6 +99,24 @@ class _TaskLocal:
     def space(self) -> SimpleNamespace:
         """The namespace of the current task (what the watchdog keeps a reference to)."""
         return self._space()
+
+
+def _ended_holding(lock_ref: Any, hold: Any, token: bytes, task: asyncio.Future) -> None:
+    """A task that took a hold of its own ended without releasing it: nothing can release it any
+    more.  Say so, and stop renewing it, so that its TTL ends it."""
+    lock = lock_ref()
+    if lock is None or getattr(hold, "token", None) != token:
+        return
+    renewed = getattr(hold, "watched", False)
+    if renewed:
+        lock._watchdog().unregister(lock, hold)
+    logger.warning(
+        "The task that acquired lock %r ended without releasing it: no other task can release it, so it "
+        "ends with its TTL%s.  Release it in the task that acquired it (asyncio.wait_for() runs the "
+        "acquire in a task of its own before Python 3.12), or pass thread_local=False.",
+        lock.name,
+        " (its renewal was stopped)" if renewed else " (it has none: it stays held)" if lock.timeout is None else "",
+    )
 
 
 class QueuedPrimitive(QueuedBase):
@@ -208,6 +230,15 @@ class Lock(QueuedPrimitive, LockBase):
         local = self.local
         return local.space() if isinstance(local, _TaskLocal) else local
 
+    def _own(self, token: bytes, grant: Grant, sent_at: float) -> None:
+        super()._own(token, grant, sent_at)
+        task = asyncio.current_task() if isinstance(self.local, _TaskLocal) else None
+        if task is not None:  # a hold of this task only: nobody else can release it
+            hold = self._state()
+            callback = functools.partial(_ended_holding, weakref.ref(self), hold, token)
+            task.add_done_callback(callback)
+            hold.task_end = (task, callback)  # removed on release (a long-lived task acquires many times)
+
     async def __aenter__(self) -> Lock:
         if await self.acquire():
             return self
@@ -278,6 +309,10 @@ class Lock(QueuedPrimitive, LockBase):
         local = self._state()
         if getattr(local, "watched", False):
             self._watchdog().unregister(self, local)
+        task_end = getattr(local, "task_end", None)
+        if task_end is not None:
+            local.task_end = None
+            task_end[0].remove_done_callback(task_end[1])
         return self._release_hold(local, local.token)
 
     async def _release_hold(self, local: Any, token: bytes) -> None:
