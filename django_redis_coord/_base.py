@@ -45,7 +45,9 @@ DRIFT_FACTOR = 0.01
 
 _HOSTNAME = socket.gethostname()
 _INFO_CACHE: dict[tuple, tuple[str, bytes]] = {}
-_ENCODED_ENQUEUE = tuple(encode(mode) for mode in range(3))
+#: Added to an acquire's mode when the library made the token for that very call (see lock_acquire.lua).
+OWN_TOKEN = 4
+_ENCODED_ENQUEUE = tuple(encode(mode) for mode in range(2 * OWN_TOKEN))
 
 
 #: The longest duration any argument may have (ten years): far below what PX / PEXPIRE accept.

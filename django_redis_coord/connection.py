@@ -268,11 +268,8 @@ def _mirror_async(client: Any) -> Any:
 
 # -- description ---------------------------------------------------------------------------------
 def _mask(url: str) -> str:
-    """``url`` with its secrets replaced by ``***``: the password of each comma-separated URL
-    (django-redis takes several in one LOCATION), in the user part or in a ``password`` query
-    parameter."""
-    if "," in url:
-        return ",".join(_mask(part) for part in url.split(","))
+    """``url`` with its secrets replaced by ``***``: the password in the user part or in a
+    ``password`` query parameter."""
     base, question, query = url.partition("?")
     try:
         parts = urlsplit(base)
@@ -299,9 +296,9 @@ def describe_connection(settings: Optional[CoordSettings] = None) -> str:
 
         alias = settings.cache_alias or "default"
         location = django_settings.CACHES[alias].get("LOCATION")
-        if isinstance(location, (list, tuple)):
-            location = ",".join(str(each) for each in location)
-        return f"cache {alias!r} ({_mask(str(location))})"
+        # django-redis takes several servers, as a list or comma-separated.
+        urls = [str(each) for each in location] if isinstance(location, (list, tuple)) else str(location).split(",")
+        return f"cache {alias!r} ({','.join(_mask(url) for url in urls)})"
     if settings.source == "sentinel":
         sentinel_conf = settings.sentinel or {}
         nodes = ", ".join("{}:{}".format(*_node(n)) for n in sentinel_conf.get("SENTINELS", ()))

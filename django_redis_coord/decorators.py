@@ -18,8 +18,8 @@ The key
     (``request.user``), ``{query[name]}`` (a query-string parameter), ``{headers[X-Tenant]}``,
     ``{request}`` and ``{view}``; a plain function's template sees its arguments by name.
     Interpolated values are percent-encoded (``:``, ``/``, ``{``, ``}``, ``%``, spaces and any
-    character of the template's own text), and two fields need text between them, so two
-    different sets of values never give the same key.  A name the function cannot provide is an
+    character of the template's text between two fields), and two fields need text between them,
+    so two different sets of values never give the same key.  A name the function cannot provide is an
     error when decorating; a value missing from a request (absent query parameter or header, a
     ``None`` or empty value) answers 400 Bad Request (:class:`MissingKeyValue`); a template that
     cannot be filled for another reason raises :class:`KeyTemplateError`.  Never a shared key.
@@ -81,6 +81,7 @@ from redis.exceptions import (
     RedisClusterException,
     RedisError,
     ResponseError,
+    SlotNotCoveredError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -115,9 +116,10 @@ logger = logging.getLogger("django_redis_coord")
 
 #: Errors meaning "Redis cannot be reached or cannot take writes right now".
 UNAVAILABLE_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OutOfMemoryError, TryAgainError,
-                      ClusterError, RedisClusterException)
-#: The same conditions reported by a command refused inside a Lua script (a plain ResponseError).
-UNAVAILABLE_MARKERS = ("OOM command not allowed", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS")
+                      ClusterError, SlotNotCoveredError)
+#: The error codes of the same conditions (and of writes refused after a failed save), as a
+#: command refused inside a Lua script reports them: a ResponseError whose text holds "-CODE ".
+UNAVAILABLE_CODES = ("OOM", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS", "MISCONF")
 #: What the acquire sites catch before telling "unavailable" from other errors (re-raised).
 _REDIS_ERRORS = (RedisError, RedisClusterException)
 
@@ -127,14 +129,17 @@ def redis_unavailable(exc: BaseException) -> bool:
     memory, read-only, a cluster or Sentinel master down): ``@locked`` answers 503 or fails open."""
     if isinstance(exc, UNAVAILABLE_ERRORS):
         return True
-    return isinstance(exc, ResponseError) and any(marker in str(exc) for marker in UNAVAILABLE_MARKERS)
+    if not isinstance(exc, ResponseError):
+        return False
+    text = str(exc)
+    return any(text.startswith(code + " ") or f"-{code} " in text for code in UNAVAILABLE_CODES)
 
 #: How long a closing thread waits for the event loop to release an asyncio hold (seconds).
 ASYNC_RELEASE_WAIT = 10.0
 
 #: Characters kept as they are in interpolated key values (everything else is percent-encoded),
-#: unless the template's own text uses them: then they are encoded in values too, so that the
-#: text between two fields can never be mistaken for part of a value.
+#: unless the template's text between two of its fields uses them: then they are encoded in values
+#: too, so that this text can never be mistaken for part of a value.
 SAFE_CHARS = "-_.~@+=,!*'()"
 #: The characters :func:`urllib.parse.quote` leaves as they are whatever ``safe`` says.
 _QUOTE_NEVER_ENCODES = "-_.~"
@@ -299,8 +304,11 @@ class KeyTemplate:
             roots.add(root)
         self.template = key
         self.roots = frozenset(roots)
-        text = "".join(literal for literal, *_ in parsed)
-        self.safe = "".join(char for char in SAFE_CHARS if char not in text)
+        # The text between two fields is what a value could be mistaken for: encode its characters
+        # in values (a template with one field, or text only around the fields, keeps its keys).
+        fields = [index for index, (_, field, *_) in enumerate(parsed) if field is not None]
+        between = "".join(parsed[index][0] for index in fields[1:])
+        self.safe = "".join(char for char in SAFE_CHARS if char not in between)
 
     def check_against(self, func: Callable[..., Any], *, view_names: bool) -> None:
         """Refuse, when decorating, names that ``func`` can never provide."""

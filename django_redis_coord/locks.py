@@ -16,8 +16,12 @@ import time
 from types import TracebackType
 from typing import Any, Optional, Union
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from . import watchdog as _watchdog
 from ._base import (
+    OWN_TOKEN,
     Grant,
     LockBase,
     Number,
@@ -96,7 +100,8 @@ class QueuedPrimitive(QueuedBase):
         """Who is acquiring, for the holder metadata: the current thread's name."""
         return threading.current_thread().name
 
-    def _take(self, token: bytes, blocking: bool, stop_at: Optional[float]) -> Optional[tuple[Grant, float]]:
+    def _take(self, token: bytes, blocking: bool, stop_at: Optional[float],
+              own: bool = False) -> Optional[tuple[Grant, float]]:
         """Try once and, when ``blocking``, wait in line until ``stop_at``.
 
         Returns the grant and the instant its hold is measured from, or ``None`` when not granted.
@@ -104,9 +109,12 @@ class QueuedPrimitive(QueuedBase):
         worker = self._worker()
         sent_at = time.monotonic()
         try:
-            grant = self.do_acquire(token, 1 if blocking else 0, worker)
+            grant = self.do_acquire(token, (1 if blocking else 0) + (OWN_TOKEN if own else 0), worker)
         except BaseException as exc:
-            if not isinstance(exc, Exception):  # interrupted, not failed: the call may have granted
+            # Interrupted, or no reply read (a timeout, a connection lost): the call may have
+            # reached Redis and granted (or queued) this token.  Undo that, best effort when Redis
+            # cannot be reached (the TTL and the waiter lease bound it).
+            if not isinstance(exc, Exception) or isinstance(exc, (RedisConnectionError, RedisTimeoutError)):
                 self._abandon(token, worker)
             raise
         if grant.acquired:
@@ -114,14 +122,15 @@ class QueuedPrimitive(QueuedBase):
         if not blocking:
             return None
         try:
-            grant, sent_at = self._wait(token, worker, grant, stop_at, sent_at)
+            grant, sent_at = self._wait(token, worker, grant, stop_at, sent_at, own)
         except BaseException:
             self._abandon(token, worker)
             raise
         return (grant, sent_at) if grant.acquired else None
 
     def _wait(
-        self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float
+        self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float,
+        own: bool = False,
     ) -> tuple[Grant, float]:
         """Wait in the queue until handed the hold, the holder expires or ``stop_at`` passes.
 
@@ -139,7 +148,7 @@ class QueuedPrimitive(QueuedBase):
             if stop_at is not None and time.monotonic() >= stop_at:
                 return self.do_cancel(token, worker), queued_at  # no refresh on the way out
             called_at = time.monotonic()
-            grant = self.do_acquire(token, 2, worker)
+            grant = self.do_acquire(token, 2 + (OWN_TOKEN if own else 0), worker)
             if grant.acquired:  # possibly handed over before this call: measure from the one before
                 return grant, queued_at
             queued_at = called_at
@@ -236,8 +245,9 @@ class Lock(QueuedPrimitive, LockBase):
                 raise InvalidLockArgument("a reentrant hold keeps its first token", lock_name=self.name)
             local.count += 1
             return True
-        token = encode_token(token, self.name) if token is not None else new_token()
-        taken = self._take(token, blocking, stop_at)
+        own = token is None  # made here for this call: Redis can tell a resend of it (see _take)
+        token = new_token() if token is None else encode_token(token, self.name)
+        taken = self._take(token, blocking, stop_at, own)
         if taken is None:
             return False
         self._own(token, *taken)

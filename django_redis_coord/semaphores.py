@@ -352,7 +352,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         """
         blocking, stop_at = self.wait_args(blocking, blocking_timeout)
         token = encode_identity(identity, self.name) if identity is not None else new_token()
-        taken = self._take(token, blocking, stop_at)
+        taken = self._take(token, blocking, stop_at, own=identity is None)
         if taken is None:
             return False
         self._own(token, *taken, anonymous=identity is None)

@@ -255,10 +255,13 @@ class AsyncWatchdog:
             for batch in by_client.values():
                 in_background(self._renew_batch(batch))
             self._changed.clear()
+            # asyncio.wait, not wait_for: wait_for can swallow the cancellation that ends the loop
+            # (Python 3.10/3.11), which would hang asyncio.run() at shutdown.
+            waiter = asyncio.ensure_future(self._changed.wait())
             try:
-                await asyncio.wait_for(self._changed.wait(), max(0.0, wake_at - time.monotonic()))
-            except asyncio.TimeoutError:
-                pass
+                await asyncio.wait({waiter}, timeout=max(0.0, wake_at - time.monotonic()))
+            finally:
+                waiter.cancel()
 
     async def _renew_batch(self, batch: list[Hold]) -> None:
         client = batch[0].owner.redis

@@ -131,3 +131,20 @@ def test_a_server_out_of_memory_counts_as_unavailable(redis_servers, rf):
             with locked("full") as held:
                 assert held is None
     admin.config_set("maxmemory", 0)
+
+
+def test_only_errors_meaning_redis_cannot_take_writes_count_as_unavailable():
+    """Programming and configuration errors are not "Redis unavailable": they must never make a
+    view fail open silently."""
+    from redis.exceptions import ClusterDownError, NoScriptError, RedisClusterException, ResponseError
+
+    from django_redis_coord.decorators import redis_unavailable
+
+    in_script = "Error running script (call to f_0): @user_script:12: @user_script: 12: -{} refused."
+    assert all(redis_unavailable(ResponseError(in_script.format(code)))
+               for code in ("OOM command not allowed", "READONLY You can't write", "MISCONF Redis is configured"))
+    assert redis_unavailable(ClusterDownError("CLUSTERDOWN The cluster is down"))
+    assert not redis_unavailable(ResponseError("ERR user_script:3: nonexistent global variable 'READONLY'"))
+    assert not redis_unavailable(ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"))
+    assert not redis_unavailable(NoScriptError("No matching script"))
+    assert not redis_unavailable(RedisClusterException("EVALSHA - all keys must map to the same key slot"))

@@ -333,6 +333,12 @@ def test_values_are_encoded_so_different_values_never_share_a_key(redis_client):
     with pytest.raises(KeyTemplateError, match="nothing between them"):
         locked("pair:{a}{b}")(lambda a, b: None)
 
+    @locked("report-{day}.csv")
+    def one_field(day):
+        return current_lock().name
+
+    assert one_field("2024-01-01") == "report-2024-01-01.csv"  # one field: keys as they always were
+
 
 def test_default_key_is_the_views_dotted_name(redis_client):
     assert Client().get("/t/default/").content == b"tests.testapp.views.default_key"

@@ -362,3 +362,50 @@ def test_a_fresh_copy_shares_the_settings_but_not_the_hold(redis_client):
     worker.join()
     assert seen == [None] and threaded.local.token is not None
     threaded.release()
+
+
+def test_an_acquire_sent_again_by_a_retrying_client_is_recognised_as_its_own_grant(redis_client):
+    """Clients on redis-py's ordinary path (cluster, subclasses) send a command again after a
+    timeout, although it may have run.  A token the library made for the call tells Redis that a
+    holder with it is this very call: the second send reports the grant, and never waits behind it."""
+    from django_redis_coord._base import OWN_TOKEN
+    from django_redis_coord._base import new_token as make_token
+
+    lock = Lock(redis_client, "resent", timeout=None)
+    token = make_token()
+    first = lock.do_acquire(token, 1 + OWN_TOKEN, "w")
+    for mode in (1 + OWN_TOKEN, 0 + OWN_TOKEN):  # a blocking acquire sent again, or a try sent again
+        again = lock.do_acquire(token, mode, "w")
+        assert again.acquired and again.fence == first.fence
+    assert redis_client.zcard(lock.keys.queue) == 0
+    # Handed over between the two sends: the second send takes the hand-off, not a place in line.
+    waiting = make_token()
+    assert not lock.do_acquire(waiting, 1 + OWN_TOKEN, "w").acquired
+    lock.local.hold.token = token
+    lock.release()
+    assert redis_client.get("resent") == waiting and redis_client.llen(lock.keys.wake(waiting)) == 1
+    handed = lock.do_acquire(waiting, 1 + OWN_TOKEN, "w")
+    assert handed.acquired and handed.fence > first.fence
+    assert redis_client.zcard(lock.keys.queue) == 0 and redis_client.exists(lock.keys.wake(waiting)) == 0
+
+
+def test_a_first_acquire_whose_reply_timed_out_gives_its_grant_back(redis_servers):
+    """The acquire ran but its reply did not come back in time: the grant (with no expiry here)
+    must not stay behind, held by a token nobody knows."""
+    import socket
+
+    (server,) = redis_servers(1)
+    admin = server.client()
+    client = redis.Redis(host=server.host, port=server.port, socket_timeout=0.3)
+    warm = Lock(client, "warm-up", timeout=5)  # connected, scripts loaded: the acquire itself times out
+    assert warm.acquire()
+    warm.release()
+    lock = Lock(client, "timed-out", timeout=None)
+    stall = socket.create_connection((server.host, server.port))
+    stall.sendall(b"DEBUG SLEEP 0.6\r\n")  # the server stops answering for longer than the client waits
+    time.sleep(0.05)
+    with pytest.raises(redis.exceptions.TimeoutError):
+        lock.acquire(blocking=False)
+    time.sleep(0.7)
+    assert admin.get("timed-out") is None and admin.zcard(lock.keys.queue) == 0
+    stall.close()

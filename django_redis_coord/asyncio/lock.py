@@ -16,8 +16,22 @@ from collections.abc import Awaitable
 from types import SimpleNamespace, TracebackType
 from typing import Any, Optional, Union
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from .. import watchdog as _watchdog
-from .._base import Grant, LockBase, Number, QueuedBase, as_bytes, check_number, encode_token, new_token, to_ms
+from .._base import (
+    OWN_TOKEN,
+    Grant,
+    LockBase,
+    Number,
+    QueuedBase,
+    as_bytes,
+    check_number,
+    encode_token,
+    new_token,
+    to_ms,
+)
 from .._tasks import in_background, run_to_completion
 from ..exceptions import (
     InvalidLockArgument,
@@ -137,14 +151,16 @@ class QueuedPrimitive(QueuedBase):
         if asyncio.iscoroutine(result):
             in_background(result)
 
-    async def _take(self, token: bytes, blocking: bool, stop_at: Optional[float]) -> Optional[tuple[Grant, float]]:
+    async def _take(self, token: bytes, blocking: bool, stop_at: Optional[float],
+                    own: bool = False) -> Optional[tuple[Grant, float]]:
         """Try once and, when ``blocking``, wait in line until ``stop_at``; see the sync twin."""
         worker = self._worker()
         sent_at = time.monotonic()
         try:
-            grant = await self.do_acquire(token, 1 if blocking else 0, worker)
-        except asyncio.CancelledError:
-            # The call may have reached Redis and granted (or queued) this token: undo that.
+            grant = await self.do_acquire(token, (1 if blocking else 0) + (OWN_TOKEN if own else 0), worker)
+        except (asyncio.CancelledError, RedisConnectionError, RedisTimeoutError):
+            # The call may have reached Redis and granted (or queued) this token: undo that
+            # (best effort when Redis cannot be reached; the TTL and the waiter lease bound it).
             await run_to_completion(self._abandon(token, worker))
             raise
         if grant.acquired:
@@ -152,7 +168,7 @@ class QueuedPrimitive(QueuedBase):
         if not blocking:
             return None
         try:
-            grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at)
+            grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at, own)
         except BaseException:
             # Cancelled or failed while queued: leave the queue (and return a hold just
             # handed over) even though this task is being cancelled.
@@ -161,7 +177,8 @@ class QueuedPrimitive(QueuedBase):
         return (grant, sent_at) if grant.acquired else None
 
     async def _wait(
-        self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float
+        self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float,
+        own: bool = False,
     ) -> tuple[Grant, float]:
         """Wait in the queue until handed the hold, the holder expires or ``stop_at`` passes.
 
@@ -179,7 +196,7 @@ class QueuedPrimitive(QueuedBase):
             if stop_at is not None and time.monotonic() >= stop_at:
                 return await self.do_cancel(token, worker), queued_at  # no refresh on the way out
             called_at = time.monotonic()
-            grant = await self.do_acquire(token, 2, worker)
+            grant = await self.do_acquire(token, 2 + (OWN_TOKEN if own else 0), worker)
             if grant.acquired:  # possibly handed over before this call: measure from the one before
                 return grant, queued_at
             queued_at = called_at
@@ -272,8 +289,9 @@ class Lock(QueuedPrimitive, LockBase):
                 raise InvalidLockArgument("a reentrant hold keeps its first token", lock_name=self.name)
             local.count += 1
             return True
-        token = encode_token(token, self.name) if token is not None else new_token()
-        taken = await self._take(token, blocking, stop_at)
+        own = token is None  # made here for this call: Redis can tell a resend of it (see _take)
+        token = new_token() if token is None else encode_token(token, self.name)
+        taken = await self._take(token, blocking, stop_at, own)
         if taken is None:
             return False
         self._own(token, *taken)

@@ -62,7 +62,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         """Take a permit; see :meth:`django_redis_coord.semaphores.Semaphore.acquire`."""
         blocking, stop_at = self.wait_args(blocking, blocking_timeout)
         token = encode_identity(identity, self.name) if identity is not None else new_token()
-        taken = await self._take(token, blocking, stop_at)
+        taken = await self._take(token, blocking, stop_at, own=identity is None)
         if taken is None:
             return False
         self._own(token, *taken, anonymous=identity is None)

@@ -2,14 +2,19 @@
 -- KEYS[1] name (holds the raw token)   KEYS[2] meta hash   KEYS[3] queue zset (token -> arrival)
 -- KEYS[4] waiters hash (token -> "ttl lease_until lease info")   KEYS[5] registry zset   KEYS[6] own wake list
 -- ARGV[1] token   ARGV[2] ttl ms (0 = no expiry)   ARGV[3] "0" try only, "1" queue when busy,
---   "2" queue when busy and the caller may already be queued (a retry: clean up its old state)
+--   "2" queue when busy and the caller may already be queued (a retry: clean up its old state);
+--   plus 4 when the library made the token for this very acquire: a holder with that token can
+--   then only be this call, sent once more by a client that retries after a timeout
 -- ARGV[4] waiter lease ms   ARGV[5] holder info (JSON)   ARGV[6] registry member
 -- ARGV[7] wake key prefix   ARGV[8] wake key suffix   ARGV[9] metadata retention ms
 -- Returns {1, fence, pttl, provisional} when the caller holds the lock (pttl -1: no expiry),
 -- else {0, holder pttl (-1: no expiry, -2: none), queue position (-1: not queued)}, and {-2}
 -- (nothing written) when the name holds another kind of value than a lock's token.
 local name, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local token, ttl, enqueue, retry, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3] ~= '0', ARGV[3] == '2', tonumber(ARGV[4])
+local mode = tonumber(ARGV[3])
+local own = mode >= 4
+if own then mode = mode - 4 end
+local token, ttl, enqueue, retry, lease = ARGV[1], tonumber(ARGV[2]), mode ~= 0, mode == 2, tonumber(ARGV[4])
 local info, member, wake_prefix, wake_suffix, retention = ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
 
 -- Fast path: a first attempt on a lock nobody waits for is one SET NX.
@@ -27,7 +32,7 @@ if not retry and redis.call('EXISTS', queue) == 0 then
     if ttl > 0 then pttl = ttl end
     return {1, fence, pttl, 0}
   end
-  if not enqueue then
+  if not enqueue and not own then
     if redis.call('TYPE', name).ok ~= 'string' then
       return {-2}
     end
@@ -40,9 +45,10 @@ local current = redis.pcall('GET', name)
 if type(current) == 'table' then
   return {-2}  -- the name holds another kind of value (a semaphore's permits): nothing written
 end
-if current == token and retry and not redis.call('ZSCORE', queue, token) then
-  -- Handed to us (which took us off the queue) while we were not blocked on our wake list.  A
-  -- caller using the holder's own token that was not handed the lock waits in line like any other.
+if current == token and (own or (retry and not redis.call('ZSCORE', queue, token))) then
+  -- Ours: handed to us (which took us off the queue) while we were not blocked on our wake list,
+  -- or granted to this very call before (its token is its own).  A caller using the holder's
+  -- token that was not handed the lock waits in line like any other.
   redis.call('DEL', own_wake)
   local provisional = 0
   if redis.call('HGET', meta, 'claim') == '1' then provisional = 1 end

@@ -10,7 +10,8 @@
 -- (nothing written) when the semaphore has no limit, {-2} (nothing written) when the name holds
 -- another kind of value (a lock's token).
 local permits, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local token, ttl, enqueue, retry, lease = ARGV[1], tonumber(ARGV[2]), ARGV[3] ~= '0', ARGV[3] == '2', tonumber(ARGV[4])
+local mode = tonumber(ARGV[3]) % 4  -- + 4: the library made the token (a permit held with it is ours anyway)
+local token, ttl, enqueue, retry, lease = ARGV[1], tonumber(ARGV[2]), mode ~= 0, mode == 2, tonumber(ARGV[4])
 local info, member, wake_prefix, wake_suffix = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 
 local state = redis.call('HMGET', meta, 'limit', 'fence')
