@@ -286,14 +286,23 @@ class KeyTemplate:
             parsed = list(string.Formatter().parse(key))
         except ValueError as exc:
             raise KeyTemplateError(f"The lock key {key!r} is not a valid template: {exc}") from exc
-        for index, (literal, field, spec, _conversion) in enumerate(parsed):
+        # The text between two fields is what a value could be mistaken for: its characters are
+        # encoded in values (a template with one field, or text only around the fields, keeps its
+        # keys), and it must not be empty.  ("{{" and "}}" split the text into several parts.)
+        between = since = ""
+        seen_field = False
+        for literal, field, spec, _conversion in parsed:
+            since += literal
             if field is None:
                 continue
-            if index and not literal:
+            if seen_field and not since:
                 raise KeyTemplateError(
                     f"The lock key {key!r} has two fields with nothing between them: values such as "
                     "('ab', 'c') and ('a', 'bc') would give the same key; put a separator between them."
                 )
+            if seen_field:
+                between += since
+            seen_field, since = True, ""
             root = _ROOT.match(field).group(0)  # type: ignore[union-attr]
             if not root or root.isdigit():
                 raise KeyTemplateError(
@@ -304,10 +313,6 @@ class KeyTemplate:
             roots.add(root)
         self.template = key
         self.roots = frozenset(roots)
-        # The text between two fields is what a value could be mistaken for: encode its characters
-        # in values (a template with one field, or text only around the fields, keeps its keys).
-        fields = [index for index, (_, field, *_) in enumerate(parsed) if field is not None]
-        between = "".join(parsed[index][0] for index in fields[1:])
         self.safe = "".join(char for char in SAFE_CHARS if char not in between)
 
     def check_against(self, func: Callable[..., Any], *, view_names: bool) -> None:

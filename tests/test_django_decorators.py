@@ -339,6 +339,12 @@ def test_values_are_encoded_so_different_values_never_share_a_key(redis_client):
 
     assert one_field("2024-01-01") == "report-2024-01-01.csv"  # one field: keys as they always were
 
+    @locked("{{literal}}-{day}")  # escaped braces are text, not a second field
+    def escaped(day):
+        return current_lock().name
+
+    assert escaped("x-y") == "{literal}-x-y"
+
 
 def test_default_key_is_the_views_dotted_name(redis_client):
     assert Client().get("/t/default/").content == b"tests.testapp.views.default_key"
