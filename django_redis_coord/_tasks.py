@@ -3,14 +3,15 @@
 A task that nothing references may be garbage-collected before it finishes, so every task the
 primitives start on their own goes through :func:`in_background`.  :func:`run_to_completion`
 protects calls that must not stop half-way (a release that may already be on its way to Redis):
-cancelling the caller cancels the wait, not the call.
+cancelling the caller cancels the wait, not the call.  :func:`drop_closed_loops` lets go of what
+was kept per event loop once that loop has been closed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, MutableMapping
 from typing import Any, TypeVar
 
 logger = logging.getLogger("django_redis_coord")
@@ -27,12 +28,16 @@ def _ended(task: asyncio.Future) -> None:
         logger.error("A background call of django_redis_coord failed", exc_info=task.exception())
 
 
-def in_background(awaitable: Awaitable[Any]) -> asyncio.Future:
-    """Run ``awaitable`` as a task kept referenced until it ends; its error, if any, is logged."""
-    task = asyncio.ensure_future(awaitable)
+def _keep(task: asyncio.Future) -> asyncio.Future:
+    """Keep ``task`` referenced until it ends, and log its error, if any."""
     _running.add(task)
     task.add_done_callback(_ended)
     return task
+
+
+def in_background(awaitable: Awaitable[Any]) -> asyncio.Future:
+    """Run ``awaitable`` as a task kept referenced until it ends; its error, if any, is logged."""
+    return _keep(asyncio.ensure_future(awaitable))
 
 
 async def run_to_completion(awaitable: Awaitable[T]) -> T:
@@ -47,6 +52,13 @@ async def run_to_completion(awaitable: Awaitable[T]) -> T:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
         if not task.done():
-            _running.add(task)
-            task.add_done_callback(_ended)
+            _keep(task)
         raise
+
+
+def drop_closed_loops(by_loop: MutableMapping[Any, Any]) -> None:
+    """Remove the entries of event loops that have been closed from ``by_loop`` (a weak mapping
+    keyed by loop).  What is kept for a loop (clients, connections) refers back to the loop, so its
+    weak key alone would never let either go; once dropped, both are garbage."""
+    for loop in [loop for loop in list(by_loop.keys()) if loop.is_closed()]:
+        del by_loop[loop]

@@ -34,6 +34,7 @@ from typing import Any, Optional, Union
 from urllib.parse import urlsplit, urlunsplit
 
 from . import conf
+from ._tasks import drop_closed_loops
 from .conf import CoordSettings, coord_settings
 
 __all__ = [
@@ -173,17 +174,10 @@ def get_async_client() -> Any:
     # source mirrors takes the same lock.
     built = _build_async(settings)
     with _lock:
-        _forget_closed_loops()
+        # A WSGI server runs each async view in an event loop of its own: let the clients of the
+        # loops that ended go (their sockets are closed when they are collected).
+        drop_closed_loops(_async_clients)
         return _async_clients.setdefault(loop, built)
-
-
-def _forget_closed_loops() -> None:
-    """Drop the clients of event loops that have been closed (a WSGI server runs each async view
-    in an event loop of its own).  A client holds on to its loop through its connections, so its
-    weak key alone would never let either go; once dropped, both are garbage and their sockets
-    are closed when they are collected."""
-    for loop in [loop for loop in list(_async_clients.keys()) if loop.is_closed()]:
-        del _async_clients[loop]
 
 
 def _build_async(settings: CoordSettings) -> Any:

@@ -29,7 +29,7 @@ from redis.retry import Retry
 from .. import watchdog as _watchdog
 from .._base import Number
 from .._redlock_base import Command, NoBackoff, QuorumUnavailable, RedlockBase, SharedHold, pack
-from .._tasks import in_background, run_to_completion
+from .._tasks import drop_closed_loops, in_background, run_to_completion
 from ..exceptions import LockError
 
 __all__ = ["Redlock", "QuorumUnavailable"]
@@ -78,10 +78,7 @@ def _links_for(masters: Sequence[Any], node_timeout: float) -> list[_Link]:
     loop = asyncio.get_running_loop()
     by_pool = _links.get(loop)
     if by_pool is None:
-        # A new event loop: let go of the links of the loops that were closed (their idle
-        # connections hold on to their loop, so the weak keys alone would never drop them).
-        for closed in [old for old in list(_links.keys()) if old.is_closed()]:
-            del _links[closed]
+        drop_closed_loops(_links)  # a new event loop: let go of the links of the loops that ended
         by_pool = _links[loop] = weakref.WeakKeyDictionary()
     links = []
     for master in masters:
