@@ -349,6 +349,7 @@ def get_async_redlock_masters() -> tuple[Any, ...]:
         options = _for_asyncio(_options(settings))
         built = tuple(Redis.from_url(url, **options) for url in _redlock_urls(settings))
         with _lock:
+            drop_closed_loops(_async_redlock_masters)  # as for get_async_client()
             masters = _async_redlock_masters.setdefault(loop, built)
     return masters
 

@@ -105,6 +105,14 @@ def test_clients_of_closed_event_loops_are_let_go(redis_servers):
         for n in range(30):
             assert asyncio.run(work(n=n)) is True
         assert len(connection._async_clients) <= 1
+
+        async def masters():
+            clients = connection.get_async_redlock_masters()
+            return [await client.ping() for client in clients]  # connected: they refer to the loop
+
+        with override_settings(DJANGO_REDIS_COORD={"URL": server.url, "REDLOCK": {"MASTERS": [server.url]}}):
+            assert all(asyncio.run(masters()) == [True] for _ in range(20))
+            assert len(connection._async_redlock_masters) <= 1
         deadline = time.monotonic() + 10  # the server sees the closed connections go a moment later
         while connected() - before > 2:
             assert time.monotonic() < deadline, "the connections of closed event loops were kept open"
