@@ -137,9 +137,13 @@ def rows(driver) -> list[tuple[str, str]]:
 
 
 def wait_until(driver, predicate, timeout: float = 20.0, what: str = "the page"):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: predicate(d), message=what)
+    # A row read while the page is being replaced (a search submitted, an auto-refresh) goes
+    # stale: it is read again at the next poll.
+    waiting = WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,))
+    return waiting.until(lambda d: predicate(d), message=what)
 
 
 def screenshot(driver, name: str) -> Path:
