@@ -13,7 +13,7 @@ primitive's name can never alias another primitive's side key.
 from __future__ import annotations
 
 import binascii
-import itertools
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -23,7 +23,10 @@ SLOTS = 16384
 MARKER = b":dcoord:"
 MAX_NAME_BYTES = 64 * 1024
 
-_slot_tags: list[bytes] | None = None
+#: Tags found so far by :func:`slot_tag` (slot -> tag), and the next number it would try.
+_slot_tags: dict[int, bytes] = {}
+_next_tag_number = 0
+_slot_tags_lock = threading.Lock()
 
 
 def encode_name(name: object) -> bytes:
@@ -65,21 +68,26 @@ def key_slot(key: bytes) -> int:
 
 
 def slot_tag(slot: int) -> bytes:
-    """A short tag (digits and letters only) whose own slot is ``slot``; stable across processes."""
-    global _slot_tags
-    if _slot_tags is None:
-        tags: list[bytes | None] = [None] * SLOTS
-        missing = SLOTS
-        for number in itertools.count():
-            tag = format(number, "x").encode()
-            slot_of_tag = binascii.crc_hqx(tag, 0) % SLOTS
-            if tags[slot_of_tag] is None:
-                tags[slot_of_tag] = tag
-                missing -= 1
-                if not missing:
-                    break
-        _slot_tags = tags  # type: ignore[assignment]
-    return _slot_tags[slot]  # type: ignore[index]
+    """A short tag (digits and letters only) whose own slot is ``slot``; stable across processes.
+
+    The tag of a slot is the lowest hexadecimal number that hashes to it.  Numbers are tried in
+    order only as far as the slots asked for need (about 16,000 for a slot, on average, and then
+    fewer and fewer), so a process pays for the tags it uses, not for the whole table.
+    """
+    global _next_tag_number
+    tag = _slot_tags.get(slot)
+    if tag is not None:
+        return tag
+    if not 0 <= slot < SLOTS:
+        raise ValueError(f"slot must be in 0..{SLOTS - 1}, got {slot!r}")
+    with _slot_tags_lock:
+        number = _next_tag_number
+        while slot not in _slot_tags:
+            candidate = format(number, "x").encode()
+            _slot_tags.setdefault(binascii.crc_hqx(candidate, 0) % SLOTS, candidate)
+            number += 1
+        _next_tag_number = number
+        return _slot_tags[slot]
 
 
 def registry_key(slot: int) -> bytes:

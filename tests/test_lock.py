@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -44,6 +46,21 @@ def test_every_key_hashes_to_the_slot_of_the_name(redis_client):
         assert key_slot(ks.wake(b"token")) == slot
         lock.release()
         redis_client.flushall()
+
+
+def test_slot_tags_are_the_lowest_hex_number_of_their_slot_and_made_on_demand():
+    from django_redis_coord import keys
+
+    for slot in (0, 1, 9999, 16383):
+        tag = keys.slot_tag(slot)
+        assert key_slot(b"{" + tag + b"}") == slot
+        assert all(key_slot(b"{%x}" % number) != slot for number in range(int(tag, 16)))
+    # A fresh process pays for the tags it asks for, not for the whole table (314,737 numbers).
+    tried = subprocess.run(
+        [sys.executable, "-c", "from django_redis_coord import keys; keys.slot_tag(5); print(keys._next_tag_number)"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout
+    assert 0 < int(tried) < 100_000
 
 
 def test_extend_adds_to_the_remaining_ttl_or_replaces_it(redis_client):
