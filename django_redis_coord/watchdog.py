@@ -53,6 +53,11 @@ class Hold:
         hold.due = time.monotonic() + (interval if first_in is None else first_in)
         return hold
 
+    def first_look(self) -> float:
+        """When the watchdog must first look at this hold: its renewal, or its local deadline."""
+        deadline = getattr(self.local, "deadline", None)
+        return self.due if deadline is None else min(self.due, deadline)
+
 
 def _settle(holds: dict, hold: Hold, sent_at: float, reply: Any, now: float) -> bool:
     """Apply a renewal outcome to a registered hold: reschedule or forget it; True when it is
@@ -95,6 +100,10 @@ class Watchdog:
         self.pid = os.getpid()
         self._holds: dict[tuple, Hold] = {}
         self._cond = threading.Condition()
+        #: When the waiting loop looks at its holds again by itself; 0.0 while it is not waiting
+        #: (it looks at every hold before it waits again).  A hold registered for no earlier than
+        #: that needs no wake-up, which would cost a thread switch on every acquire.
+        self._wake_at = 0.0
         # on_lost callbacks and lock_lost signals, in order, away from the renewals.
         self._callbacks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dcoord-on-lost")
         self._thread = threading.Thread(target=self._run, name="dcoord-watchdog", daemon=True)
@@ -108,7 +117,8 @@ class Watchdog:
         hold = Hold.create(owner, local, token, first_in, once)
         with self._cond:
             self._holds[hold.key] = hold
-            self._cond.notify()
+            if hold.first_look() < self._wake_at:
+                self._cond.notify()
 
     def unregister(self, owner: Any, local: Any) -> None:
         token = getattr(local, "token", None)
@@ -143,7 +153,9 @@ class Watchdog:
                 for hold in due:
                     hold.in_flight = True
                 if not due and not lost:
+                    self._wake_at = wake_at
                     self._cond.wait(max(0.0, wake_at - now))
+                    self._wake_at = 0.0
                     continue
             self._report(lost)
             by_client: dict[int, list[Hold]] = {}
@@ -207,6 +219,8 @@ class AsyncWatchdog:
         self.loop = loop
         self._holds: dict[tuple, Hold] = {}
         self._changed = asyncio.Event()
+        #: As :attr:`Watchdog._wake_at`.
+        self._wake_at = 0.0
         self._task = loop.create_task(self._run(), name="dcoord-watchdog")
 
     def register(
@@ -214,7 +228,8 @@ class AsyncWatchdog:
     ) -> None:
         hold = Hold.create(owner, local, token, first_in, once)
         self._holds[hold.key] = hold
-        self._changed.set()
+        if hold.first_look() < self._wake_at:
+            self._changed.set()
 
     def unregister(self, owner: Any, local: Any) -> None:
         self._holds.pop((id(owner), id(local), getattr(local, "token", None)), None)
@@ -258,9 +273,11 @@ class AsyncWatchdog:
             # asyncio.wait, not wait_for: wait_for can swallow the cancellation that ends the loop
             # (Python 3.10/3.11), which would hang asyncio.run() at shutdown.
             waiter = asyncio.ensure_future(self._changed.wait())
+            self._wake_at = wake_at
             try:
                 await asyncio.wait({waiter}, timeout=max(0.0, wake_at - time.monotonic()))
             finally:
+                self._wake_at = 0.0
                 waiter.cancel()
 
     async def _renew_batch(self, batch: list[Hold]) -> None:
