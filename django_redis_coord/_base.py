@@ -140,7 +140,6 @@ class Grant:
     #: Remaining time of the hold (when acquired) or of the current holder; -1 none, -2 no holder.
     pttl: int = -2
     provisional: bool = False
-    position: int = -1
 
     @classmethod
     def from_reply(cls, reply: Any) -> Grant:
@@ -148,7 +147,7 @@ class Grant:
             return cls(True, int(reply[1]), int(reply[2]), bool(int(reply[3])))
         if len(reply) == 1:
             return cls(False)
-        return cls(False, pttl=int(reply[1]), position=int(reply[2]))
+        return cls(False, pttl=int(reply[1]))
 
 
 #: Names longer than this (bytes) get their encoded parts made afresh on each call, not cached.

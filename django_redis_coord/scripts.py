@@ -15,6 +15,7 @@ through redis-py's ordinary path, with the retries configured on it.
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
 from typing import Any, Optional
@@ -27,18 +28,55 @@ from redis.exceptions import NoScriptError, ResponseError
 
 def script_files(name: str) -> list[str]:
     """The files script ``name`` is made of, in order: ``common.lua``, the helpers of its family
-    (``lib/semaphore.lua`` for the ``sem_*`` scripts) and ``<name>.lua``.  ``common.lua`` holds
-    what both families use; lock scripts do not carry the semaphore-only helpers, since every
-    function defined costs time on every call."""
+    (``lib/semaphore.lua`` for the ``sem_*`` scripts) and ``<name>.lua``."""
     family = ["lib/semaphore.lua"] if name.startswith("sem_") else []
     return ["common.lua", *family, f"{name}.lua"]
 
 
+_DEFINITION = re.compile(r"^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
+
+
+def helper_chunks(text: str) -> list[tuple[str, str]]:
+    """The helpers a helper file defines, as ``(name, source)`` in file order.
+
+    A helper is a block of lines separated from the others by blank lines: its comments and one
+    top-level ``local function NAME`` (or ``local NAME = ...``).  Blocks that define nothing (the
+    file's heading) are left out."""
+    chunks = []
+    for block in re.split(r"\n\s*\n", text):
+        found = _DEFINITION.search(block)
+        if found:
+            chunks.append((found.group(1), block.strip("\n")))
+    return chunks
+
+
+def _uses(source: str, name: str) -> bool:
+    """Whether Lua ``source`` mentions ``name`` outside its comments."""
+    source = re.sub(r"--[^\n]*", "", source)
+    return re.search(r"(?<![A-Za-z0-9_.:])" + re.escape(name) + r"(?![A-Za-z0-9_])", source) is not None
+
+
 @cache
 def script_text(name: str) -> str:
-    """The full source of script ``name`` (see :func:`script_files`)."""
+    """The full source of script ``name``: the helpers it uses (directly or through other
+    helpers), in their files' order, then its own file.
+
+    Every ``local function`` a script carries is made again on each call, so a script carries
+    only what it calls (see :func:`script_files` for where helpers come from)."""
     folder = resources.files(__package__) / "lua"
-    return "\n".join((folder / part).read_text(encoding="utf-8") for part in script_files(name))
+    *libraries, own = script_files(name)
+    chunks = [chunk for part in libraries for chunk in helper_chunks((folder / part).read_text(encoding="utf-8"))]
+    body = (folder / own).read_text(encoding="utf-8")
+    needed: set[str] = set()
+    pending = [body]
+    while pending:
+        source = pending.pop()
+        for helper, text in chunks:
+            if helper not in needed and _uses(source, helper):
+                needed.add(helper)
+                pending.append(text)
+    kept = [text for helper, text in chunks if helper in needed]
+    return "\n\n".join([*kept, body])
 
 
 def _bulk(value: Any) -> bytes:

@@ -14,6 +14,7 @@ import ast
 import asyncio
 import hashlib
 import logging
+import re
 import time
 from importlib import resources
 from pathlib import Path
@@ -92,13 +93,29 @@ def test_scripts_are_only_ever_the_shipped_files():
     assert checked >= 4
 
 
-def test_the_script_registry_reads_each_file_unchanged():
+def test_the_script_registry_builds_each_script_from_the_shipped_files_only():
+    """A script is its own file after helper blocks copied unchanged from ``common.lua`` (and
+    ``lib/semaphore.lua`` for the ``sem_*`` scripts): nothing else, and every helper it calls."""
     common = (LUA / "common.lua").read_text(encoding="utf-8")
     semaphore_helpers = (LUA / "lib" / "semaphore.lua").read_text(encoding="utf-8")
+    helper_names = set()
     for name in SCRIPT_NAMES:
         own = (LUA / f"{name}.lua").read_text(encoding="utf-8")
-        parts = [common, semaphore_helpers, own] if name.startswith("sem_") else [common, own]
-        assert script_text(name) == "\n".join(parts)
+        libraries = [common, semaphore_helpers] if name.startswith("sem_") else [common]
+        text = script_text(name)
+        assert text.endswith(own)
+        head = text[: len(text) - len(own)]
+        for block in filter(str.strip, head.split("\n\n")):
+            assert any(block in library for library in libraries), f"{name}: a block not from the helper files"
+        defined = set(re.findall(r"^local (?:function )?(\w+)", head, re.MULTILINE))
+        helpers = {h for library in libraries for h in re.findall(r"^local (?:function )?(\w+)", library, re.MULTILINE)}
+        code = re.sub(r"--[^\n]*", "", text)
+        called = {h for h in helpers if re.search(r"(?<![\w.:])" + h + r"(?!\w)", code)}
+        assert called <= defined, f"{name}: calls {sorted(called - defined)} without carrying them"
+        helper_names |= defined
+    # The selection matters: not every script carries every helper.
+    assert len(script_text("lock_inspect")) < len(common)
+    assert {"hand_off", "queue_waiter", "sem_hand_off"} <= helper_names
 
 
 def test_hostile_names_never_reach_redis_as_script_text(redis_servers, monkeypatch):

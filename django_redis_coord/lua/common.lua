@@ -26,15 +26,19 @@ local function prune_registry(registry, now_ms)
 end
 
 -- Record that `token` now holds `name` for `ttl` ms (0 = no expiry): the next fence (next_fence()
--- inlined into the same HSET: this is the hot path), who holds it, and its registry entry (after
--- dropping the entries of holds that ended without a release).
-local function record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention)
+-- inlined into the same HSET: this is the hot path), who holds it, whether the hold is
+-- provisional (`claim` '1'), and its registry entry.  `prune` drops the slot's entries of holds
+-- that ended without a release first: a grant that adds an entry to the registry prunes it (a
+-- hand-off only moves the name's entry).  Numbers go to Redis as Lua numbers (exact below 2^53).
+local function record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention, claim, prune)
   local fence = math.max(tonumber(redis.call('HGET', meta, 'fence') or '0') + 1, now_us)
-  redis.call('HSET', meta, 'fence', int(fence), 'token', token, 'info', info, 'since', int(now_ms),
-             'ttl', int(ttl), 'claim', '0')
-  prune_registry(registry, now_ms)  -- holds of this slot that ended without a release
+  redis.call('HSET', meta, 'fence', fence, 'token', token, 'info', info, 'since', now_ms, 'ttl', ttl,
+             'claim', claim)
+  if prune then
+    prune_registry(registry, now_ms)
+  end
   if ttl > 0 then
-    redis.call('ZADD', registry, int(now_ms + ttl), member)
+    redis.call('ZADD', registry, now_ms + ttl, member)
     redis.call('PEXPIRE', meta, ttl + retention)
   else
     redis.call('ZADD', registry, '+inf', member)
@@ -43,14 +47,14 @@ local function record_grant(meta, registry, member, token, ttl, info, now_ms, no
   return fence
 end
 
--- Make `token` the holder of `name` (whoever held it before) and record the grant.
-local function grant_lock(name, meta, registry, member, token, ttl, info, now_ms, now_us, retention)
+-- Make `token` the holder of `name` (whoever held it before: SET overwrites) and record the grant.
+local function grant_lock(name, meta, registry, member, token, ttl, info, now_ms, now_us, retention, claim, prune)
   if ttl > 0 then
     redis.call('SET', name, token, 'PX', ttl)
   else
     redis.call('SET', name, token)
   end
-  return record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention)
+  return record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention, claim, prune)
 end
 
 -- Parse a waiter record "ttl lease_until lease info" (ms, ms, ms, JSON).
@@ -62,17 +66,16 @@ local function parse_waiter(data)
          tonumber(string.sub(data, b + 1, c - 1)), string.sub(data, c + 1)
 end
 
--- Put `token` in the FIFO queue (once) and (re)write its waiter record "ttl lease_until lease
--- info"; the queue and the record outlive two leases without a refresh.
+-- Put `token` in the FIFO queue (once: ZADD NX keeps its place; the arrival counter may skip
+-- numbers) and (re)write its waiter record "ttl lease_until lease info"; the queue and the
+-- records, always written together, outlive two leases without a refresh.
 local function queue_waiter(queue, waiters, meta, token, ttl, lease, info, now_ms)
-  if not redis.call('ZSCORE', queue, token) then
-    redis.call('ZADD', queue, redis.call('HINCRBY', meta, 'seq', 1), token)
-  end
+  redis.call('ZADD', queue, 'NX', redis.call('HINCRBY', meta, 'seq', 1), token)
   redis.call('HSET', waiters, token, int(ttl) .. ' ' .. int(now_ms + lease) .. ' ' .. int(lease) .. ' ' .. info)
-  for _, key in ipairs({queue, waiters}) do
-    if redis.call('PTTL', key) < 2 * lease then redis.call('PEXPIRE', key, 2 * lease) end
+  if redis.call('PTTL', queue) < 2 * lease then
+    redis.call('PEXPIRE', queue, 2 * lease)
+    redis.call('PEXPIRE', waiters, 2 * lease)
   end
-  return redis.call('ZRANK', queue, token)
 end
 
 -- The list a queued caller blocks on (keys.KeySet.wake): the token is length-prefixed so that
@@ -90,11 +93,15 @@ end
 -- stalls the queue for a bounded time.
 local function next_waiter(queue, waiters, wake_prefix, wake_suffix, now_ms, except)
   while true do
-    local head = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not head or head == except then
+    local first = redis.call('ZPOPMIN', queue)
+    local head = first[1]
+    if not head then
       return nil
     end
-    redis.call('ZREM', queue, head)
+    if head == except then
+      redis.call('ZADD', queue, first[2], head)  -- not taken: back in its place
+      return nil
+    end
     local data = redis.call('HGET', waiters, head)
     redis.call('HDEL', waiters, head)
     local wake = wake_key(wake_prefix, head, wake_suffix)
@@ -121,8 +128,8 @@ local function hand_off(name, meta, queue, waiters, registry, member, wake_prefi
   if not head then
     return nil
   end
-  local fence = grant_lock(name, meta, registry, member, head, ttl, info, now_ms, now_us, retention)
-  if provisional == 1 then redis.call('HSET', meta, 'claim', '1') end
+  local fence = grant_lock(name, meta, registry, member, head, ttl, info, now_ms, now_us, retention,
+                           tostring(provisional), false)
   redis.call('RPUSH', wake, int(fence) .. ' ' .. provisional)
   redis.call('PEXPIRE', wake, math.max(lease_until - now_ms, 1) + 60000)
   return head

@@ -8,7 +8,7 @@
 -- ARGV[4] waiter lease ms   ARGV[5] holder info (JSON)   ARGV[6] registry member
 -- ARGV[7] wake key prefix   ARGV[8] wake key suffix   ARGV[9] metadata retention ms
 -- Returns {1, fence, pttl, provisional} when the caller holds the lock (pttl -1: no expiry),
--- else {0, holder pttl (-1: no expiry, -2: none), queue position (-1: not queued)}, and {-2}
+-- else {0, holder pttl (-1: no expiry, -2: none)} (queued when asked to), and {-2}
 -- (nothing written) when the name holds another kind of value than a lock's token.
 local name, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local mode = tonumber(ARGV[3])
@@ -27,7 +27,7 @@ if not retry and redis.call('EXISTS', queue) == 0 then
   end
   if granted then
     local now_ms, now_us = server_now()
-    local fence = record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention)
+    local fence = record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention, '0', true)
     local pttl = -1
     if ttl > 0 then pttl = ttl end
     return {1, fence, pttl, 0}
@@ -36,7 +36,7 @@ if not retry and redis.call('EXISTS', queue) == 0 then
     if redis.call('TYPE', name).ok ~= 'string' then
       return {-2}
     end
-    return {0, redis.call('PTTL', name), -1}
+    return {0, redis.call('PTTL', name)}
   end
 end
 
@@ -66,7 +66,7 @@ if not current then
       redis.call('ZREM', queue, token)
       redis.call('HDEL', waiters, token)
     end
-    local fence = grant_lock(name, meta, registry, member, token, ttl, info, now_ms, now_us, retention)
+    local fence = grant_lock(name, meta, registry, member, token, ttl, info, now_ms, now_us, retention, '0', true)
     local pttl = -1
     if ttl > 0 then pttl = ttl end
     return {1, fence, pttl, 0}
@@ -74,8 +74,7 @@ if not current then
 end
 
 if not enqueue then
-  return {0, redis.call('PTTL', name), -1}
+  return {0, redis.call('PTTL', name)}
 end
-prune_registry(registry, now_ms)
-local position = queue_waiter(queue, waiters, meta, token, ttl, lease, info, now_ms)
-return {0, redis.call('PTTL', name), position}
+queue_waiter(queue, waiters, meta, token, ttl, lease, info, now_ms)
+return {0, redis.call('PTTL', name)}

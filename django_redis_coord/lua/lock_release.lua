@@ -12,18 +12,18 @@ end
 if current ~= token then
   return 0
 end
-redis.call('DEL', name)
-redis.call('ZREM', registry, member)
--- The holder fields of the meta hash stay until the next grant: readers check them against the
--- token at `name`, so they describe nobody once it is gone.
 if redis.call('EXISTS', queue) == 1 then
+  -- A hand-off overwrites the name, the holder fields of the meta hash and the registry entry.
   local now_ms, now_us = server_now()
   if hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, now_ms, now_us, retention,
               nil) then
     return 1
   end
 end
--- Nobody holds it now: the metadata (the fence counter) is kept for the retention period, also
--- after a hold with no expiry.
+redis.call('DEL', name)
+redis.call('ZREM', registry, member)
+-- The holder fields of the meta hash stay until the next grant: readers check them against the
+-- token at `name`, so they describe nobody once it is gone.  The metadata (the fence counter) is
+-- kept for the retention period, also after a hold with no expiry.
 redis.call('PEXPIRE', meta, retention)
 return 1
