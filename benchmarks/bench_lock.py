@@ -40,6 +40,7 @@ from benchmarks.common import (
     interleaved_pairs,
     overlaps,
     percentile,
+    placement_round_trips,
     run_workers,
     sent_commands,
     sleep_until_ns,
@@ -649,6 +650,22 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
             rows.append([lib, percentile(values, 50), percentile(values, 90), max(values),
                          percentile(measured["from_return"], 50)])
         section.table(["library", "p50 ms", "p90 ms", "max ms", "p50 ms after release returned"], rows)
+
+    # 5. the machine
+    placements = placement_round_trips(ctx.server, ctx.size(400, 100))
+    if placements:
+        section.heading("The machine: one round trip, by where the processes run")
+        section.text("A `PING` over a raw socket from the benchmark process, with redis-server and the client "
+                     "pinned to CPUs for the measurement only (median µs; every other figure here runs "
+                     "unpinned).  A handoff is two such hops, releaser to Redis and Redis to the waiter, "
+                     "whatever the lock: when processes wake each other across CPUs, those hops bound the "
+                     "held fraction of every library, the *ceiling* included.")
+        rows = []
+        for label, figures in placements.items():
+            for kind, value in figures.items():
+                section.figure(f"placement_rt_us.{label}.{kind}", value)
+            rows.append([label, figures["back to back"], figures["after 1 ms idle"]])
+        section.table(["redis-server and client", "back to back µs", "after 1 ms idle µs"], rows)
 
     if sizes.plots:
         plot_contention(section, sizes, medians, pairs, handoff)

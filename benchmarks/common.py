@@ -391,6 +391,61 @@ def sleep_until_ns(instant_ns: int) -> None:
         time.sleep(remaining / 1e9)
 
 
+#: The CPU placements :func:`placement_round_trips` measures: (label, redis-server's CPU, client's CPU),
+#: CPU indexes into the CPUs this process may use; ``None``: wherever the scheduler puts it.
+PLACEMENTS = (("wherever the scheduler puts them", None, None), ("on the same CPU", 0, 0),
+              ("on two different CPUs", 0, 1))
+
+
+def placement_round_trips(server: RedisServer, count: int = 400) -> dict[str, dict[str, float]]:
+    """Median time (µs) of a ``PING`` round trip over a raw socket, with redis-server and this
+    process on the same CPU, on two different CPUs, and unpinned; with and without 1 ms of idle
+    time before each (an idle CPU is slower to wake).  Empty where CPU affinity cannot be set or
+    fewer than two CPUs are usable.
+
+    A lock's handoff is two such hops (releaser to Redis, Redis to the waiter): on a virtual
+    machine whose idle CPUs are slow to wake, this bounds every Redis lock's held fraction.
+    """
+    import socket
+
+    if not hasattr(os, "sched_setaffinity") or server.process is None:
+        return {}
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        return {}
+    server_pid = server.process.pid
+    server_cpus = os.sched_getaffinity(server_pid)
+    results: dict[str, dict[str, float]] = {}
+    sock = socket.create_connection((server.host, server.port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        for label, server_cpu, client_cpu in PLACEMENTS:
+            os.sched_setaffinity(server_pid, server_cpus if server_cpu is None else {allowed[server_cpu]})
+            os.sched_setaffinity(0, allowed if client_cpu is None else {allowed[client_cpu]})
+            figures = {}
+            for idle in (0.0, 0.001):
+                samples = []
+                for _ in range(count):
+                    if idle:
+                        time.sleep(idle)
+                    start = time.perf_counter_ns()
+                    sock.sendall(b"PING\r\n")
+                    reply = b""
+                    while not reply.endswith(b"\r\n"):
+                        chunk = sock.recv(64)
+                        if not chunk:
+                            raise ConnectionError("redis-server closed the connection")
+                        reply += chunk
+                    samples.append((time.perf_counter_ns() - start) / 1000.0)
+                figures["after 1 ms idle" if idle else "back to back"] = statistics.median(samples)
+            results[label] = figures
+    finally:
+        sock.close()
+        os.sched_setaffinity(server_pid, server_cpus)
+        os.sched_setaffinity(0, allowed)
+    return results
+
+
 def machine_info() -> dict[str, str]:
     cpu = platform.processor() or ""
     try:

@@ -7,12 +7,14 @@ machine); the report's structure, the sanity of its figures and the safety check
 from __future__ import annotations
 
 import json
+import os
 import types
 
 import pytest
 
 from benchmarks import bench_lock, run
 from benchmarks.common import (
+    PLACEMENTS,
     Context,
     Section,
     commands_delta,
@@ -149,5 +151,12 @@ def test_lock_benchmark_end_to_end_with_tiny_sizes(redis_servers, tmp_path):
     assert any("held fraction" in label for label in labels)
     assert any("crash-expiry" in label for label in labels)
     assert (tmp_path / "lock_contention.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The machine's round trips by CPU placement (this machine has two CPUs or more; else none).
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert "## The machine: one round trip, by where the processes run" in report
+        for label, _, _ in PLACEMENTS:
+            assert figures[f"placement_rt_us.{label}.back to back"] > 0, label
+            assert figures[f"placement_rt_us.{label}.after 1 ms idle"] > 0, label
+        assert os.sched_getaffinity(server.process.pid) == os.sched_getaffinity(0)  # left unpinned
     payload = json.loads((tmp_path / "lock.json").read_text())
     assert payload["figures"]["pairs_per_s.ours"] == figures["pairs_per_s.ours"]
