@@ -3,11 +3,11 @@
 The same view is served through Django's test client undecorated, under ``@locked("bench:view")``
 (acquire before the view, release when the response is closed), with two ``PING`` calls inside it
 and under a *floor* lock: the smallest Redis lock written with plain redis-py (``SET NX PX`` before
-the view, a compare-and-delete script when the response is closed).  Rounds alternate their order
-and report medians.  In the same run, a ``PING`` through the same pooled client gives the round trip
-the target is measured in: the decorator may add at most two round trips (one Lua script to acquire,
-one to release).  The round trips are also counted on the client's connections (every packet written
-is one).
+the view, a compare-and-delete script when the response is closed).  Within a round the variants'
+requests alternate one by one (see :func:`_interleaved`); rounds report medians.  In the same run, a
+``PING`` through the same pooled client gives the round trip the target is measured in: the
+decorator may add at most two round trips (one Lua script to acquire, one to release).  The round
+trips are also counted on the client's connections (every packet written is one).
 
 The same views are then served over HTTP by Django's threaded WSGI server running in a process of
 its own, to one keep-alive connection; the server process times each request from the WSGI
@@ -28,6 +28,7 @@ import statistics
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -412,8 +413,9 @@ def _http_rounds(ctx: Context, url: str, redis_client: Any, sizes: Sizes) -> dic
         for path in HTTP_PATHS:
             server.timed_gets(path, "warm-up", 30)
         for round_index in range(sizes.rounds):
-            for path in HTTP_PATHS if round_index % 2 == 0 else HTTP_PATHS[::-1]:
-                samples = server.timed_gets(path, str(round_index), sizes.server_requests)
+            by_path = _interleaved(HTTP_PATHS, sizes.server_requests, round_index,
+                                   functools.partial(_one_get, server, str(round_index)))
+            for path, samples in by_path.items():
                 client_medians[path].append(statistics.median(samples))
                 client_samples[path].extend(samples)
             pings.append(statistics.median(_timed_pings(redis_client, sizes.pings // sizes.rounds)))
@@ -434,6 +436,29 @@ def _http_rounds(ctx: Context, url: str, redis_client: Any, sizes: Sizes) -> dic
                 server_medians[part][path].append(parts[part])
     return {"client": client_medians, "samples": client_samples, "server": server_medians,
             "ping": statistics.median(pings)}
+
+
+def _one_get(server: _ServerProcess, tag: str, path: str) -> list[float]:
+    return server.timed_gets(path, tag, 1)
+
+
+def _interleaved(paths: tuple[str, ...], count: int, round_index: int,
+                 timed: Callable[[str], list[float]]) -> dict[str, list[float]]:
+    """``count`` timed requests of each path, the paths taking turns request by request, in an order
+    that rotates (and reverses) from round to round.
+
+    On a virtual machine a round trip costs several times more while the processes involved run on
+    different CPUs than on the same one, and the scheduler moves them now and then: requests that
+    alternate see the same pace, where blocks of one variant after another would not.
+    """
+    order = list(paths[round_index % len(paths):] + paths[:round_index % len(paths)])
+    if round_index % 2:
+        order.reverse()
+    samples: dict[str, list[float]] = {path: [] for path in paths}
+    for _ in range(count):
+        for path in order:
+            samples[path].extend(timed(path))
+    return samples
 
 
 def _added(medians: dict[str, list[float]], path: str) -> float:
@@ -497,8 +522,8 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
         samples_of: dict[str, list[float]] = {path: [] for path in paths}
         ping_medians = []
         for round_index in range(sizes.rounds):
-            for path in paths if round_index % 2 == 0 else paths[::-1]:
-                samples = _timed_gets(client, path, sizes.requests)
+            by_path = _interleaved(paths, sizes.requests, round_index, lambda path: _timed_gets(client, path, 1))
+            for path, samples in by_path.items():
                 round_medians[path].append(statistics.median(samples))
                 samples_of[path].extend(samples)
             ping_medians.append(statistics.median(_timed_pings(redis_client, sizes.pings // sizes.rounds)))
@@ -706,7 +731,10 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
             "adds to the view (the second of two `PING`s runs warmer than a lone one, as the lock's acquire "
             "is).  The checks use the first two.\n\n"
             "The added latency is the difference of the medians of the same view with and without "
-            "`@locked`, per round, rounds alternating their order; the round trip is a `PING` through the "
+            "`@locked`, per round; within a round the variants' requests take turns one by one (on this "
+            "machine a round trip costs several times more while the processes run on different CPUs, and "
+            "the scheduler moves them: see the lock report), in an order that changes from round to round; "
+            "the median over rounds is reported.  The round trip is a `PING` through the "
             "same pooled client in the same rounds.  *Round trips per locked request* counts the packets "
             "the client wrote: one EVALSHA to acquire and one to release.  The async view's release runs "
             "when the response is closed, which `AsyncClient` does in a worker thread: that thread "
