@@ -101,6 +101,28 @@ def new_token() -> bytes:
     return secrets.token_hex(16).encode()
 
 
+_FLAGS = threading.Lock()
+
+
+def first_time(holder: Any, flag: str) -> bool:
+    """Set ``holder.<flag>`` and return True, unless it was set already: one winner when several
+    threads (the caller's, the watchdog's) find the same hold lost at once."""
+    with _FLAGS:
+        if getattr(holder, flag, False):
+            return False
+        setattr(holder, flag, True)
+        return True
+
+
+def first_of(seen: set, key: Any) -> bool:
+    """Add ``key`` to ``seen`` and return True, unless it was there already (as :func:`first_time`)."""
+    with _FLAGS:
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
+
 def drift(timeout: Optional[Number]) -> float:
     """Seconds subtracted from a hold's duration for the local validity deadline."""
     return DRIFT_FIXED + (DRIFT_FACTOR * timeout if timeout else 0.0)
@@ -446,10 +468,10 @@ class QueuedBase:
         """What happens to the value ``on_lost`` returned (the asyncio flavour runs a coroutine)."""
 
     def _mark_lost(self, local: Any) -> None:
-        """Called by the watchdog when a hold could not be renewed in time."""
-        if getattr(local, "lost", False):
+        """Called by the watchdog when a hold could not be renewed in time (and by a release that
+        found the hold gone): ``on_lost`` runs once per hold, whichever thread gets here first."""
+        if not first_time(local, "lost"):
             return
-        local.lost = True
         callback = self.on_lost
         if callback is not None:
             self._after_loss(callback(self._lost_subject(local)))

@@ -21,7 +21,19 @@ from typing import Any, NamedTuple, Optional, Union
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from ._base import Grant, LockBase, Number, ReleaseOnExit, as_bytes, check_number, drift, encode_token, new_token, to_ms
+from ._base import (
+    Grant,
+    LockBase,
+    Number,
+    ReleaseOnExit,
+    as_bytes,
+    check_number,
+    drift,
+    encode_token,
+    first_time,
+    new_token,
+    to_ms,
+)
 from ._base import SharedHold as BaseSharedHold
 from .exceptions import (
     CoordError,
@@ -345,9 +357,8 @@ class RedlockBase(ReleaseOnExit):
 
     def mark_lost(self, hold: SimpleNamespace) -> Any:
         """Flag ``hold`` lost once; returns what ``on_lost`` returned (None when not called)."""
-        if hold.lost:
+        if not first_time(hold, "lost"):
             return None
-        hold.lost = True
         callback = self.on_lost
         return callback(self) if callback is not None else None
 

@@ -23,7 +23,7 @@ import math
 import time
 from typing import Any, Optional, Union
 
-from ._base import to_ms
+from ._base import first_of, first_time, to_ms
 from ._tasks import in_background, run_to_completion
 from .asyncio.lock import Lock as AsyncCoreLock
 from .asyncio.redlock import Redlock as AsyncCoreRedlock
@@ -100,9 +100,8 @@ class SignallingMixin(Signals):
 
     def _loss_args(self, local: Any) -> Optional[dict[str, Any]]:
         """The lock_lost arguments for the hold kept in ``local``, once per hold (else None)."""
-        if getattr(local, "lost", False) or getattr(local, "lost_signalled", False):
+        if getattr(local, "lost", False) or not first_time(local, "lost_signalled"):
             return None
-        local.lost_signalled = True
         since = getattr(local, "acquired_at", None)
         held = None if since is None else time.monotonic() - since
         return {"fence": getattr(local, "fence", None), "held_time": held, **self._signal_args()}
@@ -142,10 +141,7 @@ class SignallingMixin(Signals):
         return self._state(), {"fence": self.fence, "held_time": self._held_time(), **self._signal_args()}
 
     def _first_loss(self, state: Any) -> bool:
-        if getattr(state, "lost_signalled", False):
-            return False
-        state.lost_signalled = True
-        return True
+        return first_time(state, "lost_signalled")
 
     def _hold_ended(self, state: Any) -> bool:
         """After a successful release: did the hold end (not just an inner re-entrant one)?"""
@@ -439,10 +435,7 @@ class SemaphoreSignals(Signals):
         return permit, {"fence": permit.fence, "held_time": held, **self._signal_args()}
 
     def _first_loss(self, permit: Any) -> bool:
-        if permit is None or permit.token in self._lost_signalled:
-            return False
-        self._lost_signalled.add(permit.token)
-        return True
+        return permit is not None and first_of(self._lost_signalled, permit.token)
 
     def _watchdog_loss(self, permit: Any) -> Optional[dict[str, Any]]:
         """The lock_lost arguments when the watchdog gives up ``permit`` (once per permit)."""

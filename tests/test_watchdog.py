@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -144,6 +145,38 @@ def test_a_release_that_finds_the_hold_gone_fires_on_lost_once(redis_client):
         lock.release()
     assert lost == [lock]
     assert not lock.valid
+
+
+def _declare_lost_from_three_threads(redis_client, name: str) -> int:
+    """How many times on_lost ran when three threads declared one hold lost at the same moment."""
+    calls: list[int] = []
+    lock = Lock(redis_client, name, timeout=5, thread_local=False, on_lost=lambda _lock: calls.append(1))
+    local = lock._state()
+    local.token = b"token"
+    start = threading.Barrier(3)
+
+    def declare() -> None:
+        start.wait()
+        lock._mark_lost(local)
+
+    threads = [threading.Thread(target=declare) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    return len(calls)
+
+
+def test_on_lost_fires_once_when_two_threads_find_the_hold_lost_at_once(redis_client):
+    """The watchdog's callback thread and a release finding the hold gone may both declare the
+    loss: one of them runs on_lost (and sends lock_lost), never both."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: the race shows if it exists
+    try:
+        runs = [_declare_lost_from_three_threads(redis_client, f"lost-at-once-{attempt}") for attempt in range(600)]
+    finally:
+        sys.setswitchinterval(previous)
+    assert runs == [1] * len(runs)
 
 
 def test_a_server_that_stops_answering_does_not_hold_up_renewals_on_other_servers(redis_servers):
