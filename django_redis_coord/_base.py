@@ -329,6 +329,12 @@ class QueuedBase:
         """Refuse the settings only this kind of primitive has (before the common ones)."""
 
     # -- arguments of the scripts ------------------------------------------------------------
+    @staticmethod
+    def acquire_mode(enqueue: int, own: bool) -> int:
+        """The mode argument of an acquire script: ``enqueue`` (see :meth:`acquire_args`), plus
+        :data:`OWN_TOKEN` when the library made the token for this very call."""
+        return enqueue + OWN_TOKEN if own else enqueue
+
     def _holder_info(self, worker: str) -> tuple[str, bytes]:
         """Holder metadata sent with each acquire, as JSON and encoded for the short path; cached
         per label, process and worker."""

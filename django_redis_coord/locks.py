@@ -21,7 +21,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import watchdog as _watchdog
 from ._base import (
-    OWN_TOKEN,
     Grant,
     LockBase,
     Number,
@@ -109,7 +108,7 @@ class QueuedPrimitive(QueuedBase):
         worker = self._worker()
         sent_at = time.monotonic()
         try:
-            grant = self.do_acquire(token, (1 if blocking else 0) + (OWN_TOKEN if own else 0), worker)
+            grant = self.do_acquire(token, self.acquire_mode(1 if blocking else 0, own), worker)
         except BaseException as exc:
             # Interrupted, or no reply read (a timeout, a connection lost): the call may have
             # reached Redis and granted (or queued) this token.  Undo that, best effort when Redis
@@ -148,7 +147,7 @@ class QueuedPrimitive(QueuedBase):
             if stop_at is not None and time.monotonic() >= stop_at:
                 return self.do_cancel(token, worker), queued_at  # no refresh on the way out
             called_at = time.monotonic()
-            grant = self.do_acquire(token, 2 + (OWN_TOKEN if own else 0), worker)
+            grant = self.do_acquire(token, self.acquire_mode(2, own), worker)
             if grant.acquired:  # possibly handed over before this call: measure from the one before
                 return grant, queued_at
             queued_at = called_at

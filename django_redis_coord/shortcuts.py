@@ -98,6 +98,12 @@ class SignallingMixin(Signals):
     fence: Any
     _state: Any
 
+    def _fresh(self, redis: Any = None) -> Any:
+        """As the lock's ``_fresh``; the copy speaks for itself (see :meth:`Signals.speak_for`)."""
+        twin = super()._fresh(redis)  # type: ignore[misc]
+        twin._voice = None
+        return twin
+
     def _loss_args(self, local: Any) -> Optional[dict[str, Any]]:
         """The lock_lost arguments for the hold kept in ``local``, once per hold (else None)."""
         if getattr(local, "lost", False) or not first_time(local, "lost_signalled"):
@@ -214,11 +220,6 @@ class AsyncSignalling(SignallingMixin):
 class SignallingLock(SyncSignalling, CoreLock):
     """:class:`django_redis_coord.locks.Lock` sending the signals of :mod:`django_redis_coord.signals`."""
 
-    def _fresh(self, redis: Any = None) -> Any:
-        twin = super()._fresh(redis)
-        twin._voice = None
-        return twin
-
     def do_acquire(self, *args: Any, **kwargs: Any) -> Any:
         return self._note_refusal(super().do_acquire(*args, **kwargs))
 
@@ -228,11 +229,6 @@ class SignallingLock(SyncSignalling, CoreLock):
 
 class AsyncSignallingLock(AsyncSignalling, AsyncCoreLock):  # type: ignore[misc]
     """The asyncio :class:`~django_redis_coord.asyncio.lock.Lock` sending the same signals."""
-
-    def _fresh(self, redis: Any = None) -> Any:
-        twin = super()._fresh(redis)
-        twin._voice = None
-        return twin
 
     async def do_acquire(self, *args: Any, **kwargs: Any) -> Any:
         return self._note_refusal(await super().do_acquire(*args, **kwargs))

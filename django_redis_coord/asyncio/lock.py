@@ -21,7 +21,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import watchdog as _watchdog
 from .._base import (
-    OWN_TOKEN,
     Grant,
     LockBase,
     Number,
@@ -157,7 +156,7 @@ class QueuedPrimitive(QueuedBase):
         worker = self._worker()
         sent_at = time.monotonic()
         try:
-            grant = await self.do_acquire(token, (1 if blocking else 0) + (OWN_TOKEN if own else 0), worker)
+            grant = await self.do_acquire(token, self.acquire_mode(1 if blocking else 0, own), worker)
         except (asyncio.CancelledError, RedisConnectionError, RedisTimeoutError):
             # The call may have reached Redis and granted (or queued) this token: undo that
             # (best effort when Redis cannot be reached; the TTL and the waiter lease bound it).
@@ -196,7 +195,7 @@ class QueuedPrimitive(QueuedBase):
             if stop_at is not None and time.monotonic() >= stop_at:
                 return await self.do_cancel(token, worker), queued_at  # no refresh on the way out
             called_at = time.monotonic()
-            grant = await self.do_acquire(token, 2 + (OWN_TOKEN if own else 0), worker)
+            grant = await self.do_acquire(token, self.acquire_mode(2, own), worker)
             if grant.acquired:  # possibly handed over before this call: measure from the one before
                 return grant, queued_at
             queued_at = called_at
@@ -325,13 +324,17 @@ class Lock(QueuedPrimitive, LockBase):
         """Stop renewing this task's hold and return the call that releases it; that call needs
         nothing from the task, so it can finish in another one (see :func:`run_to_completion`)."""
         local = self._state()
+        self._detach(local)
+        return self._release_hold(local, local.token)
+
+    def _detach(self, local: Any) -> None:
+        """Take the hold ``local`` out of the watchdog and off its task's end (before it is released)."""
         if getattr(local, "watched", False):
             self._watchdog().unregister(self, local)
         task_end = getattr(local, "task_end", None)
         if task_end is not None:
             local.task_end = None
             task_end[0].remove_done_callback(task_end[1])
-        return self._release_hold(local, local.token)
 
     async def _release_hold(self, local: Any, token: bytes) -> None:
         try:
