@@ -201,6 +201,41 @@ def test_asyncio_durable_lock(redis_servers):
     asyncio.run(main())
 
 
+def test_asyncio_durable_lock_cancelled_twice_while_confirming_gives_its_grant_back(redis_servers):
+    """A task cancelled while its grant waits for the replica, and cancelled again while giving the
+    grant back, still gives it back (not left to its 30 s TTL)."""
+    import asyncio
+
+    from django_redis_coord.asyncio.durable import DurableLock as AsyncDurableLock
+
+    primary, replica = _primary_with_replica(redis_servers)
+
+    async def main() -> None:
+        client = primary.async_client(socket_timeout=10)
+        lock = AsyncDurableLock(client, "aio-durable-cancelled", timeout=30, replicas=1, replica_timeout=8)
+        replica.pause()
+        try:
+            task = asyncio.ensure_future(lock.acquire(blocking=False))
+            deadline = time.monotonic() + 5
+            while await client.get("aio-durable-cancelled") is None:  # granted, now waiting for the replica
+                assert time.monotonic() < deadline, "no grant"
+                await asyncio.sleep(0.01)
+            task.cancel()
+            await asyncio.sleep(0)  # the task is now giving the grant back
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            deadline = time.monotonic() + 5
+            while await client.get("aio-durable-cancelled") is not None:
+                assert time.monotonic() < deadline, "the unconfirmed grant was not given back"
+                await asyncio.sleep(0.01)
+        finally:
+            replica.resume()
+        await client.aclose()
+
+    asyncio.run(main())
+
+
 def test_durable_lock_bad_arguments(redis_client):
     from django_redis_coord import InvalidLockArgument, InvalidLockArgumentType
 

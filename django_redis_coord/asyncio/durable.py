@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any, Optional, Union
 
-from .. import watchdog as _watchdog
 from .._base import Number
+from .._tasks import run_to_completion
 from ..durable import DEFAULT_REPLICA_TIMEOUT, ReplicationNotAcknowledged, check_replicas
 from ..exceptions import InvalidLockArgumentType, LockLostError
 from ..scripts import async_scripts
@@ -95,14 +95,22 @@ class DurableLock(Lock):
         return acknowledged
 
     async def _give_back(self) -> None:
+        """Release a grant that could not be confirmed.  The release goes on to its end even when
+        the task is cancelled once more meanwhile (see :func:`run_to_completion`); its failure is
+        not reported (the grant was never the caller's; its TTL ends it)."""
         hold = self._state()
         token: Optional[bytes] = hold.token
         if token is None:
             return
-        _watchdog.async_watchdog().unregister(self, hold)
+        self._detach(hold)
+        try:
+            await run_to_completion(self._release_quietly(token))
+        finally:
+            hold.token = None
+            hold.count = 0
+
+    async def _release_quietly(self, token: bytes) -> None:
         try:
             await self.do_release(token)
-        except Exception:
+        except Exception:  # not held any more, or Redis unreachable: the TTL ends it
             pass
-        hold.token = None
-        hold.count = 0
