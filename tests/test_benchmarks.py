@@ -160,3 +160,23 @@ def test_lock_benchmark_end_to_end_with_tiny_sizes(redis_servers, tmp_path):
         assert os.sched_getaffinity(server.process.pid) == os.sched_getaffinity(0)  # left unpinned
     payload = json.loads((tmp_path / "lock.json").read_text())
     assert payload["figures"]["pairs_per_s.ours"] == figures["pairs_per_s.ours"]
+
+
+def test_locked_view_variants_take_turns_request_by_request_in_an_order_that_rotates():
+    from benchmarks.bench_decorator import _interleaved
+
+    calls: list[str] = []
+
+    def timed(path: str) -> list[float]:
+        calls.append(path)
+        return [float(len(calls))]
+
+    samples = _interleaved(("a", "b", "c"), 2, 0, timed)
+    assert calls == ["a", "b", "c", "a", "b", "c"]
+    assert samples == {"a": [1.0, 4.0], "b": [2.0, 5.0], "c": [3.0, 6.0]}
+    calls.clear()
+    _interleaved(("a", "b", "c"), 1, 1, timed)  # rotated by one, then reversed (odd round)
+    assert calls == ["a", "c", "b"]
+    calls.clear()
+    _interleaved(("a", "b", "c"), 1, 2, timed)  # rotated by two
+    assert calls == ["c", "a", "b"]
