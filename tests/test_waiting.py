@@ -246,3 +246,53 @@ def test_lock_metadata_expires_after_the_release_even_of_a_hold_with_no_timeout(
     assert redis_client.pttl(meta) == -1  # kept while held
     forever.release()
     assert 0 < redis_client.pttl(meta) <= 24 * 3600 * 1000
+
+
+def _queue_permit_then_block(url: str, name: str, identity: str) -> None:
+    from django_redis_coord import Semaphore
+
+    Semaphore(redis.Redis.from_url(url), name, limit=1, timeout=30, waiter_lease=30).acquire(identity, blocking=True)
+    time.sleep(60)
+
+
+def _kill_once_queued(redis_client: redis.Redis, queue: bytes, target, args: tuple) -> None:
+    """Start ``target(*args)`` in a process, wait until it is in ``queue``, SIGKILL it."""
+    doomed = CTX.Process(target=target, args=args)
+    doomed.start()
+    try:
+        _wait_for(lambda: redis_client.zcard(queue) == 1)
+    finally:
+        os.kill(doomed.pid, signal.SIGKILL)
+        doomed.join()
+
+
+def test_a_token_granted_while_still_queued_leaves_the_queue(redis_client, redis_url):
+    """A job retried with the token of a waiter whose process died while queued gets the free lock:
+    its old place in the queue goes with the grant (else its own release would hand the lock straight
+    back to that place, for two waiter leases), and the queue keeps an expiry."""
+    holder = Lock(redis_client, "requeued", timeout=30)
+    holder.acquire()
+    queue = holder.keys.queue
+    _kill_once_queued(redis_client, queue, _queue_with_token_then_block, (redis_url, "requeued", "job-9", 30.0))
+    redis_client.delete("requeued")  # what the holder's TTL does, without waiting for it
+    retried = Lock(redis_client, "requeued", timeout=30)
+    assert retried.acquire(token="job-9", blocking=False)
+    assert redis_client.zcard(queue) == 0
+    assert redis_client.exists(queue) == 0 or redis_client.pttl(queue) > 0
+    retried.release()
+    assert redis_client.get("requeued") is None
+
+
+def test_a_permit_granted_to_an_identity_still_queued_takes_it_off_the_queue(redis_client, redis_url):
+    from django_redis_coord import Semaphore
+
+    holder = Semaphore(redis_client, "requeued-permits", limit=1, timeout=30)
+    assert holder.acquire("holder")
+    queue = holder.keys.queue
+    _kill_once_queued(redis_client, queue, _queue_permit_then_block, (redis_url, "requeued-permits", "job-9"))
+    redis_client.zrem("requeued-permits", "holder")  # what the holder's lease end does, without waiting
+    retried = Semaphore(redis_client, "requeued-permits", limit=1, timeout=30)
+    assert retried.acquire("job-9")
+    assert redis_client.zcard(queue) == 0
+    assert retried.release("job-9")
+    assert redis_client.zcard("requeued-permits") == 0  # not handed back to job-9's old place

@@ -86,21 +86,25 @@ end
 
 -- Take the first queued waiter whose lease is still running off the queue, dropping the dead ones
 -- before it (and their wake lists).  The caller grants it and pushes "fence provisional" onto its
--- wake list, which then outlives the waiter's lease by a minute.  Stops at `except` (may be nil: the caller itself).  Returns
--- its token, its wake list, what to grant it (ms) and whether that is provisional (0 or 1), its
--- holder info and the end of its lease; nil when nobody is left.  A long (or endless) hold goes
--- to a waiter for two leases only, until it claims the rest: a waiter that died while queued
--- stalls the queue for a bounded time.
+-- wake list, which then outlives the waiter's lease by a minute.  Stops at `except` (may be nil:
+-- the caller itself), leaving it queued.  Returns its token, its wake list, what to grant it (ms)
+-- and whether that is provisional (0 or 1), its holder info and the end of its lease; nil when
+-- nobody is left.  A long (or endless) hold goes to a waiter for two leases only, until it claims
+-- the rest: a waiter that died while queued stalls the queue for a bounded time.
 local function next_waiter(queue, waiters, wake_prefix, wake_suffix, now_ms, except)
   while true do
-    local first = redis.call('ZPOPMIN', queue)
-    local head = first[1]
-    if not head then
-      return nil
-    end
-    if head == except then
-      redis.call('ZADD', queue, first[2], head)  -- not taken: back in its place
-      return nil
+    local head
+    if except then  -- look before taking: the queue must not lose its expiry with its last entry
+      head = redis.call('ZRANGE', queue, 0, 0)[1]
+      if not head or head == except then
+        return nil
+      end
+      redis.call('ZREM', queue, head)
+    else
+      head = redis.call('ZPOPMIN', queue)[1]
+      if not head then
+        return nil
+      end
     end
     local data = redis.call('HGET', waiters, head)
     redis.call('HDEL', waiters, head)

@@ -62,10 +62,10 @@ if not current then
   local other = hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix,
                          now_ms, now_us, retention, token)
   if not other then
-    if retry then
-      redis.call('ZREM', queue, token)
-      redis.call('HDEL', waiters, token)
-    end
+    -- Granted: not waiting any more, also when this token was queued by another call (a resend, an
+    -- explicit token): its place would later be handed the lock it already holds.
+    redis.call('ZREM', queue, token)
+    redis.call('HDEL', waiters, token)
     local fence = grant_lock(name, meta, registry, member, token, ttl, info, now_ms, now_us, retention, '0', true)
     local pttl = -1
     if ttl > 0 then pttl = ttl end

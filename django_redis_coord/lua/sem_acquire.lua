@@ -48,10 +48,9 @@ redis.call('DEL', own_wake)
 local free, granted = sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix,
                                    limit, now_ms, now_us, token)
 if free then
-  if retry then
-    redis.call('ZREM', queue, token)
-    redis.call('HDEL', waiters, token)
-  end
+  -- Granted: not waiting any more, also when this identity was queued by another call.
+  redis.call('ZREM', queue, token)
+  redis.call('HDEL', waiters, token)
   local last = state[2]
   if granted then last = redis.call('HGET', meta, 'fence') end
   local fence, expiry = sem_grant(permits, meta, token, ttl, 0, info, now_ms, now_us, last)
