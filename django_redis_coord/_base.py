@@ -104,6 +104,16 @@ def new_token() -> bytes:
 _FLAGS = threading.Lock()
 
 
+def _new_flags_lock() -> None:
+    """In a forked child: a new lock (a thread of the parent may have held it at the fork)."""
+    global _FLAGS
+    _FLAGS = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_flags_lock)
+
+
 def first_time(holder: Any, flag: str) -> bool:
     """Set ``holder.<flag>`` and return True, unless it was set already: one winner when several
     threads (the caller's, the watchdog's) find the same hold lost at once."""

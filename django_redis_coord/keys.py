@@ -13,6 +13,7 @@ primitive's name can never alias another primitive's side key.
 from __future__ import annotations
 
 import binascii
+import os
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
@@ -27,6 +28,17 @@ MAX_NAME_BYTES = 64 * 1024
 _slot_tags: dict[int, bytes] = {}
 _next_tag_number = 0
 _slot_tags_lock = threading.Lock()
+
+
+def _new_slot_tags_lock() -> None:
+    """In a forked child: a new lock (a thread of the parent may have held it at the fork; the
+    tags found so far are complete entries, safe to keep)."""
+    global _slot_tags_lock
+    _slot_tags_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_slot_tags_lock)
 
 
 def encode_name(name: object) -> bytes:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -61,6 +63,29 @@ def test_slot_tags_are_the_lowest_hex_number_of_their_slot_and_made_on_demand():
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout
     assert 0 < int(tried) < 100_000
+
+
+def test_a_fork_while_slot_tags_are_being_found_does_not_hang_the_child(monkeypatch):
+    from django_redis_coord import keys
+
+    monkeypatch.setattr(keys, "_slot_tags", {})  # as in a process that has found no tag yet
+    monkeypatch.setattr(keys, "_next_tag_number", 0)
+    slot = 10780  # the slot found last: the child has the most to do
+    with keys._slot_tags_lock:  # held, as by another thread finding tags at the moment of a fork
+        pid = os.fork()
+        if pid == 0:  # the child: would wait for ever on the lock inherited held
+            os._exit(0 if key_slot(b"{" + keys.slot_tag(slot) + b"}") == slot else 1)
+    deadline = time.monotonic() + 30
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child hung on the slot tags' lock")
+        time.sleep(0.02)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_extend_adds_to_the_remaining_ttl_or_replaces_it(redis_client):
