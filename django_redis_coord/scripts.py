@@ -50,10 +50,28 @@ def helper_chunks(text: str) -> list[tuple[str, str]]:
     return chunks
 
 
+#: What is not code in Lua source: comments (long ones first) and string literals, matched left to
+#: right so that a quote inside a comment, or ``--`` inside a string, is not taken for either.
+_NOT_CODE = re.compile(
+    r"""--\[(?P<c>=*)\[.*?\](?P=c)\]"""  # long comment
+    r"""|--[^\n]*"""  # line comment
+    r"""|\[(?P<s>=*)\[.*?\](?P=s)\]"""  # long string
+    r"""|'(?:\\.|[^'\\\n])*'"""  # quoted strings, with escapes
+    r"""|"(?:\\.|[^"\\\n])*\"""",
+    re.DOTALL,
+)
+
+
+def lua_code(source: str) -> str:
+    """``source`` with its comments and string literals blanked out."""
+    return _NOT_CODE.sub(" ", source)
+
+
 def _uses(source: str, name: str) -> bool:
-    """Whether Lua ``source`` mentions ``name`` outside its comments."""
-    source = re.sub(r"--[^\n]*", "", source)
-    return re.search(r"(?<![A-Za-z0-9_.:])" + re.escape(name) + r"(?![A-Za-z0-9_])", source) is not None
+    """Whether Lua ``source`` refers to ``name`` in its code (not as a field: ``x.name``, ``x:name``;
+    after the ``..`` operator it does)."""
+    pattern = r"(?<![A-Za-z0-9_:])(?<![^.]\.)" + re.escape(name) + r"(?![A-Za-z0-9_])"
+    return re.search(pattern, lua_code(source)) is not None
 
 
 @cache

@@ -93,12 +93,47 @@ def test_scripts_are_only_ever_the_shipped_files():
     assert checked >= 4
 
 
+#: What a Lua script may call without defining it: Lua's own functions and keywords.
+LUA_GIVEN = frozenset("""tonumber tostring type pairs ipairs next select unpack error pcall assert
+    setmetatable getmetatable rawget rawset print function if elseif while until and or not return
+    local then""".split())
+
+
+def _lua_without_strings_and_comments(text: str) -> str:
+    """Lua ``text`` with comments and string literals removed, read one character at a time
+    (independently of django_redis_coord.scripts, whose helper selection this checks)."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("--", i):
+            long = re.match(r"--\[(=*)\[", text[i:])
+            if long:
+                close = "]" + long.group(1) + "]"
+                end = text.find(close, i + len(long.group(0)))
+                i = len(text) if end == -1 else end + len(close)
+            else:
+                end = text.find("\n", i)
+                i = len(text) if end == -1 else end
+            continue
+        char = text[i]
+        if char in "'\"":
+            i += 1
+            while i < len(text) and text[i] != char:
+                i += 2 if text[i] == "\\" else 1
+            i += 1
+            out.append(" ")
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
 def test_the_script_registry_builds_each_script_from_the_shipped_files_only():
     """A script is its own file after helper blocks copied unchanged from ``common.lua`` (and
-    ``lib/semaphore.lua`` for the ``sem_*`` scripts): nothing else, and every helper it calls."""
+    ``lib/semaphore.lua`` for the ``sem_*`` scripts), and every function it calls is Lua's or
+    defined in it."""
     common = (LUA / "common.lua").read_text(encoding="utf-8")
     semaphore_helpers = (LUA / "lib" / "semaphore.lua").read_text(encoding="utf-8")
-    helper_names = set()
+    carried = set()
     for name in SCRIPT_NAMES:
         own = (LUA / f"{name}.lua").read_text(encoding="utf-8")
         libraries = [common, semaphore_helpers] if name.startswith("sem_") else [common]
@@ -107,15 +142,16 @@ def test_the_script_registry_builds_each_script_from_the_shipped_files_only():
         head = text[: len(text) - len(own)]
         for block in filter(str.strip, head.split("\n\n")):
             assert any(block in library for library in libraries), f"{name}: a block not from the helper files"
-        defined = set(re.findall(r"^local (?:function )?(\w+)", head, re.MULTILINE))
-        helpers = {h for library in libraries for h in re.findall(r"^local (?:function )?(\w+)", library, re.MULTILINE)}
-        code = re.sub(r"--[^\n]*", "", text)
-        called = {h for h in helpers if re.search(r"(?<![\w.:])" + h + r"(?!\w)", code)}
-        assert called <= defined, f"{name}: calls {sorted(called - defined)} without carrying them"
-        helper_names |= defined
+        code = _lua_without_strings_and_comments(text)
+        defined = set(re.findall(r"\blocal\s+(?:function\s+)?([A-Za-z_]\w*)", code))
+        defined |= {n for group in re.findall(r"\blocal\s+([\w\s,]+)=", code) for n in re.split(r"[\s,]+", group) if n}
+        called = {m.group(1) for m in re.finditer(r"(?:^|[^\w.:]|\.\.)([A-Za-z_]\w*)\s*\(", code)}
+        missing = called - defined - LUA_GIVEN
+        assert not missing, f"{name} calls {sorted(missing)} without defining them"
+        carried |= set(re.findall(r"^local function (\w+)", head, re.MULTILINE))
     # The selection matters: not every script carries every helper.
     assert len(script_text("lock_inspect")) < len(common)
-    assert {"hand_off", "queue_waiter", "sem_hand_off"} <= helper_names
+    assert {"hand_off", "queue_waiter", "sem_hand_off"} <= carried
 
 
 def test_hostile_names_never_reach_redis_as_script_text(redis_servers, monkeypatch):
