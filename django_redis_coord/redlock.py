@@ -460,6 +460,8 @@ class Redlock(RedlockBase):
         hold, command = self.hold_to_extend(additional_time, replace_ttl)
         sent_at, replies = self._everywhere(command)
         repair = self.extended(hold, sent_at, replies)
+        if self.auto_renew:  # a shorter deadline must not wait for the watchdog's next look
+            _watchdog.sync_watchdog().look_again()
         if repair:
             self._repair(hold.token, repair)
         return True

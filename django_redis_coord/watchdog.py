@@ -125,6 +125,11 @@ class Watchdog:
         with self._cond:
             self._holds.pop((id(owner), id(local), token), None)
 
+    def look_again(self) -> None:
+        """A registered hold's local deadline moved (an extend): let the loop see it now."""
+        with self._cond:
+            self._cond.notify()
+
     def __len__(self) -> int:
         return len(self._holds)
 
@@ -233,6 +238,10 @@ class AsyncWatchdog:
 
     def unregister(self, owner: Any, local: Any) -> None:
         self._holds.pop((id(owner), id(local), getattr(local, "token", None)), None)
+
+    def look_again(self) -> None:
+        """As :meth:`Watchdog.look_again`."""
+        self._changed.set()
 
     def __len__(self) -> int:
         return len(self._holds)

@@ -212,6 +212,8 @@ class QueuedPrimitive(QueuedBase):
         """Change the expiry of ``hold`` (its ``token`` and local ``deadline``) in Redis."""
         sent_at = time.monotonic()
         hold.deadline = self.deadline_for(sent_at, await self.do_extend(hold.token, ms, mode))
+        if getattr(hold, "watched", False):  # a shorter deadline must not wait for the loop's next look
+            self._watchdog().look_again()
         return True
 
     async def do_acquire(self, token: bytes, enqueue: int, worker: str) -> Grant:

@@ -318,6 +318,8 @@ class Redlock(RedlockBase):
         hold, command = self.hold_to_extend(additional_time, replace_ttl)
         sent_at, replies = await self._everywhere(command)
         repair = self.extended(hold, sent_at, replies)
+        if self.auto_renew:  # a shorter deadline must not wait for the watchdog's next look
+            _watchdog.async_watchdog().look_again()
         if repair:
             await self._repair(hold.token, repair)
         return True
