@@ -1,8 +1,8 @@
 """The Lua scripts, loaded from the static files in ``lua/``.
 
-Each script is ``common.lua``, its family's helpers and its own file; nothing is built from input.  The
-texts are turned into redis-py ``Script`` objects (EVALSHA with a NOSCRIPT fallback) once per
-kind of client, sync or asyncio.
+Each script is its own file after the helpers it calls from ``common.lua`` (and its family's helper
+file); nothing is built from input.  The texts are turned into redis-py ``Script`` objects (EVALSHA
+with a NOSCRIPT fallback) once per kind of client, sync or asyncio.
 
 On a plain ``redis.Redis`` (or ``redis.asyncio.Redis``) client the scripts take a shorter path:
 the EVALSHA is packed here and written to a pooled connection, skipping redis-py's per-command
