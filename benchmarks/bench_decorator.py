@@ -405,22 +405,12 @@ class _ServerProcess:
 
 def _http_rounds(ctx: Context, url: str, redis_client: Any, sizes: Sizes) -> dict[str, Any]:
     """Rounds over HTTP: per path and round, client medians and the server process's medians."""
-    client_medians: dict[str, list[float]] = {path: [] for path in HTTP_PATHS}
-    client_samples: dict[str, list[float]] = {path: [] for path in HTTP_PATHS}
-    pings: list[float] = []
     server = _ServerProcess(url)
     try:
         for path in HTTP_PATHS:
             server.timed_gets(path, "warm-up", 30)
-        for round_index in range(sizes.rounds):
-            by_path = _interleaved(HTTP_PATHS, sizes.server_requests, round_index,
-                                   functools.partial(_one_get, server, str(round_index)))
-            for path, samples in by_path.items():
-                client_medians[path].append(statistics.median(samples))
-                client_samples[path].extend(samples)
-            pings.append(statistics.median(_timed_pings(redis_client, sizes.pings // sizes.rounds)))
-            ctx.log(f"HTTP round {round_index + 1}: " + ", ".join(
-                f"{path} {client_medians[path][-1]:.1f} us" for path in HTTP_PATHS) + f", ping {pings[-1]:.1f} us")
+        measured = _rounds(ctx, "HTTP round", HTTP_PATHS, sizes.server_requests, redis_client, sizes,
+                           lambda round_index: lambda path: server.timed_gets(path, str(round_index), 1))
         time.sleep(HTTP_IDLE_PAUSE)  # the last request's release ends before the server stops
     finally:
         reported = server.stop()
@@ -434,12 +424,33 @@ def _http_rounds(ctx: Context, url: str, redis_client: Any, sizes: Sizes) -> dic
                                    f"{round_index + 1}, not {sizes.server_requests}")
             for part in SERVER_PARTS:
                 server_medians[part][path].append(parts[part])
-    return {"client": client_medians, "samples": client_samples, "server": server_medians,
-            "ping": statistics.median(pings)}
+    return {"client": measured.medians, "samples": measured.samples, "server": server_medians,
+            "ping": statistics.median(measured.pings)}
 
 
-def _one_get(server: _ServerProcess, tag: str, path: str) -> list[float]:
-    return server.timed_gets(path, tag, 1)
+@dataclass
+class _Rounds:
+    """What :func:`_rounds` measured: per path one median per round and every sample; per round
+    the median ``PING``."""
+
+    medians: dict[str, list[float]]
+    samples: dict[str, list[float]]
+    pings: list[float]
+
+
+def _rounds(ctx: Context, label: str, paths: tuple[str, ...], count: int, redis_client: Any, sizes: Sizes,
+            timed_in_round: Callable[[int], Callable[[str], list[float]]]) -> _Rounds:
+    """``sizes.rounds`` rounds of ``count`` requests per path (:func:`_interleaved`, timed by what
+    ``timed_in_round(round_index)`` returns), each followed by ``PING``s on ``redis_client``."""
+    measured = _Rounds({path: [] for path in paths}, {path: [] for path in paths}, [])
+    for round_index in range(sizes.rounds):
+        for path, samples in _interleaved(paths, count, round_index, timed_in_round(round_index)).items():
+            measured.medians[path].append(statistics.median(samples))
+            measured.samples[path].extend(samples)
+        measured.pings.append(statistics.median(_timed_pings(redis_client, sizes.pings // sizes.rounds)))
+        ctx.log(f"{label} {round_index + 1}: " + ", ".join(
+            f"{path} {measured.medians[path][-1]:.1f} us" for path in paths) + f", ping {measured.pings[-1]:.1f} us")
+    return measured
 
 
 def _interleaved(paths: tuple[str, ...], count: int, round_index: int,
@@ -518,17 +529,9 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
             _timed_gets(client, path, 50)
         _timed_pings(redis_client, 100)
 
-        round_medians: dict[str, list[float]] = {path: [] for path in paths}
-        samples_of: dict[str, list[float]] = {path: [] for path in paths}
-        ping_medians = []
-        for round_index in range(sizes.rounds):
-            by_path = _interleaved(paths, sizes.requests, round_index, lambda path: _timed_gets(client, path, 1))
-            for path, samples in by_path.items():
-                round_medians[path].append(statistics.median(samples))
-                samples_of[path].extend(samples)
-            ping_medians.append(statistics.median(_timed_pings(redis_client, sizes.pings // sizes.rounds)))
-            ctx.log(f"round {round_index + 1}: " + ", ".join(
-                f"{path} {round_medians[path][-1]:.1f} us" for path in paths) + f", ping {ping_medians[-1]:.1f} us")
+        measured = _rounds(ctx, "round", paths, sizes.requests, redis_client, sizes,
+                           lambda _round: lambda path: _timed_gets(client, path, 1))
+        round_medians, samples_of, ping_medians = measured.medians, measured.samples, measured.pings
 
         trips = {}
         for path in ("/locked/", "/floor/", "/plain/"):
