@@ -81,6 +81,40 @@ def _settle(holds: dict, hold: Hold, sent_at: float, reply: Any, now: float) -> 
     return False
 
 
+def _look(holds: dict, now: float) -> tuple[list[Hold], list[Hold], float]:
+    """One look at the registered holds (sync and asyncio watchdogs alike): those due for renewal
+    (marked in flight), those past their local deadline (forgotten here: they are lost), and when
+    to look again (at most a second from ``now``)."""
+    wake_at = now + 1.0
+    due: list[Hold] = []
+    lost: list[Hold] = []
+    for hold in list(holds.values()):
+        deadline = getattr(hold.local, "deadline", None)
+        if deadline is not None and now >= deadline:
+            holds.pop(hold.key, None)
+            lost.append(hold)
+            continue
+        if deadline is not None:
+            wake_at = min(wake_at, deadline)
+        if hold.in_flight:
+            continue
+        if now >= hold.due:
+            due.append(hold)
+        else:
+            wake_at = min(wake_at, hold.due)
+    for hold in due:
+        hold.in_flight = True
+    return due, lost, wake_at
+
+
+def _by_client(holds: list[Hold]) -> list[list[Hold]]:
+    """``holds`` in batches renewed together: one per Redis client."""
+    batches: dict[int, list[Hold]] = {}
+    for hold in holds:
+        batches.setdefault(id(hold.owner.redis), []).append(hold)
+    return list(batches.values())
+
+
 def _renew_reply(hold: Hold, sent_at: float, reply: Any) -> Optional[bool]:
     """Apply one renewal reply: True renewed, False lost, None failed (retry)."""
     if isinstance(reply, BaseException):
@@ -136,37 +170,16 @@ class Watchdog:
     # -- loop ----------------------------------------------------------------------------------
     def _run(self) -> None:
         while True:
-            lost: list[Hold] = []
             with self._cond:
                 now = time.monotonic()
-                wake_at = now + 1.0
-                due: list[Hold] = []
-                for hold in list(self._holds.values()):
-                    deadline = getattr(hold.local, "deadline", None)
-                    if deadline is not None and now >= deadline:
-                        self._holds.pop(hold.key, None)
-                        lost.append(hold)
-                        continue
-                    if deadline is not None:
-                        wake_at = min(wake_at, deadline)
-                    if hold.in_flight:
-                        continue
-                    if now >= hold.due:
-                        due.append(hold)
-                    else:
-                        wake_at = min(wake_at, hold.due)
-                for hold in due:
-                    hold.in_flight = True
+                due, lost, wake_at = _look(self._holds, now)
                 if not due and not lost:
                     self._wake_at = wake_at
                     self._cond.wait(max(0.0, wake_at - now))
                     self._wake_at = 0.0
                     continue
             self._report(lost)
-            by_client: dict[int, list[Hold]] = {}
-            for hold in due:
-                by_client.setdefault(id(hold.owner.redis), []).append(hold)
-            for batch in by_client.values():
+            for batch in _by_client(due):
                 # A thread per batch: a client whose server stopped answering keeps its own
                 # renewals in flight (its holds meet their deadlines), nobody else's.
                 threading.Thread(target=self._renew_batch, args=(batch,), name="dcoord-renew", daemon=True).start()
@@ -255,28 +268,10 @@ class AsyncWatchdog:
 
     async def _loop_forever(self) -> None:
         while True:
-            now = time.monotonic()
-            wake_at = now + 1.0
-            due: list[Hold] = []
-            for hold in list(self._holds.values()):
-                deadline = getattr(hold.local, "deadline", None)
-                if deadline is not None and now >= deadline:
-                    self._holds.pop(hold.key, None)
-                    Watchdog._lose(hold)
-                    continue
-                if deadline is not None:
-                    wake_at = min(wake_at, deadline)
-                if hold.in_flight:
-                    continue
-                if now >= hold.due:
-                    due.append(hold)
-                else:
-                    wake_at = min(wake_at, hold.due)
-            by_client: dict[int, list[Hold]] = {}
-            for hold in due:
-                hold.in_flight = True
-                by_client.setdefault(id(hold.owner.redis), []).append(hold)
-            for batch in by_client.values():
+            due, lost, wake_at = _look(self._holds, time.monotonic())
+            for hold in lost:
+                Watchdog._lose(hold)
+            for batch in _by_client(due):
                 in_background(self._renew_batch(batch))
             self._changed.clear()
             # asyncio.wait, not wait_for: wait_for can swallow the cancellation that ends the loop
