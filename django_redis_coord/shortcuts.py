@@ -127,24 +127,30 @@ class SignallingMixin(Signals):
         since = getattr(self._state(), "acquired_at", None)
         return None if since is None else time.monotonic() - since
 
-    def _outermost_hold(self) -> bool:
-        return int(getattr(self._state(), "count", 1) or 1) <= 1
-
     def _acquire_event(self, acquired: bool, started: float) -> Optional[tuple[Any, dict[str, Any]]]:
-        """The signal (and its arguments) an acquire call ends with, if any."""
-        waited = time.monotonic() - started
+        """The signal (and its arguments) an acquire call ends with, if any: none when the signal
+        has no receivers (looked at on every call: a receiver connected later gets the next one)."""
         if not acquired:
+            if not lock_contended.receivers:
+                return None
+            waited = time.monotonic() - started
             return lock_contended, {"wait_time": waited, "retry_after": self.retry_after, **self._signal_args()}
-        if not self._outermost_hold():
-            return None
         state = self._state()
-        state.acquired_at = time.monotonic()
+        if int(getattr(state, "count", 1) or 1) > 1:  # an inner hold of a re-entrant lock
+            return None
+        # The start of the hold, for the held_time of lock_released and lock_lost, whoever listens now.
+        now = state.acquired_at = time.monotonic()
         state.lost_signalled = False
-        return lock_acquired, {"fence": self.fence, "wait_time": waited, **self._signal_args()}
+        if not lock_acquired.receivers:
+            return None
+        return lock_acquired, {"fence": self.fence, "wait_time": now - started, **self._signal_args()}
 
-    def _released_args(self) -> tuple[Any, dict[str, Any]]:
-        """Taken before a release: the hold's state and the arguments of its closing signal."""
-        return self._state(), {"fence": self.fence, "held_time": self._held_time(), **self._signal_args()}
+    def _closing_args(self) -> Optional[dict[str, Any]]:
+        """Taken before a release: the arguments of the hold's closing signal (lock_released or
+        lock_lost), or ``None`` when neither signal has a receiver."""
+        if not (lock_released.receivers or lock_lost.receivers):
+            return None
+        return {"fence": self.fence, "held_time": self._held_time(), **self._signal_args()}
 
     def _first_loss(self, state: Any) -> bool:
         return first_time(state, "lost_signalled")
@@ -172,14 +178,15 @@ class SyncSignalling(SignallingMixin):
         return acquired
 
     def release(self) -> None:
-        state, args = self._released_args()
+        state = self._state()
+        args = self._closing_args()
         try:
             super().release()  # type: ignore[misc]
         except LockNotOwnedError:  # lost (or found lost before)
-            if self._first_loss(state):
+            if self._first_loss(state) and args is not None:
                 send(lock_lost, self.signal_sender, **args)
             raise
-        if self._hold_ended(state):
+        if args is not None and self._hold_ended(state):
             send(lock_released, self.signal_sender, **args)
 
 
@@ -206,14 +213,15 @@ class AsyncSignalling(SignallingMixin):
         return acquired
 
     async def release(self) -> None:
-        state, args = self._released_args()
+        state = self._state()
+        args = self._closing_args()
         try:
             await super().release()  # type: ignore[misc]
         except LockNotOwnedError:
-            if self._first_loss(state):
+            if self._first_loss(state) and args is not None:
                 await asend(lock_lost, self.signal_sender, **args)
             raise
-        if self._hold_ended(state):
+        if args is not None and self._hold_ended(state):
             await asend(lock_released, self.signal_sender, **args)
 
 
@@ -221,7 +229,10 @@ class SignallingLock(SyncSignalling, CoreLock):
     """:class:`django_redis_coord.locks.Lock` sending the signals of :mod:`django_redis_coord.signals`."""
 
     def do_acquire(self, *args: Any, **kwargs: Any) -> Any:
-        return self._note_refusal(super().do_acquire(*args, **kwargs))
+        grant = super().do_acquire(*args, **kwargs)
+        if not grant.acquired:  # as _note_refusal, on the path of every acquire
+            self._state().holder_pttl = grant.pttl
+        return grant
 
     def do_cancel(self, *args: Any, **kwargs: Any) -> Any:
         return self._note_refusal(super().do_cancel(*args, **kwargs))
@@ -415,18 +426,26 @@ class SemaphoreSignals(Signals):
         """After a refused acquire: seconds until the earliest permit ends (rounded up), else None."""
         return retry_after_seconds(self.refused_pttl)
 
-    def _acquired(self, identity: Any, started: float) -> dict[str, Any]:
+    def _acquired(self, identity: Any, started: float) -> Optional[dict[str, Any]]:
+        """Records the start of the permit just taken; the lock_acquired arguments, or ``None``
+        when that signal has no receivers."""
         permit = self.permit(identity)
         now = time.monotonic()
         self._acquired_at[permit.token] = now
         self._lost_signalled.discard(permit.token)
+        if not lock_acquired.receivers:
+            return None
         return {"fence": permit.fence, "wait_time": now - started, **self._signal_args()}
 
-    def _before_release(self, identity: Any) -> tuple[Any, dict[str, Any]]:
+    def _before_release(self, identity: Any) -> tuple[Any, Optional[dict[str, Any]]]:
+        """The permit about to be released and the arguments of its closing signal (``None`` when
+        neither lock_released nor lock_lost has a receiver)."""
         permit = self.permit(identity)
         if permit is None:
             return None, {}
         since = self._acquired_at.pop(permit.token, None)
+        if not (lock_released.receivers or lock_lost.receivers):
+            return permit, None
         held = None if since is None else time.monotonic() - since
         return permit, {"fence": permit.fence, "held_time": held, **self._signal_args()}
 
@@ -464,8 +483,10 @@ def _semaphore_class() -> type:
             started = time.monotonic()
             acquired = super().acquire(identity, blocking, blocking_timeout)
             if acquired:
-                send(lock_acquired, self.signal_sender, **self._acquired(identity, started))
-            else:
+                args = self._acquired(identity, started)
+                if args is not None:
+                    send(lock_acquired, self.signal_sender, **args)
+            elif lock_contended.receivers:
                 send(lock_contended, self.signal_sender, wait_time=time.monotonic() - started,
                      retry_after=self.retry_after, **self._signal_args())
             return acquired
@@ -474,8 +495,9 @@ def _semaphore_class() -> type:
             permit, args = self._before_release(identity)
             released = super().release(identity)
             if released and permit is not None and not permit.lost:
-                send(lock_released, self.signal_sender, **args)
-            elif self._first_loss(permit):
+                if args is not None:
+                    send(lock_released, self.signal_sender, **args)
+            elif self._first_loss(permit) and args is not None:
                 send(lock_lost, self.signal_sender, **args)
             return released
 
@@ -498,12 +520,14 @@ def _async_semaphore_class() -> type:
             started = time.monotonic()
             acquired = await super().acquire(identity, blocking, blocking_timeout)
             if acquired:
-                try:
-                    await asend(lock_acquired, self.signal_sender, **self._acquired(identity, started))
-                except BaseException:  # cancelled while telling the receivers: nobody would release it
-                    await run_to_completion(self._release_call(identity))
-                    raise
-            else:
+                args = self._acquired(identity, started)
+                if args is not None:
+                    try:
+                        await asend(lock_acquired, self.signal_sender, **args)
+                    except BaseException:  # cancelled while telling the receivers: nobody would release it
+                        await run_to_completion(self._release_call(identity))
+                        raise
+            elif lock_contended.receivers:
                 await asend(lock_contended, self.signal_sender, wait_time=time.monotonic() - started,
                             retry_after=self.retry_after, **self._signal_args())
             return acquired
@@ -512,8 +536,9 @@ def _async_semaphore_class() -> type:
             permit, args = self._before_release(identity)
             released = await super().release(identity)
             if released and permit is not None and not permit.lost:
-                await asend(lock_released, self.signal_sender, **args)
-            elif self._first_loss(permit):
+                if args is not None:
+                    await asend(lock_released, self.signal_sender, **args)
+            elif self._first_loss(permit) and args is not None:
                 await asend(lock_lost, self.signal_sender, **args)
             return released
 

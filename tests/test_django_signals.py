@@ -9,7 +9,7 @@ import time
 import pytest
 from django.test import Client, override_settings
 
-from django_redis_coord import lock, semaphore
+from django_redis_coord import lock, locked, semaphore
 from django_redis_coord.exceptions import LockNotOwnedError
 from django_redis_coord.shortcuts import alock
 from django_redis_coord.signals import lock_acquired
@@ -186,3 +186,91 @@ def test_an_async_acquire_cancelled_while_its_signal_is_delivered_gives_the_hold
         asyncio.run(scenario())
     finally:
         lock_acquired.disconnect(slow_receiver)
+
+
+def _connect_all():
+    """Receivers of the four hold signals, connected now: ``(events, disconnect)``."""
+    from django_redis_coord.signals import lock_contended, lock_lost, lock_released
+
+    events: list[tuple[str, dict]] = []
+    signals = {"acquired": lock_acquired, "released": lock_released, "contended": lock_contended, "lost": lock_lost}
+    receivers = {}
+    for label, signal in signals.items():
+        def receiver(sender, signal=None, _label=label, **kwargs):
+            events.append((_label, {"sender": sender, **kwargs}))
+
+        receivers[label] = receiver
+        signal.connect(receiver, weak=False)
+
+    def disconnect():
+        for label, signal in signals.items():
+            signal.disconnect(receivers[label])
+
+    return events, disconnect
+
+
+def test_receivers_connected_after_the_decorator_and_after_unheard_requests_get_every_signal(redis_client, rf):
+    """Nobody listening costs nothing, and is looked at on every request: a receiver connected
+    later (after decorating, after requests nobody heard, during a hold) gets the same arguments."""
+    from django.http import HttpResponse
+
+    from django_redis_coord.shortcuts import SignallingLock
+
+    @locked("late:{pk}", timeout=20)
+    def view(request, pk):
+        return HttpResponse(b"ok")
+
+    @locked("late-pool", limit=1, timeout=20)
+    def limited(request):
+        return HttpResponse(b"ok")
+
+    for _ in range(2):  # unheard
+        view(rf.get("/"), pk=1).close()
+        limited(rf.get("/")).close()
+    request = rf.get("/")
+    response = view(request, pk=1)  # acquired unheard, released heard
+    held = request.coord_lock
+    time.sleep(0.05)
+    events, disconnect = _connect_all()
+    try:
+        response.close()
+        assert kinds(events) == ["released"]
+        released = events[0][1]
+        assert released["name"] == "late:1" and released["key"] == "late:1" and released["kind"] == "lock"
+        assert released["held_time"] >= 0.05 and released["fence"] > 0 and released["sender"] is SignallingLock
+        assert released["instance"] is held
+
+        events.clear()
+        response = view(rf.get("/"), pk=2)
+        holder = lock("late:2", timeout=20)
+        assert not holder.acquire(blocking=False)
+        response.close()
+        limited(rf.get("/")).close()
+        assert kinds(events) == ["acquired", "contended", "released", "acquired", "released"]
+        (_, acquired), (_, contended), (_, released), (_, permit_acquired), (_, permit_released) = events
+        assert acquired["name"] == "late:2" and acquired["fence"] == released["fence"] > 0
+        assert acquired["wait_time"] >= 0 and released["held_time"] >= 0
+        assert acquired["instance"] is released["instance"] and acquired["sender"] is SignallingLock
+        assert contended["instance"] is holder and 1 <= contended["retry_after"] <= 20
+        assert permit_acquired["kind"] == permit_released["kind"] == "semaphore"
+        assert permit_acquired["name"] == "late-pool" and permit_acquired["fence"] == permit_released["fence"]
+    finally:
+        disconnect()
+    view(rf.get("/"), pk=3).close()  # disconnected: unheard again
+    assert len(events) == 5
+
+
+def test_an_async_hold_taken_unheard_is_heard_when_released(redis_client):
+    events: list = []
+
+    async def scenario():
+        holder = alock("late-async", timeout=5)
+        assert await holder.acquire()
+        await asyncio.sleep(0.05)
+        events.extend(_connect_all())
+        await holder.release()
+
+    asyncio.run(scenario())
+    heard, disconnect = events
+    disconnect()
+    assert kinds(heard) == ["released"] and heard[0][1]["held_time"] >= 0.05 and heard[0][1]["name"] == "late-async"
