@@ -62,7 +62,6 @@ import logging
 import re
 import secrets
 import string
-import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -272,10 +271,13 @@ class KeyTemplate:
         self.template = default
         self.roots: frozenset[str] = frozenset()
         self.safe = SAFE_CHARS
+        #: The key is the same for every call (a template without fields, or the default name).
+        self.fixed = True
         if key is None:
             return
         if callable(key):
             self.callable = key
+            self.fixed = False
             return
         if not isinstance(key, str):
             raise InvalidLockArgumentType(f"A lock key must be a str template or a callable, not {type(key).__name__}")
@@ -313,6 +315,7 @@ class KeyTemplate:
             roots.add(root)
         self.template = key
         self.roots = frozenset(roots)
+        self.fixed = not roots
         self.safe = "".join(char for char in SAFE_CHARS if char not in between)
 
     def check_against(self, func: Callable[..., Any], *, view_names: bool) -> None:
@@ -371,9 +374,11 @@ def _bound_arguments(signature: Optional[inspect.Signature], args: tuple, kwargs
 
 def _find_request(args: tuple) -> tuple[Optional[HttpRequest], int]:
     """The request among the first two positional arguments (function view or method), if any."""
-    for index in (0, 1):
-        if len(args) > index and isinstance(args[index], HttpRequest):
-            return args[index], index
+    if args:
+        if isinstance(args[0], HttpRequest):
+            return args[0], 0
+        if len(args) > 1 and isinstance(args[1], HttpRequest):
+            return args[1], 1
     return None, -1
 
 
@@ -383,19 +388,28 @@ class _Release:
 
     def __init__(self, primitive: Any) -> None:
         self.primitive = primitive
-        self.done = False
-        self._guard = threading.Lock()
+        # Emptied by the one call that releases: list.pop() is atomic, so two threads closing the
+        # same response at once cannot both claim the release.
+        self._pending = [primitive]
+
+    @property
+    def done(self) -> bool:
+        """Whether the release was claimed (it may still be under way)."""
+        return not self._pending
 
     def _claim(self) -> bool:
-        with self._guard:
-            if self.done:
-                return False
-            self.done = True
-            return True
+        try:
+            self._pending.pop()
+        except IndexError:
+            return False
+        return True
 
     def __call__(self) -> None:
-        if self._claim():
-            _release_logged(self.primitive)
+        try:
+            self._pending.pop()  # as _claim()
+        except IndexError:
+            return
+        _release_logged(self.primitive)
 
 
 def _log_release_failure(primitive: Any, exc: BaseException) -> None:
@@ -651,6 +665,11 @@ class Locked:
         self.label = label
         self.params = dict(params or {})
         self.redlock = redlock
+        # What each acquire is called with; a plain lock (neither a Redlock nor a semaphore).
+        self._acquire_kw: dict[str, Any] = (
+            {"blocking": True, "blocking_timeout": wait} if wait else {"blocking": False}
+        )
+        self._plain_lock = not redlock and limit is None
         # Context-manager holds of this object, per thread/task (one object may be shared).
         self._held: contextvars.ContextVar[tuple] = contextvars.ContextVar(f"locked-{id(self)}", default=())
         # One lock made per name, label and flavour (with the settings it was made from, and no
@@ -694,7 +713,7 @@ class Locked:
         return {"timeout": timeout, "auto_renew": bool(auto_renew)}
 
     def _make(self, name: str, label: Optional[str], settings: CoordSettings, *, is_async: bool) -> Any:
-        if not self.redlock and self.limit is None:
+        if self._plain_lock:
             return self._make_lock(name, label, settings, is_async=is_async)
         options = self._primitive_options(settings)
         key = settings.prefixed(name)
@@ -726,11 +745,6 @@ class Locked:
                 self._made.clear()
             made = self._made[(name, label, is_async)] = (settings, made_lock)
         return made[1]._fresh(client)
-
-    def _acquire_args(self) -> dict[str, Any]:
-        if self.wait:
-            return {"blocking": True, "blocking_timeout": self.wait}
-        return {"blocking": False}
 
     def _fails_open(self, settings: CoordSettings) -> bool:
         return settings.fail_open if self.fail_open is None else self.fail_open
@@ -901,7 +915,7 @@ class Locked:
 
     def _name_sync(self, func: Callable[..., Any], key: KeyTemplate, args: tuple, kwargs: dict) -> tuple[Any, str]:
         request, index = _find_request(args)
-        if not key.roots and key.callable is None:
+        if key.fixed:
             return request, key.template
         if key.callable is not None:
             name = key.callable(*args[index:], **kwargs) if request is not None else key.callable(*args, **kwargs)
@@ -916,7 +930,7 @@ class Locked:
         self, func: Callable[..., Any], key: KeyTemplate, args: tuple, kwargs: dict
     ) -> tuple[Any, str]:
         request, index = _find_request(args)
-        if not key.roots and key.callable is None:
+        if key.fixed:
             return request, key.template
         if key.callable is not None:
             name = key.callable(*args[index:], **kwargs) if request is not None else key.callable(*args, **kwargs)
@@ -940,12 +954,18 @@ class Locked:
 
     # -- sync calls ------------------------------------------------------------------------------
     def _call_sync(self, func: Callable[..., Any], key: KeyTemplate, label: str, args: tuple, kwargs: dict) -> Any:
-        request, name = self._name_sync(func, key, args, kwargs)
+        if key.fixed:
+            request, name = _find_request(args)[0], key.template
+        else:
+            request, name = self._name_sync(func, key, args, kwargs)
         settings = coord_settings()
-        primitive = self._make(name, label, settings, is_async=False)
+        if self._plain_lock:
+            primitive = self._make_lock(name, label, settings, is_async=False)
+        else:
+            primitive = self._make(name, label, settings, is_async=False)
         started = _now()
         try:
-            acquired = primitive.acquire(**self._acquire_args())
+            acquired = primitive.acquire(**self._acquire_kw)
         except _REDIS_ERRORS as exc:
             if not redis_unavailable(exc):
                 raise
@@ -986,12 +1006,18 @@ class Locked:
     async def _call_async(
         self, func: Callable[..., Any], key: KeyTemplate, label: str, args: tuple, kwargs: dict
     ) -> Any:
-        request, name = await self._name_async(func, key, args, kwargs)
+        if key.fixed:
+            request, name = _find_request(args)[0], key.template
+        else:
+            request, name = await self._name_async(func, key, args, kwargs)
         settings = coord_settings()
-        primitive = self._make(name, label, settings, is_async=True)
+        if self._plain_lock:
+            primitive = self._make_lock(name, label, settings, is_async=True)
+        else:
+            primitive = self._make(name, label, settings, is_async=True)
         started = _now()
         try:
-            acquired = await primitive.acquire(**self._acquire_args())
+            acquired = await primitive.acquire(**self._acquire_kw)
         except _REDIS_ERRORS as exc:
             if not redis_unavailable(exc):
                 raise
@@ -1045,7 +1071,7 @@ class Locked:
     def __enter__(self) -> Any:
         name, settings, primitive, started = self._start(is_async=False)
         try:
-            acquired = primitive.acquire(**self._acquire_args())
+            acquired = primitive.acquire(**self._acquire_kw)
         except _REDIS_ERRORS as exc:
             if not redis_unavailable(exc):
                 raise
@@ -1063,7 +1089,7 @@ class Locked:
     async def __aenter__(self) -> Any:
         name, settings, primitive, started = self._start(is_async=True)
         try:
-            acquired = await primitive.acquire(**self._acquire_args())
+            acquired = await primitive.acquire(**self._acquire_kw)
         except _REDIS_ERRORS as exc:
             if not redis_unavailable(exc):
                 raise
@@ -1090,8 +1116,8 @@ async def _maybe_await(value: Any) -> Any:
     return value
 
 
-def _now() -> float:
-    return time.monotonic()
+#: The clock of the time spent trying (``Contention.wait_time``).
+_now = time.monotonic
 
 
 def locked(key: Any = None, /, **options: Any) -> Any:
