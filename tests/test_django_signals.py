@@ -209,6 +209,7 @@ def _connect_all():
     return events, disconnect
 
 
+@pytest.mark.django_db  # closing a response closes old database connections
 def test_receivers_connected_after_the_decorator_and_after_unheard_requests_get_every_signal(redis_client, rf):
     """Nobody listening costs nothing, and is looked at on every request: a receiver connected
     later (after decorating, after requests nobody heard, during a hold) gets the same arguments."""
