@@ -54,6 +54,7 @@ Redlock
 
 from __future__ import annotations
 
+import _string
 import asyncio
 import contextvars
 import functools
@@ -261,6 +262,11 @@ class _Formatter(string.Formatter):
         return text
 
 
+#: A part of a parsed template: literal text, then the field (or ``None``), its first name, the
+#: attributes and indexes after it, its conversion and its format spec.
+_Field = tuple[str, Optional[str], str, list, Optional[str], str]
+
+
 class KeyTemplate:
     """A lock key: a template, a callable or a fixed default, checked when decorating."""
 
@@ -273,6 +279,13 @@ class KeyTemplate:
         self.safe = SAFE_CHARS
         #: The key is the same for every call (a template without fields, or the default name).
         self.fixed = True
+        #: The names the template uses that a view's call provides among its arguments (not the
+        #: names every view offers, :data:`VIEW_NAMES`).
+        self.argument_roots: tuple[str, ...] = ()
+        #: The template's fields, parsed once (see :meth:`render`); ``None``: filled by the
+        #: formatter as it parses.
+        self._fields: Optional[list[_Field]] = None
+        self._formatter = _Formatter(self.template, self.safe)
         if key is None:
             return
         if callable(key):
@@ -316,7 +329,10 @@ class KeyTemplate:
         self.template = key
         self.roots = frozenset(roots)
         self.fixed = not roots
+        self.argument_roots = tuple(sorted(self.roots - VIEW_NAMES))
         self.safe = "".join(char for char in SAFE_CHARS if char not in between)
+        self._formatter = _Formatter(key, self.safe)
+        self._fields = _parsed_fields(parsed)
 
     def check_against(self, func: Callable[..., Any], *, view_names: bool) -> None:
         """Refuse, when decorating, names that ``func`` can never provide."""
@@ -337,9 +353,57 @@ class KeyTemplate:
             )
 
     def render(self, namespace: Mapping[str, Any]) -> str:
+        """The key: the template filled from ``namespace`` (a ``str.format`` of the template with
+        the checks and encoding of :class:`_Formatter`, from the fields parsed when decorating)."""
         if not self.roots:
             return self.template
-        return _Formatter(self.template, self.safe).vformat(self.template, (), {"namespace": namespace})
+        formatter = self._formatter
+        fields = self._fields
+        if fields is None:
+            return formatter.vformat(self.template, (), {"namespace": namespace})
+        parts = []
+        for literal, field, first, rest, conversion, spec in fields:
+            if literal:
+                parts.append(literal)
+            if field is None:
+                continue
+            if first not in namespace:
+                raise KeyTemplateError(f"The lock key {self.template!r} uses {{{first}}}, which is not available here.")
+            value = namespace[first]
+            if rest:
+                try:
+                    for is_attribute, item in rest:
+                        value = getattr(value, item) if is_attribute else value[item]
+                except (KeyTemplateError, BadRequest):
+                    raise
+                except (AttributeError, KeyError, IndexError, TypeError) as exc:
+                    raise KeyTemplateError(
+                        f"The lock key {self.template!r} cannot fill {{{field}}}: {type(exc).__name__}: {exc}"
+                    ) from exc
+            if conversion is not None:
+                value = formatter.convert_field(value, conversion)
+            parts.append(formatter.format_field(value, spec))
+        return "".join(parts)
+
+
+def _parsed_fields(parsed: list[tuple[Any, ...]]) -> Optional[list[_Field]]:
+    """``(literal, field, first name, [(is_attribute, attribute or index), ...], conversion, spec)``
+    for each part of a parsed template, as :meth:`string.Formatter.get_field` splits a field; ``None``
+    when a field or spec is one the formatter would refuse only while filling it (its error stays)."""
+    fields: list[_Field] = []
+    for literal, field, spec, conversion in parsed:
+        if field is None:
+            fields.append((literal, None, "", [], None, ""))
+            continue
+        if "{" in (spec or "") or "}" in (spec or ""):
+            return None
+        try:
+            first, rest = _string.formatter_field_name_split(field)
+            steps = list(rest)
+        except ValueError:
+            return None
+        fields.append((literal, field, first, steps, conversion, spec or ""))
+    return fields
 
 
 def _dotted(obj: Any) -> str:
@@ -369,6 +433,19 @@ def _bound_arguments(signature: Optional[inspect.Signature], args: tuple, kwargs
             values.update(value)
         else:
             values[name] = value
+    return values
+
+
+def _keyword_values(names: Any, kwargs: dict) -> Optional[dict[str, Any]]:
+    """``names`` and their values when the call passed all of them by keyword, else ``None``.
+
+    Then they are what :func:`_bound_arguments` would give for them (a value passed by keyword is
+    the argument's value, also when binding fails), so the template needs no binding."""
+    values = {}
+    for name in names:
+        if name not in kwargs:
+            return None
+        values[name] = kwargs[name]
     return values
 
 
@@ -670,6 +747,8 @@ class Locked:
             {"blocking": True, "blocking_timeout": wait} if wait else {"blocking": False}
         )
         self._plain_lock = not redlock and limit is None
+        # The key of the context manager, checked on its first use.
+        self._context_key: Optional[KeyTemplate] = None
         # Context-manager holds of this object, per thread/task (one object may be shared).
         self._held: contextvars.ContextVar[tuple] = contextvars.ContextVar(f"locked-{id(self)}", default=())
         # One lock made per name, label and flavour (with the settings it was made from, and no
@@ -891,8 +970,10 @@ class Locked:
         self, func: Callable[..., Any], key: KeyTemplate, request: HttpRequest, index: int, args: tuple, kwargs: dict,
         user: Any = _DEFAULT,
     ) -> dict[str, Any]:
-        namespace: dict[str, Any] = dict(self.params)
-        namespace.update(_bound_arguments(key.signature, args, kwargs))
+        namespace = _keyword_values(key.argument_roots, kwargs)
+        if namespace is None:
+            namespace = dict(self.params)
+            namespace.update(_bound_arguments(key.signature, args, kwargs))
         roots = key.roots
         if "user" in roots:
             if user is _DEFAULT:
@@ -913,6 +994,13 @@ class Locked:
         namespace["view"] = key.default_name
         return namespace
 
+    def _call_namespace(self, key: KeyTemplate, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """What a plain function's key template is filled from: ``params`` and the call's arguments."""
+        namespace = _keyword_values(key.roots, kwargs)
+        if namespace is None:
+            namespace = {**self.params, **_bound_arguments(key.signature, args, kwargs)}
+        return namespace
+
     def _name_sync(self, func: Callable[..., Any], key: KeyTemplate, args: tuple, kwargs: dict) -> tuple[Any, str]:
         request, index = _find_request(args)
         if key.fixed:
@@ -924,7 +1012,7 @@ class Locked:
             return request, self._check_name(name, key)
         if request is not None:
             return request, key.render(self._view_namespace(func, key, request, index, args, kwargs))
-        return None, key.render({**self.params, **_bound_arguments(key.signature, args, kwargs)})
+        return None, key.render(self._call_namespace(key, args, kwargs))
 
     async def _name_async(
         self, func: Callable[..., Any], key: KeyTemplate, args: tuple, kwargs: dict
@@ -942,7 +1030,7 @@ class Locked:
             if "user" in key.roots and hasattr(request, "auser"):
                 user = await request.auser()
             return request, key.render(self._view_namespace(func, key, request, index, args, kwargs, user))
-        return None, key.render({**self.params, **_bound_arguments(key.signature, args, kwargs)})
+        return None, key.render(self._call_namespace(key, args, kwargs))
 
     @staticmethod
     def _check_name(name: Any, key: KeyTemplate) -> str:
@@ -1049,7 +1137,9 @@ class Locked:
     def _context_name(self) -> str:
         if self.key is None:
             raise KeyTemplateError("locked() used as a context manager needs a key.")
-        key = KeyTemplate(self.key, "")
+        key = self._context_key
+        if key is None:
+            key = self._context_key = KeyTemplate(self.key, "")
         if key.callable is not None:
             return self._check_name(key.callable(**self.params), key)
         return key.render(self.params)
