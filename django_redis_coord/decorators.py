@@ -592,12 +592,31 @@ def _sync_twin(primitive: Any) -> Any:
         redlock._fences.update(primitive._fences)
         redlock.speak_for(primitive)
         return redlock
-    twin = SignallingLock(get_client(), primitive.name, timeout=primitive.timeout, thread_local=False,
-                          app_name=primitive.app_name)
+    twin = _twin_template(primitive)._fresh(get_client())
     # The hold's state (token, fence, deadline, start); neither object is shared with a thread.
     vars(twin._state()).update(vars(primitive._state()))
     twin.speak_for(primitive)
     return twin
+
+
+#: Sync locks the sync twins of asyncio holds are copied from (see :func:`_twin_template`).
+_twin_templates: dict[tuple[Any, ...], Any] = {}
+
+
+def _twin_template(primitive: Any) -> Any:
+    """A sync lock without a client, with the name, timeout and application name of the asyncio
+    lock ``primitive``: its twins are copies of it (made once per name, not checked and computed
+    again for every release from a thread)."""
+    key = (primitive.name, primitive.timeout, type(primitive.timeout), primitive.app_name)
+    template = _twin_templates.get(key)
+    if template is None:
+        template = SignallingLock(None, primitive.name, timeout=primitive.timeout, thread_local=False,
+                                  app_name=primitive.app_name)
+        template.encoded_parts()  # made once, shared by the copies
+        if len(_twin_templates) >= _MADE_LOCKS_MAX:
+            _twin_templates.clear()
+        _twin_templates[key] = template
+    return template
 
 
 async def _released_after(stream: Any, release: _AsyncRelease) -> Any:

@@ -606,6 +606,29 @@ def test_async_views_through_the_sync_handler_release(redis_client):
     assert not redis_client.exists("stream:q")
 
 
+def test_the_sync_twins_of_asyncio_holds_are_copies_of_one_lock_per_name(redis_client):
+    """A response closed in a worker thread releases with a sync copy of a lock made once per name."""
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from django_redis_coord import decorators
+
+    @locked("twinned", timeout=5)
+    async def view(request):
+        return HttpResponse(b"ok")
+
+    async def scenario():
+        for _ in range(3):
+            response = await view(RequestFactory().get("/"))
+            assert redis_client.exists("twinned")
+            await asyncio.to_thread(response.close)
+            assert not redis_client.exists("twinned")
+
+    asyncio.run(scenario())
+    templates = [template for key, template in decorators._twin_templates.items() if key[0] == "twinned"]
+    assert len(templates) == 1 and templates[0].redis is None and templates[0]._state().token is None
+
+
 @pytest.mark.parametrize("auto_renew", [False, True])
 def test_async_response_closed_from_a_worker_thread_releases_once(redis_client, received, auto_renew):
     """Django closes an async view's response in a worker thread while the loop runs.  A hold the
