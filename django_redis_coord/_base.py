@@ -182,6 +182,9 @@ class Grant:
         return cls(False, pttl=int(reply[1]))
 
 
+#: How many keys the acquire and the release scripts take (see QueuedBase.acquire_keys, release_keys).
+ACQUIRE_KEYS = 6
+RELEASE_KEYS = 5
 #: Names longer than this (bytes) get their encoded parts made afresh on each call, not cached.
 ENCODED_CACHE_MAX_NAME = 256
 
@@ -199,6 +202,11 @@ class EncodedParts:
     acquire_tail: bytes
     #: The release script's arguments after the token: member, wake prefix and suffix, retention.
     release_tail: bytes
+    #: How many keys and arguments each call carries (those of :meth:`QueuedBase.acquire_keys` and
+    #: :meth:`~QueuedBase.acquire_args`, of :meth:`~QueuedBase.release_keys` and
+    #: :meth:`~QueuedBase.release_args`).
+    acquire_count: int
+    release_count: int
 
 
 @lru_cache(maxsize=4096, typed=True)
@@ -211,6 +219,8 @@ def encoded_parts(keys: KeySet, member: bytes, ttl_ms: int, lease_ms: int, setti
         lease=encode(lease_ms),
         acquire_tail=encode(member, keys.wake_prefix, keys.wake_suffix, setting),
         release_tail=encode(member, keys.wake_prefix, keys.wake_suffix, *retention),
+        acquire_count=ACQUIRE_KEYS + 9,
+        release_count=RELEASE_KEYS + 4 + len(retention),
     )
 
 

@@ -11,16 +11,22 @@
 
 from __future__ import annotations
 
+import os
+import select
 import threading
 import time
+from collections import deque
 from types import TracebackType
 from typing import Any, Optional, Union
 
+import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import watchdog as _watchdog
 from ._base import (
+    ACQUIRE_KEYS,
+    RELEASE_KEYS,
     Grant,
     LockBase,
     Number,
@@ -43,6 +49,137 @@ from .scripts import sync_scripts
 
 __all__ = ["Lock", "QueuedPrimitive"]
 
+#: How many holds, per connection pool and process, keep the connection they were granted on
+#: (a quarter of the pool's ``max_connections`` when that is smaller); see :class:`Link`.
+PINNED_PER_POOL = 16
+
+_pins_lock = threading.Lock()
+_pinned: dict[int, int] = {}
+#: Kept connections of holds dropped without a release, given back by the next checkout.
+_orphans: deque = deque()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: the parent's kept connections are not this process's to give back."""
+    global _pins_lock
+    _pins_lock = threading.Lock()
+    _pinned.clear()
+    _orphans.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _quiet(conn: Any) -> bool:
+    """Whether nothing waits to be read on ``conn`` (no reply, no end of stream): one ``select``."""
+    sock = getattr(conn, "_sock", None)
+    if sock is None:
+        return True  # not connected: writing connects it
+    try:
+        return not select.select((sock,), (), (), 0)[0]
+    except (OSError, ValueError):  # closed, or a descriptor select() cannot watch
+        return False
+
+
+def _unpin(pool: Any) -> None:
+    with _pins_lock:
+        count = _pinned.pop(id(pool), 0) - 1
+        if count > 0:
+            _pinned[id(pool)] = count
+
+
+def _give_back_orphans() -> None:
+    while _orphans:
+        try:
+            pool, conn, pid = _orphans.popleft()
+        except IndexError:  # another thread took the last one
+            return
+        if pid == os.getpid():
+            _unpin(pool)
+            pool.release(conn)
+
+
+class Link:
+    """A connection of a plain client's pool, checked out by one acquire and kept, once granted,
+    by the hold until its release.
+
+    redis-py's pool checkout and give-back cost more client time than the scripts they carry, and a
+    lock's hand-off waits for the releasing holder's client code before its script and for the
+    next holder's after its wake-up.  So a blocking acquire waits (BLPOP) on the connection its
+    attempt went out on, and the hold keeps that connection: the release is written at once.  At
+    most :data:`PINNED_PER_POOL` holds per pool keep one (the others give it back at the grant, as
+    before); a hold dropped without a release gives its connection back at the next acquire; a
+    release finding the connection closed goes through the pool.  Only for a plain
+    ``redis.Redis`` client on a plain ``redis.ConnectionPool`` (what the short path of the
+    scripts serves): any other client keeps its own way of picking connections.
+    """
+
+    __slots__ = ("pool", "conn", "pid", "pinned")
+
+    def __init__(self, pool: Any, conn: Any) -> None:
+        self.pool = pool
+        self.conn = conn
+        self.pid = os.getpid()
+        self.pinned = False
+
+    @classmethod
+    def checkout(cls, client: Any) -> Optional[Link]:
+        """A connection of ``client``'s pool for one acquire, or ``None`` for other kinds of client."""
+        if type(client) is not redis.Redis or client.connection is not None:
+            return None
+        pool = client.connection_pool
+        if type(pool) is not redis.ConnectionPool:
+            return None
+        if _orphans:
+            _give_back_orphans()
+        return cls(pool, pool.get_connection())
+
+    def pin(self) -> bool:
+        """Keep the connection for the hold just granted on it; False (given back) over the limit."""
+        pool = self.pool
+        with _pins_lock:
+            count = _pinned.get(id(pool), 0)
+            if count >= min(PINNED_PER_POOL, pool.max_connections // 4):
+                count = -1
+            else:
+                _pinned[id(pool)] = count + 1
+        if count < 0:
+            self.give_back()
+            return False
+        self.pinned = True
+        return True
+
+    def for_release(self) -> Any:
+        """The kept connection when the release can go out on it, else ``None`` (given back: the
+        release goes through the pool).  As the pool does before it hands out a connection, one
+        with something to read (the server closed it, say) is not written on."""
+        conn = self.conn
+        if self.pid == os.getpid() and _quiet(conn):
+            return conn
+        if conn is not None and self.pid == os.getpid():
+            conn.disconnect()
+        self.give_back()
+        return None
+
+    def give_back(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is None or self.pid != os.getpid():
+            return
+        if self.pinned:
+            self.pinned = False
+            _unpin(self.pool)
+        self.pool.release(conn)
+
+    def __del__(self) -> None:
+        # No lock may be taken here (the garbage collector can run this anywhere): the next
+        # checkout gives the connection back.
+        if self.conn is not None and self.pinned:
+            try:
+                _orphans.append((self.pool, self.conn, self.pid))
+            except Exception:  # interpreter shutdown: nothing left to give it back to
+                pass
+
 
 def connection_pool_for(client: Any, key: bytes) -> Any:
     """The connection pool of the node that serves ``key`` (plain clients have just one)."""
@@ -53,8 +190,10 @@ def connection_pool_for(client: Any, key: bytes) -> Any:
     return client.get_redis_connection(node).connection_pool
 
 
-def blocking_pop(client: Any, key: bytes, budget: Optional[float], server_timeout: float) -> Any:
-    """BLPOP ``key`` for at most ``budget`` seconds (``None``: ``server_timeout``).
+def blocking_pop(client: Any, key: bytes, budget: Optional[float], server_timeout: float,
+                 link: Optional[Link] = None) -> Any:
+    """BLPOP ``key`` for at most ``budget`` seconds (``None``: ``server_timeout``), on ``link``'s
+    connection when given (else on one of the pool's).
 
     The server's own BLPOP timeout can fire up to one ``hz`` tick (100 ms by default) late, so a
     deadline shorter than ``server_timeout`` is kept on the client: the connection is dropped,
@@ -62,23 +201,34 @@ def blocking_pop(client: Any, key: bytes, budget: Optional[float], server_timeou
     """
     if budget is not None and budget <= 0:
         return None
+    if link is not None:
+        conn = link.conn
+        try:
+            return _pop_on(conn, key, budget, server_timeout)
+        except BaseException:
+            conn.disconnect()
+            raise
     pool = connection_pool_for(client, key)
     try:
         conn = pool.get_connection()
     except TypeError:  # redis-py < 6 needs a command name
         conn = pool.get_connection("BLPOP")
     try:
-        wait = server_timeout + 1.0 if budget is None or budget >= server_timeout else budget
-        conn.send_command("BLPOP", key, server_timeout)
-        if not conn.can_read(timeout=wait):
-            conn.disconnect()
-            return None
-        reply = conn.read_response()
+        return _pop_on(conn, key, budget, server_timeout)
     except BaseException:
         conn.disconnect()
         raise
     finally:
         pool.release(conn)
+
+
+def _pop_on(conn: Any, key: bytes, budget: Optional[float], server_timeout: float) -> Any:
+    wait = server_timeout + 1.0 if budget is None or budget >= server_timeout else budget
+    conn.send_command("BLPOP", key, server_timeout)
+    if not conn.can_read(timeout=wait):
+        conn.disconnect()
+        return None
+    reply = conn.read_response()
     return None if reply is None else reply[1]
 
 
@@ -100,16 +250,21 @@ class QueuedPrimitive(QueuedBase):
         return threading.current_thread().name
 
     def _take(self, token: bytes, blocking: bool, stop_at: Optional[float],
-              own: bool = False) -> Optional[tuple[Grant, float]]:
+              own: bool = False) -> Optional[tuple[Grant, float, Optional[Link]]]:
         """Try once and, when ``blocking``, wait in line until ``stop_at``.
 
-        Returns the grant and the instant its hold is measured from, or ``None`` when not granted.
+        Returns the grant, the instant its hold is measured from and the :class:`Link` it came on
+        (``None`` for clients that have none; the caller keeps or gives it back), or ``None`` when
+        not granted.
         """
         worker = self._worker()
+        link = Link.checkout(self.redis)
         sent_at = time.monotonic()
         try:
-            grant = self.do_acquire(token, self.acquire_mode(1 if blocking else 0, own), worker)
+            grant = self.do_acquire(token, self.acquire_mode(1 if blocking else 0, own), worker, link)
         except BaseException as exc:
+            if link is not None:
+                link.give_back()
             # Interrupted, or no reply read (a timeout, a connection lost): the call may have
             # reached Redis and granted (or queued) this token.  Undo that, best effort when Redis
             # cannot be reached (the TTL and the waiter lease bound it).
@@ -117,19 +272,24 @@ class QueuedPrimitive(QueuedBase):
                 self._abandon(token, worker)
             raise
         if grant.acquired:
-            return grant, sent_at
-        if not blocking:
-            return None
-        try:
-            grant, sent_at = self._wait(token, worker, grant, stop_at, sent_at, own)
-        except BaseException:
-            self._abandon(token, worker)
-            raise
-        return (grant, sent_at) if grant.acquired else None
+            return grant, sent_at, link
+        if blocking:
+            try:
+                grant, sent_at = self._wait(token, worker, grant, stop_at, sent_at, own, link)
+            except BaseException:
+                if link is not None:
+                    link.give_back()
+                self._abandon(token, worker)
+                raise
+            if grant.acquired:
+                return grant, sent_at, link
+        if link is not None:
+            link.give_back()
+        return None
 
     def _wait(
         self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float,
-        own: bool = False,
+        own: bool = False, link: Optional[Link] = None,
     ) -> tuple[Grant, float]:
         """Wait in the queue until handed the hold, the holder expires or ``stop_at`` passes.
 
@@ -141,13 +301,13 @@ class QueuedPrimitive(QueuedBase):
             if stop_at is not None and time.monotonic() >= stop_at:
                 return self.do_cancel(token, worker), queued_at
             budget = self.wait_budget(grant, stop_at)
-            payload = blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
+            payload = blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval, link)
             if payload is not None:
                 return self.woken_grant(payload), queued_at
             if stop_at is not None and time.monotonic() >= stop_at:
                 return self.do_cancel(token, worker), queued_at  # no refresh on the way out
             called_at = time.monotonic()
-            grant = self.do_acquire(token, self.acquire_mode(2, own), worker)
+            grant = self.do_acquire(token, self.acquire_mode(2, own), worker, link)
             if grant.acquired:  # possibly handed over before this call: measure from the one before
                 return grant, queued_at
             queued_at = called_at
@@ -168,10 +328,14 @@ class QueuedPrimitive(QueuedBase):
             self._watchdog().look_again()
         return True
 
-    def do_acquire(self, token: bytes, enqueue: int, worker: str) -> Grant:
+    def do_acquire(self, token: bytes, enqueue: int, worker: str, link: Optional[Link] = None) -> Grant:
         script = self.scripts.get(self.redis, self.acquire_script)
-        reply = script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis,
-                       encoded=self.acquire_encoded(token, enqueue, worker))
+        if link is not None:
+            reply = script.run_on(link.conn, self.redis, self.encoded_parts().acquire_count, ACQUIRE_KEYS,
+                                  self.acquire_encoded(token, enqueue, worker))
+        else:
+            reply = script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis,
+                           encoded=self.acquire_encoded(token, enqueue, worker))
         return self.grant_from_reply(reply)
 
     def do_cancel(self, token: bytes, worker: str) -> Grant:
@@ -251,7 +415,10 @@ class Lock(QueuedPrimitive, LockBase):
         taken = self._take(token, blocking, stop_at, own)
         if taken is None:
             return False
-        self._own(token, *taken)
+        grant, sent_at, link = taken
+        self._own(token, grant, sent_at)
+        if link is not None and link.pin():
+            local.link = link  # for the release (see Link)
         return True
 
     def locked(self) -> bool:
@@ -279,7 +446,7 @@ class Lock(QueuedPrimitive, LockBase):
             self._watchdog().unregister(self, local)
         # Keep the token until Redis answered: a connection error must leave a way to retry.
         try:
-            self.do_release(token)
+            self.do_release(token, self._unpin(local))
         except LockNotOwnedError:
             self._mark_lost(local)  # found here before the watchdog did: on_lost still fires once
             raise
@@ -288,10 +455,24 @@ class Lock(QueuedPrimitive, LockBase):
         if lost:
             raise LockLostError("The lock was lost before it was released", lock_name=self.name)
 
-    def do_release(self, token: bytes) -> None:
+    @staticmethod
+    def _unpin(local: Any) -> Optional[Link]:
+        """Take the connection kept by the hold ``local`` off it (the caller releases on it)."""
+        return vars(local).pop("link", None)
+
+    def do_release(self, token: bytes, link: Optional[Link] = None) -> None:
         script = self.scripts.get(self.redis, "lock_release")
-        if int(script(self.release_keys(), self.release_args(token), client=self.redis,
-                      encoded=self.release_encoded(token))) != 1:
+        conn = link.for_release() if link is not None else None
+        if conn is not None:
+            try:
+                reply = script.run_on(conn, self.redis, self.encoded_parts().release_count, RELEASE_KEYS,
+                                      self.release_encoded(token))
+            finally:
+                link.give_back()  # type: ignore[union-attr]
+        else:
+            reply = script(self.release_keys(), self.release_args(token), client=self.redis,
+                           encoded=self.release_encoded(token))
+        if int(reply) != 1:
             local = self._state()
             local.token = None
             local.count = 0

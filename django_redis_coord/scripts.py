@@ -153,12 +153,32 @@ class FastScript(_Heads, Script):
             client.script_load(self.script)
             return self._send_once(client.connection_pool, data)
 
-    @staticmethod
-    def _send_once(pool: Any, data: bytes) -> Any:
+    def run_on(self, conn: Any, client: Any, count: int, numkeys: int, encoded: bytes) -> Any:
+        """The short path on ``conn``, a connection the caller checked out of the pool of ``client``
+        (a plain ``redis.Redis``) and gives back itself: ``count`` keys and arguments, ``numkeys``
+        of them keys, already encoded.  Same rules: no re-send after an error, a load after NOSCRIPT."""
+        data = self._head(count, numkeys) + encoded
+        try:
+            return self._send_on(conn, data)
+        except NoScriptError:
+            client.script_load(self.script)
+            return self._send_on(conn, data)
+
+    @classmethod
+    def _send_once(cls, pool: Any, data: bytes) -> Any:
         """Write ``data`` on a pooled connection and read the reply, with no retry: after a
         connection error or timeout the script may have run, and re-sending a release or an
         additive extend would not be idempotent, so the caller gets the error instead."""
         conn = pool.get_connection()
+        try:
+            return cls._send_on(conn, data)
+        finally:
+            pool.release(conn)
+
+    @staticmethod
+    def _send_on(conn: Any, data: bytes) -> Any:
+        """Write ``data`` on ``conn`` and read the reply; a connection left with an unread reply
+        (an error, a timeout, an interruption) is closed."""
         try:
             conn.send_packed_command([data])  # with the connection's health check, if configured
             return conn.read_response()
@@ -167,8 +187,6 @@ class FastScript(_Heads, Script):
         except BaseException:
             conn.disconnect()
             raise
-        finally:
-            pool.release(conn)
 
 
 class AsyncFastScript(_Heads, AsyncScript):
