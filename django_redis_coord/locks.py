@@ -108,24 +108,26 @@ class Link:
     lock's hand-off waits for the releasing holder's client code before its script and for the
     next holder's after its wake-up.  So a blocking acquire waits (BLPOP) on the connection its
     attempt went out on, and the hold keeps that connection: the release is written at once.  At
-    most :data:`PINNED_PER_POOL` holds per pool keep one (the others give it back at the grant, as
-    before); a hold dropped without a release gives its connection back at the next acquire; a
+    most :data:`PINNED_PER_POOL` acquires and holds per pool have one (the others use the pool for
+    each call, as before); a hold dropped without a release gives its connection back at the next
+    acquire; a
     release finding the connection closed goes through the pool.  Only for a plain
     ``redis.Redis`` client on a plain ``redis.ConnectionPool`` (what the short path of the
     scripts serves): any other client keeps its own way of picking connections.
     """
 
-    __slots__ = ("pool", "conn", "pid", "pinned")
+    __slots__ = ("pool", "conn", "pid")
 
     def __init__(self, pool: Any, conn: Any) -> None:
         self.pool = pool
         self.conn = conn
         self.pid = os.getpid()
-        self.pinned = False
 
     @classmethod
     def checkout(cls, client: Any) -> Optional[Link]:
-        """A connection of ``client``'s pool for one acquire, or ``None`` for other kinds of client."""
+        """A connection of ``client``'s pool for one acquire, or ``None`` for other kinds of client
+        and when :data:`PINNED_PER_POOL` links of the pool are out (counted from here, so that the
+        hold just granted has nothing left to count)."""
         if type(client) is not redis.Redis or client.connection is not None:
             return None
         pool = client.connection_pool
@@ -133,22 +135,17 @@ class Link:
             return None
         if _orphans:
             _give_back_orphans()
-        return cls(pool, pool.get_connection())
-
-    def pin(self) -> bool:
-        """Keep the connection for the hold just granted on it; False (given back) over the limit."""
-        pool = self.pool
         with _pins_lock:
             count = _pinned.get(id(pool), 0)
             if count >= min(PINNED_PER_POOL, pool.max_connections // 4):
-                count = -1
-            else:
-                _pinned[id(pool)] = count + 1
-        if count < 0:
-            self.give_back()
-            return False
-        self.pinned = True
-        return True
+                return None
+            _pinned[id(pool)] = count + 1
+        try:
+            conn = pool.get_connection()
+        except BaseException:
+            _unpin(pool)
+            raise
+        return cls(pool, conn)
 
     def for_release(self) -> Any:
         """The kept connection when the release can go out on it, else ``None`` (given back: the
@@ -166,15 +163,13 @@ class Link:
         conn, self.conn = self.conn, None
         if conn is None or self.pid != os.getpid():
             return
-        if self.pinned:
-            self.pinned = False
-            _unpin(self.pool)
+        _unpin(self.pool)
         self.pool.release(conn)
 
     def __del__(self) -> None:
         # No lock may be taken here (the garbage collector can run this anywhere): the next
         # checkout gives the connection back.
-        if self.conn is not None and self.pinned:
+        if self.conn is not None:
             try:
                 _orphans.append((self.pool, self.conn, self.pid))
             except Exception:  # interpreter shutdown: nothing left to give it back to
@@ -417,7 +412,7 @@ class Lock(QueuedPrimitive, LockBase):
             return False
         grant, sent_at, link = taken
         self._own(token, grant, sent_at)
-        if link is not None and link.pin():
+        if link is not None:
             local.link = link  # for the release (see Link)
         return True
 

@@ -19,6 +19,7 @@ import os
 import threading
 import time
 import weakref
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -29,6 +30,8 @@ logger = logging.getLogger("django_redis_coord")
 
 #: After a failed renewal, try again this often (seconds) until the deadline passes.
 RETRY_INTERVAL = 0.05
+#: The watchdog looks at its holds at least this often (seconds), with or without holds due.
+LOOK_EVERY = 1.0
 
 
 @dataclass
@@ -47,10 +50,11 @@ class Hold:
     key: tuple = field(default=())
 
     @classmethod
-    def create(cls, owner: Any, local: Any, token: bytes, first_in: Optional[float], once: bool) -> Hold:
+    def create(cls, owner: Any, local: Any, token: bytes, first_in: Optional[float], once: bool,
+               now: Optional[float] = None) -> Hold:
         interval = max(owner.renew_ttl_ms / 3000.0, RETRY_INTERVAL)
         hold = cls(owner, local, token, interval, once=once, key=(id(owner), id(local), token))
-        hold.due = time.monotonic() + (interval if first_in is None else first_in)
+        hold.due = (time.monotonic() if now is None else now) + (interval if first_in is None else first_in)
         return hold
 
     def first_look(self) -> float:
@@ -85,7 +89,7 @@ def _look(holds: dict, now: float) -> tuple[list[Hold], list[Hold], float]:
     """One look at the registered holds (sync and asyncio watchdogs alike): those due for renewal
     (marked in flight), those past their local deadline (forgotten here: they are lost), and when
     to look again (at most a second from ``now``)."""
-    wake_at = now + 1.0
+    wake_at = now + LOOK_EVERY
     due: list[Hold] = []
     lost: list[Hold] = []
     for hold in list(holds.values()):
@@ -140,6 +144,8 @@ class Watchdog:
         self._wake_at = 0.0
         # on_lost callbacks and lock_lost signals, in order, away from the renewals.
         self._callbacks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dcoord-on-lost")
+        #: Claims registered with no lock taken (see :meth:`register`), taken in at the next look.
+        self._arriving: deque = deque()
         self._thread = threading.Thread(target=self._run, name="dcoord-watchdog", daemon=True)
         self._thread.start()
 
@@ -147,17 +153,43 @@ class Watchdog:
     def register(
         self, owner: Any, local: Any, token: bytes, first_in: Optional[float] = None, once: bool = False
     ) -> None:
-        """Renew ``token``'s hold every third of its timeout (or once, ``first_in`` seconds from now)."""
+        """Renew ``token``'s hold every third of its timeout (or once, ``first_in`` seconds from now).
+
+        A single renewal due no sooner than the loop's next look by itself (:data:`LOOK_EVERY`) --
+        the claim of a hold handed over provisionally, registered on every contended acquire -- is
+        only queued: no lock, no wake-up of the loop, which takes it in at that look.  ``local``
+        then names its queued entry (``arriving``), so that an unregistration, or a later
+        registration, before that look voids it.
+        """
+        if once and first_in is not None and first_in >= LOOK_EVERY:
+            entry = (owner, local, token, first_in, time.monotonic())
+            local.arriving = entry
+            self._arriving.append(entry)
+            return
         hold = Hold.create(owner, local, token, first_in, once)
         with self._cond:
+            if getattr(local, "arriving", None) is not None:
+                local.arriving = None
             self._holds[hold.key] = hold
             if hold.first_look() < self._wake_at:
                 self._cond.notify()
 
     def unregister(self, owner: Any, local: Any) -> None:
         token = getattr(local, "token", None)
+        if getattr(local, "arriving", None) is not None:
+            local.arriving = None  # before the look that would take it in (under the lock below)
         with self._cond:
             self._holds.pop((id(owner), id(local), token), None)
+
+    def _take_in(self) -> None:
+        """Move the queued claims still wanted into the holds (called with the lock held)."""
+        arriving = self._arriving
+        while arriving:
+            entry = arriving.popleft()
+            owner, local, token, first_in, registered_at = entry
+            if getattr(local, "arriving", None) is entry:
+                hold = Hold.create(owner, local, token, first_in, True, now=registered_at)
+                self._holds[hold.key] = hold
 
     def look_again(self) -> None:
         """A registered hold's local deadline moved (an extend): let the loop see it now."""
@@ -165,12 +197,14 @@ class Watchdog:
             self._cond.notify()
 
     def __len__(self) -> int:
-        return len(self._holds)
+        return len(self._holds) + len(self._arriving)
 
     # -- loop ----------------------------------------------------------------------------------
     def _run(self) -> None:
         while True:
             with self._cond:
+                if self._arriving:
+                    self._take_in()
                 now = time.monotonic()
                 due, lost, wake_at = _look(self._holds, now)
                 if not due and not lost:

@@ -131,6 +131,57 @@ def test_a_long_hold_handed_to_a_waiter_is_claimed_in_the_background(redis_clien
     assert not redis_client.exists("claim")
 
 
+def _handed_over(redis_client, name: str, **kwargs) -> Lock:
+    """A lock handed over (provisionally: its timeout is over two waiter leases) to a waiter."""
+    import threading
+
+    holder = Lock(redis_client, name, timeout=30, thread_local=False)
+    holder.acquire()
+    waiter = Lock(redis_client, name, timeout=30, thread_local=False, **kwargs)
+    timer = threading.Timer(0.1, holder.release)
+    timer.start()
+    assert waiter.acquire(blocking_timeout=5)
+    timer.join()
+    return waiter
+
+
+def test_a_claim_due_after_the_watchdogs_next_look_is_taken_in_without_waking_it(redis_client):
+    from django_redis_coord.watchdog import LOOK_EVERY, sync_watchdog
+
+    lost = []
+    # The default lease (2 s): the claim is due a lease/2 = LOOK_EVERY after the grant, so the
+    # registration is only queued; the loop takes it in at its next look and claims on time.
+    waiter = _handed_over(redis_client, "claim-queued", on_lost=lost.append)
+    granted = time.monotonic()
+    assert waiter.waiter_lease / 2 >= LOOK_EVERY
+    assert waiter._state().arriving is not None
+    assert redis_client.pttl("claim-queued") <= 4_000
+    _wait_for(lambda: redis_client.pttl("claim-queued") > 25_000, timeout=5)
+    assert time.monotonic() - granted < 3.0  # claimed before the provisional 4 s ran out
+    assert waiter.valid and waiter.deadline - time.monotonic() > 25
+    waiter.release()
+    assert not lost
+    assert all(hold.owner is not waiter for hold in list(sync_watchdog()._holds.values()))
+
+
+def test_a_queued_claim_of_a_hold_released_before_the_next_look_is_dropped(redis_client):
+    from django_redis_coord.watchdog import LOOK_EVERY, sync_watchdog
+
+    lost = []
+    waiter = _handed_over(redis_client, "claim-dropped", on_lost=lost.append)
+    assert waiter._state().arriving is not None
+    waiter.release()
+    # Re-acquired at once with a new token: the old claim must not come back for the old token.
+    assert waiter.acquire(blocking=False)
+    time.sleep(LOOK_EVERY + 0.5)  # past the loop's next look
+    assert not lost
+    assert all(hold.owner is not waiter for hold in list(sync_watchdog()._holds.values()))
+    assert waiter.valid and redis_client.pttl("claim-dropped") > 25_000
+    waiter.release()
+    time.sleep(0.1)
+    assert not lost
+
+
 def test_a_waiter_whose_lease_lapsed_is_skipped(redis_client, redis_url):
     holder = Lock(redis_client, "lapsed", timeout=30)
     holder.acquire()
