@@ -540,10 +540,8 @@ class QueuedBase:
     @staticmethod
     def parse_wake(payload: Any) -> tuple[int, bool]:
         """A wake message is ``"<fence> <provisional>"``."""
-        if isinstance(payload, bytes):
-            payload = payload.decode()
-        fence, provisional = payload.split(" ")
-        return int(fence), provisional == "1"
+        fence, provisional = payload.split(b" " if isinstance(payload, bytes) else " ")
+        return int(fence), provisional in (b"1", "1")
 
     def woken_grant(self, payload: Any) -> Grant:
         """The grant a wake message announces: the full TTL, or two waiter leases when provisional."""

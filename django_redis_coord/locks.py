@@ -55,6 +55,8 @@ PINNED_PER_POOL = 16
 
 _pins_lock = threading.Lock()
 _pinned: dict[int, int] = {}
+#: Each thread's spare link (``.link``): the connection of its last release, for its next acquire.
+_spare = threading.local()
 #: Kept connections of holds dropped without a release, given back by the next checkout.
 _orphans: deque = deque()
 
@@ -106,12 +108,14 @@ class Link:
 
     redis-py's pool checkout and give-back cost more client time than the scripts they carry, and a
     lock's hand-off waits for the releasing holder's client code before its script and for the
-    next holder's after its wake-up.  So a blocking acquire waits (BLPOP) on the connection its
-    attempt went out on, and the hold keeps that connection: the release is written at once.  At
-    most :data:`PINNED_PER_POOL` acquires and holds per pool have one (the others use the pool for
-    each call, as before); a hold dropped without a release gives its connection back at the next
-    acquire; a
-    release finding the connection closed goes through the pool.  Only for a plain
+    next holder's after its wake-up (and, on a machine with few cores, for the CPU the releasing
+    process spends after its release).  So a blocking acquire waits (BLPOP) on the connection its
+    attempt went out on, the hold keeps that connection and the release is written at once; the
+    thread then keeps it as its spare for its next acquire (one spare per thread, the latest).
+    At most :data:`PINNED_PER_POOL` links per pool are out (beyond that, calls use the pool each
+    time, as before); a hold dropped without a release, or the spare of a thread that ended, goes
+    back at the next acquire; a connection with something to read (closed by the server, say) is
+    not written on: the release goes through the pool.  Only for a plain
     ``redis.Redis`` client on a plain ``redis.ConnectionPool`` (what the short path of the
     scripts serves): any other client keeps its own way of picking connections.
     """
@@ -133,6 +137,12 @@ class Link:
         pool = client.connection_pool
         if type(pool) is not redis.ConnectionPool:
             return None
+        spare = getattr(_spare, "link", None)
+        if spare is not None:
+            _spare.link = None
+            if spare.pool is pool and spare.pid == os.getpid() and _quiet(spare.conn):
+                return spare  # counted already
+            spare.give_back(closed=True)
         if _orphans:
             _give_back_orphans()
         with _pins_lock:
@@ -154,15 +164,27 @@ class Link:
         conn = self.conn
         if self.pid == os.getpid() and _quiet(conn):
             return conn
-        if conn is not None and self.pid == os.getpid():
-            conn.disconnect()
-        self.give_back()
+        self.give_back(closed=True)
         return None
 
-    def give_back(self) -> None:
+    def done(self) -> None:
+        """After a call that left nothing to read on this link: keep it as the thread's spare for
+        its next acquire (a pool checkout and give-back fewer), in place of an older spare."""
+        if self.conn is None or self.pid != os.getpid():
+            self.give_back()
+            return
+        older = getattr(_spare, "link", None)
+        _spare.link = self
+        if older is not None:
+            older.give_back()
+
+    def give_back(self, closed: bool = False) -> None:
+        """Return the connection to the pool (``closed``: close it first, it is not to be trusted)."""
         conn, self.conn = self.conn, None
         if conn is None or self.pid != os.getpid():
             return
+        if closed:
+            conn.disconnect()
         _unpin(self.pool)
         self.pool.release(conn)
 
@@ -279,7 +301,7 @@ class QueuedPrimitive(QueuedBase):
             if grant.acquired:
                 return grant, sent_at, link
         if link is not None:
-            link.give_back()
+            link.done()
         return None
 
     def _wait(
@@ -462,8 +484,10 @@ class Lock(QueuedPrimitive, LockBase):
             try:
                 reply = script.run_on(conn, self.redis, self.encoded_parts().release_count, RELEASE_KEYS,
                                       self.release_encoded(token))
-            finally:
+            except BaseException:
                 link.give_back()  # type: ignore[union-attr]
+                raise
+            link.done()  # type: ignore[union-attr]
         else:
             reply = script(self.release_keys(), self.release_args(token), client=self.redis,
                            encoded=self.release_encoded(token))

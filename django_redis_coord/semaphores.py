@@ -357,7 +357,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
             return False
         grant, sent_at, link = taken
         if link is not None:
-            link.give_back()
+            link.done()
         self._own(token, grant, sent_at, anonymous=identity is None)
         return True
 

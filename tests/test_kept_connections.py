@@ -1,4 +1,5 @@
-"""A sync lock's hold keeps the pooled connection it was granted on until its release (locks.Link)."""
+"""A sync lock's hold keeps the pooled connection it was granted on until its release, and the
+thread keeps it after the release for its next acquire (locks.Link)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,26 @@ def in_use(client: redis.Redis) -> int:
     return len(client.connection_pool._in_use_connections)
 
 
+def spare() -> locks_module.Link | None:
+    """This thread's spare link: the connection of its last release, for its next acquire."""
+    return getattr(locks_module._spare, "link", None)
+
+
+def drop_spare() -> None:
+    link = spare()
+    locks_module._spare.link = None
+    if link is not None:
+        link.give_back()
+
+
 @pytest.fixture
 def client(redis_server):
     """A client with a pool of its own (the counts below are of its connections only)."""
+    drop_spare()
     client = redis_server.client()
     client.flushall()
     yield client
+    drop_spare()
     client.close()
 
 
@@ -32,11 +47,18 @@ def test_a_hold_keeps_its_connection_and_the_release_gives_it_back(client):
     assert in_use(client) == 1
     kept = lock._state().link.conn
     lock.release()
-    assert in_use(client) == 0
     assert client.get("kept") is None
-    # The release went out on the kept connection: it is back in the pool, still open.
+    # The release went out on the kept connection, which the thread keeps for its next acquire.
+    assert spare() is not None and spare().conn is kept
+    assert in_use(client) == 1
+    assert lock.acquire(blocking=False)
+    assert lock._state().link.conn is kept and spare() is None
+    lock.release()
+    assert in_use(client) == 1
+    drop_spare()
+    assert in_use(client) == 0
     assert kept in client.connection_pool._available_connections
-    assert kept._sock is not None
+    assert kept._sock is not None  # still open
 
 
 def test_a_refused_or_timed_out_acquire_keeps_nothing(client):
@@ -45,9 +67,11 @@ def test_a_refused_or_timed_out_acquire_keeps_nothing(client):
     other = Lock(client, "busy", timeout=5)
     assert not other.acquire(blocking=False)
     assert not other.acquire(blocking_timeout=0.05)
-    assert in_use(client) == 1  # the holder's
+    assert in_use(client) == 2  # the holder's, and the thread's spare from the refused acquires
+    assert getattr(other._state(), "link", None) is None
     holder.release()
-    assert in_use(client) == 0
+    assert in_use(client) == 1  # the thread keeps one spare; the holder's went back
+    assert not client.keys("busy*")
 
 
 def test_a_handed_over_hold_keeps_the_connection_it_waited_on(client, redis_server):
@@ -72,8 +96,8 @@ def test_a_handed_over_hold_keeps_the_connection_it_waited_on(client, redis_serv
     # One connection for the queueing call and the wait, kept by the hold (plus none for the zcard
     # polls above, which came back to the pool).
     assert in_use(client) == 1
-    waiter.release()
-    assert in_use(client) == 0
+    waiter.release()  # from this thread: its spare now
+    assert in_use(client) == 1 and spare() is not None
     assert client.get("handed") is None
     other_client.close()
 
@@ -86,7 +110,8 @@ def test_a_release_after_the_server_closed_the_kept_connection_goes_through_the_
     time.sleep(0.05)  # the close reaches the client's socket
     lock.release()
     assert client.get("killed") is None
-    assert in_use(client) == 0
+    assert in_use(client) == 0  # closed, given back; the release went through the pool
+    assert spare() is None
     admin.close()
 
 
@@ -99,7 +124,8 @@ def test_at_most_so_many_holds_per_pool_keep_their_connection(client, monkeypatc
     assert [getattr(lock._state(), "link", None) is not None for lock in locks] == [True, True, False, False]
     for lock in locks:
         lock.release()
-    assert in_use(client) == 0
+    assert in_use(client) == 1  # the spare
+    assert locks_module._pinned[id(client.connection_pool)] == 1
     assert not client.keys("capped*")
     # A pool of fewer than four connections keeps none.
     small = redis.Redis(connection_pool=redis.ConnectionPool(
@@ -122,15 +148,40 @@ def test_a_hold_dropped_without_release_gives_its_connection_back_at_the_next_ac
     assert other.acquire(blocking=False)
     assert in_use(client) == 1  # the dropped hold's connection went back; this hold keeps one
     other.release()
+    drop_spare()
     assert in_use(client) == 0
     assert locks_module._pinned.get(id(client.connection_pool), 0) == 0
+
+
+def test_the_spare_of_a_thread_that_ended_goes_back_at_the_next_acquire(client):
+    def use_once() -> None:
+        lock = Lock(client, "in-thread", timeout=5)
+        assert lock.acquire(blocking=False)
+        lock.release()
+        assert spare() is not None
+
+    thread = threading.Thread(target=use_once)
+    thread.start()
+    thread.join()
+    del thread
+    gc.collect()
+    assert in_use(client) == 1  # the ended thread's spare, not given back from the collector
+    lock = Lock(client, "after", timeout=5)
+    assert lock.acquire(blocking=False)
+    assert in_use(client) == 1  # this hold's; the old spare went back first
+    lock.release()
+    drop_spare()
+    assert in_use(client) == 0
 
 
 def test_semaphores_and_other_clients_keep_no_connection(client, redis_server):
     semaphore = Semaphore(client, "sem", limit=2, timeout=5)
     assert semaphore.acquire(blocking=False)
-    assert in_use(client) == 0
+    assert in_use(client) == 1 and spare() is not None  # a permit keeps none; the thread its spare
+    assert not hasattr(semaphore.permit(), "link")
     semaphore.release()
+    drop_spare()
+    assert in_use(client) == 0
     blocking_pool = redis.Redis(connection_pool=redis.BlockingConnectionPool(
         host=redis_server.host, port=redis_server.port))
     lock = Lock(blocking_pool, "blocking-pool", timeout=5)
