@@ -766,6 +766,8 @@ class Locked:
             {"blocking": True, "blocking_timeout": wait} if wait else {"blocking": False}
         )
         self._plain_lock = not redlock and limit is None
+        # The same, as positional arguments of a lock's acquire(sleep, blocking, blocking_timeout).
+        self._lock_acquire_args = (None, True, wait) if wait else (None, False, None)
         # The key of the context manager, checked on its first use.
         self._context_key: Optional[KeyTemplate] = None
         # Context-manager holds of this object, per thread/task (one object may be shared).
@@ -1067,12 +1069,19 @@ class Locked:
             request, name = self._name_sync(func, key, args, kwargs)
         settings = coord_settings()
         if self._plain_lock:
-            primitive = self._make_lock(name, label, settings, is_async=False)
+            made = self._made.get((name, label, False))  # as _make_lock, without the call
+            if made is not None and made[0] is settings:
+                primitive = made[1]._fresh(get_client())
+            else:
+                primitive = self._make_lock(name, label, settings, is_async=False)
         else:
             primitive = self._make(name, label, settings, is_async=False)
         started = _now()
         try:
-            acquired = primitive.acquire(**self._acquire_kw)
+            if self._plain_lock:
+                acquired = primitive.acquire(*self._lock_acquire_args)
+            else:
+                acquired = primitive.acquire(**self._acquire_kw)
         except _REDIS_ERRORS as exc:
             if not redis_unavailable(exc):
                 raise

@@ -92,7 +92,15 @@ class Signals:
 
 
 class SignallingMixin(Signals):
-    """Sends the hold signals around a lock's acquire and release (the hold's state is per thread/task)."""
+    """Sends the hold signals around a lock's acquire and release (the hold's state is per thread/task).
+
+    An acquire ends with lock_acquired (a new hold, not an inner one of a re-entrant lock) or
+    lock_contended, a release with lock_released or lock_lost.  Their arguments are built only when
+    the signal has receivers, looked at on every call: a receiver connected later gets the next
+    signal.  The start of every new hold is kept, for the held_time of its closing signal whoever
+    listens by then.  (Each flavour's acquire and release write this out: a ``@locked`` view runs
+    them on every request.)
+    """
 
     on_lost: Any
     fence: Any
@@ -127,29 +135,13 @@ class SignallingMixin(Signals):
         since = getattr(self._state(), "acquired_at", None)
         return None if since is None else time.monotonic() - since
 
-    def _acquire_event(self, acquired: bool, started: float) -> Optional[tuple[Any, dict[str, Any]]]:
-        """The signal (and its arguments) an acquire call ends with, if any: none when the signal
-        has no receivers (looked at on every call: a receiver connected later gets the next one)."""
-        if not acquired:
-            if not lock_contended.receivers:
-                return None
-            waited = time.monotonic() - started
-            return lock_contended, {"wait_time": waited, "retry_after": self.retry_after, **self._signal_args()}
-        state = self._state()
-        if int(getattr(state, "count", 1) or 1) > 1:  # an inner hold of a re-entrant lock
-            return None
-        # The start of the hold, for the held_time of lock_released and lock_lost, whoever listens now.
-        now = state.acquired_at = time.monotonic()
-        state.lost_signalled = False
-        if not lock_acquired.receivers:
-            return None
-        return lock_acquired, {"fence": self.fence, "wait_time": now - started, **self._signal_args()}
+    def _contended_args(self, started: float) -> dict[str, Any]:
+        """The arguments of lock_contended for an acquire started at ``started``."""
+        return {"wait_time": time.monotonic() - started, "retry_after": self.retry_after, **self._signal_args()}
 
-    def _closing_args(self) -> Optional[dict[str, Any]]:
-        """Taken before a release: the arguments of the hold's closing signal (lock_released or
-        lock_lost), or ``None`` when neither signal has a receiver."""
-        if not (lock_released.receivers or lock_lost.receivers):
-            return None
+    def _closing_args(self) -> dict[str, Any]:
+        """Taken before a release when lock_released or lock_lost has receivers: the arguments of
+        the hold's closing signal."""
         return {"fence": self.fence, "held_time": self._held_time(), **self._signal_args()}
 
     def _first_loss(self, state: Any) -> bool:
@@ -172,14 +164,22 @@ class SyncSignalling(SignallingMixin):
     def acquire(self, *args: Any, **kwargs: Any) -> bool:
         started = time.monotonic()
         acquired = super().acquire(*args, **kwargs)  # type: ignore[misc]
-        event = self._acquire_event(acquired, started)
-        if event is not None:
-            send(event[0], self.signal_sender, **event[1])
+        if acquired:
+            state = self._state()
+            if int(getattr(state, "count", 1) or 1) > 1:  # an inner hold of a re-entrant lock
+                return True
+            now = state.acquired_at = time.monotonic()
+            state.lost_signalled = False
+            if lock_acquired.receivers:
+                send(lock_acquired, self.signal_sender, fence=self.fence, wait_time=now - started,
+                     **self._signal_args())
+        elif lock_contended.receivers:
+            send(lock_contended, self.signal_sender, **self._contended_args(started))
         return acquired
 
     def release(self) -> None:
         state = self._state()
-        args = self._closing_args()
+        args = self._closing_args() if lock_released.receivers or lock_lost.receivers else None
         try:
             super().release()  # type: ignore[misc]
         except LockNotOwnedError:  # lost (or found lost before)
@@ -202,19 +202,26 @@ class AsyncSignalling(SignallingMixin):
     async def acquire(self, *args: Any, **kwargs: Any) -> bool:
         started = time.monotonic()
         acquired = await super().acquire(*args, **kwargs)  # type: ignore[misc]
-        event = self._acquire_event(acquired, started)
-        if event is not None:
-            try:
-                await asend(event[0], self.signal_sender, **event[1])
-            except BaseException:
-                if acquired:  # cancelled while telling the receivers: nobody would release it
+        if acquired:
+            state = self._state()
+            if int(getattr(state, "count", 1) or 1) > 1:  # an inner hold of a re-entrant lock
+                return True
+            now = state.acquired_at = time.monotonic()
+            state.lost_signalled = False
+            if lock_acquired.receivers:
+                try:
+                    await asend(lock_acquired, self.signal_sender, fence=self.fence, wait_time=now - started,
+                                **self._signal_args())
+                except BaseException:  # cancelled while telling the receivers: nobody would release it
                     await run_to_completion(self._release_call())  # type: ignore[attr-defined]
-                raise
+                    raise
+        elif lock_contended.receivers:
+            await asend(lock_contended, self.signal_sender, **self._contended_args(started))
         return acquired
 
     async def release(self) -> None:
         state = self._state()
-        args = self._closing_args()
+        args = self._closing_args() if lock_released.receivers or lock_lost.receivers else None
         try:
             await super().release()  # type: ignore[misc]
         except LockNotOwnedError:
