@@ -23,6 +23,7 @@ import asyncio
 import functools
 import http.client
 import os
+import random
 import socket
 import statistics
 import threading
@@ -455,18 +456,20 @@ def _rounds(ctx: Context, label: str, paths: tuple[str, ...], count: int, redis_
 
 def _interleaved(paths: tuple[str, ...], count: int, round_index: int,
                  timed: Callable[[str], list[float]]) -> dict[str, list[float]]:
-    """``count`` timed requests of each path, the paths taking turns request by request, in an order
-    that rotates (and reverses) from round to round.
+    """``count`` timed requests of each path, the paths taking turns request by request, in a new
+    random order (seeded by the round) for each turn.
 
     On a virtual machine a round trip costs several times more while the processes involved run on
     different CPUs than on the same one, and the scheduler moves them now and then: requests that
-    alternate see the same pace, where blocks of one variant after another would not.
+    alternate see the same pace, where blocks of one variant after another would not.  The order
+    changes at every turn because a request's cost also depends on the one before it (what it left
+    in the caches): a fixed order would always give each path the same predecessor.
     """
-    order = list(paths[round_index % len(paths):] + paths[:round_index % len(paths)])
-    if round_index % 2:
-        order.reverse()
+    rng = random.Random(round_index)
+    order = list(paths)
     samples: dict[str, list[float]] = {path: [] for path in paths}
     for _ in range(count):
+        rng.shuffle(order)
         for path in order:
             samples[path].extend(timed(path))
     return samples

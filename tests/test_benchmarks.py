@@ -162,7 +162,7 @@ def test_lock_benchmark_end_to_end_with_tiny_sizes(redis_servers, tmp_path):
     assert payload["figures"]["pairs_per_s.ours"] == figures["pairs_per_s.ours"]
 
 
-def test_locked_view_variants_take_turns_request_by_request_in_an_order_that_rotates():
+def test_locked_view_variants_take_turns_request_by_request_in_a_changing_order():
     from benchmarks.bench_decorator import _interleaved
 
     calls: list[str] = []
@@ -171,12 +171,22 @@ def test_locked_view_variants_take_turns_request_by_request_in_an_order_that_rot
         calls.append(path)
         return [float(len(calls))]
 
-    samples = _interleaved(("a", "b", "c"), 2, 0, timed)
-    assert calls == ["a", "b", "c", "a", "b", "c"]
-    assert samples == {"a": [1.0, 4.0], "b": [2.0, 5.0], "c": [3.0, 6.0]}
+    turns = 300
+    samples = _interleaved(("a", "b", "c"), turns, 0, timed)
+    # Every turn times each path once ...
+    assert len(calls) == 3 * turns
+    assert all(sorted(calls[i:i + 3]) == ["a", "b", "c"] for i in range(0, len(calls), 3))
+    assert {path: len(found) for path, found in samples.items()} == {"a": turns, "b": turns, "c": turns}
+    assert samples["a"] == [float(i + 1) for i, path in enumerate(calls) if path == "a"]
+    # ... in an order that changes: each path follows each other path (and itself, across turns).
+    predecessors = {(before, after) for before, after in zip(calls, calls[1:])}
+    assert predecessors == {(x, y) for x in "abc" for y in "abc"}
+    assert len({tuple(calls[i:i + 3]) for i in range(0, len(calls), 3)}) == 6
+    # The same round gives the same order; another round another one.
+    first = list(calls)
     calls.clear()
-    _interleaved(("a", "b", "c"), 1, 1, timed)  # rotated by one, then reversed (odd round)
-    assert calls == ["a", "c", "b"]
+    _interleaved(("a", "b", "c"), turns, 0, timed)
+    assert calls == first
     calls.clear()
-    _interleaved(("a", "b", "c"), 1, 2, timed)  # rotated by two
-    assert calls == ["c", "a", "b"]
+    _interleaved(("a", "b", "c"), turns, 1, timed)
+    assert calls != first
