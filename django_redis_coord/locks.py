@@ -49,9 +49,12 @@ from .scripts import sync_scripts
 
 __all__ = ["Lock", "QueuedPrimitive"]
 
-#: How many holds, per connection pool and process, keep the connection they were granted on
-#: (a quarter of the pool's ``max_connections`` when that is smaller); see :class:`Link`.
+#: How many links (see :class:`Link`) may be out per connection pool and process, and at most an
+#: eighth of the pool's ``max_connections``.
 PINNED_PER_POOL = 16
+#: Links are used only on pools allowed at least this many connections (redis-py's default is
+#: 100): a pool sized to its threads must not run out because holds and threads keep theirs.
+LINKS_MIN_MAX_CONNECTIONS = 64
 
 _pins_lock = threading.Lock()
 _pinned: dict[int, int] = {}
@@ -74,14 +77,23 @@ if hasattr(os, "register_at_fork"):
 
 
 def _quiet(conn: Any) -> bool:
-    """Whether nothing waits to be read on ``conn`` (no reply, no end of stream): one ``select``."""
+    """Whether nothing waits to be read on the socket of ``conn`` (no reply, no end of stream):
+    one ``poll``.  A connection is only kept after its last reply was read in full, so its
+    parser holds nothing either."""
     sock = getattr(conn, "_sock", None)
     if sock is None:
         return True  # not connected: writing connects it
     try:
-        return not select.select((sock,), (), (), 0)[0]
-    except (OSError, ValueError):  # closed, or a descriptor select() cannot watch
+        if _poll is None:  # no poll(): select(), for descriptors below FD_SETSIZE
+            return not select.select((sock,), (), (), 0)[0]
+        watch = _poll()
+        watch.register(sock, select.POLLIN)
+        return not watch.poll(0)
+    except (OSError, ValueError):  # closed meanwhile, or select() cannot watch it
         return False
+
+
+_poll = getattr(select, "poll", None)
 
 
 def _unpin(pool: Any) -> None:
@@ -112,12 +124,15 @@ class Link:
     process spends after its release).  So a blocking acquire waits (BLPOP) on the connection its
     attempt went out on, the hold keeps that connection and the release is written at once; the
     thread then keeps it as its spare for its next acquire (one spare per thread, the latest).
-    At most :data:`PINNED_PER_POOL` links per pool are out (beyond that, calls use the pool each
-    time, as before); a hold dropped without a release, or the spare of a thread that ended, goes
-    back at the next acquire; a connection with something to read (closed by the server, say) is
-    not written on: the release goes through the pool.  Only for a plain
-    ``redis.Redis`` client on a plain ``redis.ConnectionPool`` (what the short path of the
-    scripts serves): any other client keeps its own way of picking connections.
+    At most :data:`PINNED_PER_POOL` links per pool (an eighth of its ``max_connections``) are out
+    (beyond that, calls use the pool each time, as before); a hold dropped without a release, or
+    the spare of a thread that ended, goes back at the next acquire or release in the process; a
+    connection with something to read (closed by the server, say) is not written on: the release
+    goes through the pool.  Only for
+    a plain ``redis.Redis`` client on a plain ``redis.ConnectionPool`` allowed at least
+    :data:`LINKS_MIN_MAX_CONNECTIONS` connections (what the short path of the scripts serves,
+    with redis-py's default size): any other client or pool keeps its own way of picking
+    connections.
     """
 
     __slots__ = ("pool", "conn", "pid")
@@ -135,19 +150,19 @@ class Link:
         if type(client) is not redis.Redis or client.connection is not None:
             return None
         pool = client.connection_pool
-        if type(pool) is not redis.ConnectionPool:
+        if type(pool) is not redis.ConnectionPool or pool.max_connections < LINKS_MIN_MAX_CONNECTIONS:
             return None
-        spare = getattr(_spare, "link", None)
-        if spare is not None:
-            _spare.link = None
-            if spare.pool is pool and spare.pid == os.getpid() and _quiet(spare.conn):
-                return spare  # counted already
-            spare.give_back(closed=True)
         if _orphans:
             _give_back_orphans()
+        spare = getattr(_spare, "link", None)
+        if spare is not None and spare.pool is pool:
+            _spare.link = None
+            if spare.pid == os.getpid() and _quiet(spare.conn):
+                return spare  # counted already
+            spare.give_back(closed=True)  # something to read on it (or another process's)
         with _pins_lock:
             count = _pinned.get(id(pool), 0)
-            if count >= min(PINNED_PER_POOL, pool.max_connections // 4):
+            if count >= min(PINNED_PER_POOL, pool.max_connections // 8):
                 return None
             _pinned[id(pool)] = count + 1
         try:
@@ -177,6 +192,8 @@ class Link:
         _spare.link = self
         if older is not None:
             older.give_back()
+        if _orphans:
+            _give_back_orphans()
 
     def give_back(self, closed: bool = False) -> None:
         """Return the connection to the pool (``closed``: close it first, it is not to be trusted)."""

@@ -227,6 +227,14 @@ class SemaphoreBase(QueuedBase):
             raise LockError("Cannot release a semaphore this thread did not acquire", lock_name=self.name)
         return stack[-1]
 
+    def _stop_watching(self, token: bytes) -> None:
+        """Before a permit's release: no renewal (nor claim) of it may go out from now on, or its
+        reply, coming after the release, would declare the permit lost."""
+        permit = self._permits.get(token)
+        if permit is not None and permit.watched:
+            self._watchdog().unregister(self, permit)
+            permit.watched = False
+
     def _forget(self, token: bytes, stack: Optional[list[bytes]] = None) -> Optional[Permit]:
         """Drop the permit of ``token``; ``stack``: the anonymous permits of the thread or task that
         took it (default: the current one's)."""
@@ -368,6 +376,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         its lease ended).  Free permits go to the first waiters at once.
         """
         token = self._token_to_release(identity)
+        self._stop_watching(token)
         # Keep local state until Redis answered: a connection error must leave a way to retry.
         released = self.do_release(token)
         self._forget(token)

@@ -4,6 +4,7 @@ thread keeps it after the release for its next acquire (locks.Link)."""
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import time
 
@@ -127,15 +128,85 @@ def test_at_most_so_many_holds_per_pool_keep_their_connection(client, monkeypatc
     assert in_use(client) == 1  # the spare
     assert locks_module._pinned[id(client.connection_pool)] == 1
     assert not client.keys("capped*")
-    # A pool of fewer than four connections keeps none.
-    small = redis.Redis(connection_pool=redis.ConnectionPool(
-        host=client.connection_pool.connection_kwargs["host"],
-        port=client.connection_pool.connection_kwargs["port"], max_connections=3))
-    lock = Lock(small, "small", timeout=5)
-    assert lock.acquire(blocking=False)
-    assert in_use(small) == 0
-    lock.release()
-    small.close()
+
+
+
+def test_a_pool_sized_by_its_user_keeps_no_connections(client):
+    # A pool sized to its threads must not run out: holds and threads would each keep one more.
+    kwargs = client.connection_pool.connection_kwargs
+    sized = redis.Redis(connection_pool=redis.ConnectionPool(host=kwargs["host"], port=kwargs["port"],
+                                                             max_connections=8))
+    errors = []
+
+    def work() -> None:
+        lock = Lock(sized, "sized", timeout=5)
+        try:
+            for _ in range(30):
+                with lock:
+                    sized.incr("sized:count")
+        except Exception as exc:  # "Too many connections" when connections are kept
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    assert int(sized.get("sized:count")) == 240
+    assert in_use(sized) == 0
+    sized.close()
+
+
+def connections_made(client: redis.Redis) -> int:
+    return int(client.info("stats")["total_connections_received"])
+
+
+def test_a_thread_using_two_clients_in_turn_opens_no_new_connections(client, redis_server):
+    other = redis_server.client()
+    first, second = Lock(client, "one", timeout=5), Lock(other, "two", timeout=5)
+    for lock in (first, second):  # each pool makes its connections once
+        assert lock.acquire(blocking=False)
+        lock.release()
+    before = connections_made(client)
+    for _ in range(50):
+        for lock in (first, second):
+            assert lock.acquire(blocking=False)
+            lock.release()
+    assert connections_made(client) - before <= 1  # the info call's own, at most
+    drop_spare()
+    other.close()
+
+
+def test_kept_connections_on_descriptors_above_select_s_limit_are_reused(client):
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1200
+    if soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            pytest.fail(f"the test needs {wanted} open files; the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    filler = [open(os.devnull) for _ in range(1100)]
+    kwargs = client.connection_pool.connection_kwargs
+    high = redis.Redis(host=kwargs["host"], port=kwargs["port"])  # its connections come after the filler
+    try:
+        lock = Lock(high, "high-fd", timeout=5)
+        assert lock.acquire(blocking=False)
+        assert lock._state().link.conn._sock.fileno() >= 1024
+        lock.release()
+        before = connections_made(client)
+        for _ in range(50):
+            assert lock.acquire(blocking=False)
+            assert lock._state().link is not None
+            lock.release()
+        assert connections_made(client) - before <= 1
+    finally:
+        drop_spare()
+        high.close()
+        for handle in filler:
+            handle.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_a_hold_dropped_without_release_gives_its_connection_back_at_the_next_acquire(client):
@@ -172,6 +243,29 @@ def test_the_spare_of_a_thread_that_ended_goes_back_at_the_next_acquire(client):
     lock.release()
     drop_spare()
     assert in_use(client) == 0
+
+
+def test_dropped_links_go_back_also_while_the_thread_acquires_on_its_spare(client):
+    lock = Lock(client, "mine", timeout=5)
+    assert lock.acquire(blocking=False)
+    lock.release()
+    assert spare() is not None  # from here on, this thread's acquires take no new link
+
+    def use_once() -> None:
+        other = Lock(client, "theirs", timeout=5)
+        assert other.acquire(blocking=False)
+        other.release()
+
+    thread = threading.Thread(target=use_once)
+    thread.start()
+    thread.join()
+    del thread
+    gc.collect()
+    assert in_use(client) == 2
+    assert lock.acquire(blocking=False)  # on the spare; the ended thread's link goes back
+    assert in_use(client) == 1
+    lock.release()
+    assert in_use(client) == 1
 
 
 def test_semaphores_and_other_clients_keep_no_connection(client, redis_server):

@@ -287,6 +287,31 @@ def test_a_provisional_hand_off_is_claimed_in_the_background(redis_client):
     assert waiter.release("second")
 
 
+def test_a_claim_coming_due_while_a_permit_is_released_does_not_declare_it_lost(redis_client, monkeypatch):
+    lost = []
+    holder = Semaphore(redis_client, "claim-race", limit=1, timeout=5)
+    assert holder.acquire("first")
+    waiter = Semaphore(redis_client, "claim-race", limit=1, timeout=5, waiter_lease=0.4, on_lost=lost.append)
+    thread = threading.Thread(target=lambda: waiter.acquire("second", blocking=True, blocking_timeout=5))
+    thread.start()
+    _wait_for(lambda: redis_client.zcard(holder.keys.queue) == 1)
+    assert holder.release("first")
+    thread.join(10)
+    assert waiter.permit("second") is not None  # handed over provisionally: claimed 0.2 s later
+    released_in_redis = Semaphore.do_release
+
+    def slow_after_redis(self, token):
+        released = released_in_redis(self, token)
+        time.sleep(0.5)  # the released permit is still known locally while its claim comes due
+        return released
+
+    monkeypatch.setattr(Semaphore, "do_release", slow_after_redis)
+    assert waiter.release("second")
+    time.sleep(0.2)
+    assert lost == []
+    assert all(hold.owner is not waiter for hold in list(sync_watchdog()._holds.values()))
+
+
 # -- leases on server time ----------------------------------------------------------------------------
 def test_an_expired_permit_is_reclaimed_and_cannot_be_released_or_extended(redis_client):
     short = Semaphore(redis_client, "lease", limit=1, timeout=0.2)

@@ -76,7 +76,9 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
     def _release_call(self, identity: Optional[Identity] = None) -> Awaitable[bool]:
         """The call that returns this task's permit (or ``identity``'s), needing nothing from the
         task (see :meth:`django_redis_coord.asyncio.Lock._release_call`)."""
-        return self._release_permit(self._token_to_release(identity), self._stack())
+        token = self._token_to_release(identity)
+        self._stop_watching(token)
+        return self._release_permit(token, self._stack())
 
     async def _release_permit(self, token: bytes, stack: list[bytes]) -> bool:
         released = await self.do_release(token)
