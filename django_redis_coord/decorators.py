@@ -593,10 +593,8 @@ def _sync_twin(primitive: Any) -> Any:
         redlock.speak_for(primitive)
         return redlock
     twin = _twin_template(primitive)._fresh(get_client())
-    # The hold's state (token, fence, deadline, start); neither object is shared with a thread.  Not
-    # the asyncio connection the hold kept (an AsyncLink of its loop): the sync release goes
-    # through the sync client's pool, and that connection goes back with the asyncio hold.
-    vars(twin._state()).update({key: value for key, value in vars(primitive._state()).items() if key != "link"})
+    # The hold's state (token, fence, deadline, start); neither object is shared with a thread.
+    vars(twin._state()).update(vars(primitive._state()))
     twin.speak_for(primitive)
     return twin
 

@@ -65,10 +65,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         taken = await self._take(token, blocking, stop_at, own=identity is None)
         if taken is None:
             return False
-        grant, sent_at, link = taken
-        if link is not None:
-            await link.done()
-        self._own(token, grant, sent_at, anonymous=identity is None)
+        self._own(token, *taken, anonymous=identity is None)
         return True
 
     async def release(self, identity: Optional[Identity] = None) -> bool:
