@@ -246,9 +246,7 @@ class _Formatter(string.Formatter):
         except (KeyTemplateError, BadRequest):
             raise
         except (AttributeError, KeyError, IndexError, TypeError) as exc:
-            raise KeyTemplateError(
-                f"The lock key {self.template!r} cannot fill {{{field_name}}}: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise _unfillable(self.template, field_name, exc) from exc
 
     def format_field(self, value: Any, format_spec: str) -> str:
         if value is None:
@@ -265,6 +263,11 @@ class _Formatter(string.Formatter):
 #: A part of a parsed template: literal text, then the field (or ``None``), its first name, the
 #: attributes and indexes after it, its conversion and its format spec.
 _Field = tuple[str, Optional[str], str, list, Optional[str], str]
+
+
+def _unfillable(template: str, field: str, exc: BaseException) -> KeyTemplateError:
+    """The error of a template field whose value cannot be looked up in what a call offers."""
+    return KeyTemplateError(f"The lock key {template!r} cannot fill {{{field}}}: {type(exc).__name__}: {exc}")
 
 
 class KeyTemplate:
@@ -377,9 +380,7 @@ class KeyTemplate:
                 except (KeyTemplateError, BadRequest):
                     raise
                 except (AttributeError, KeyError, IndexError, TypeError) as exc:
-                    raise KeyTemplateError(
-                        f"The lock key {self.template!r} cannot fill {{{field}}}: {type(exc).__name__}: {exc}"
-                    ) from exc
+                    raise _unfillable(self.template, field, exc) from exc
             if conversion is not None:
                 value = formatter.convert_field(value, conversion)
             parts.append(formatter.format_field(value, spec))

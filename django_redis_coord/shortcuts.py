@@ -144,6 +144,16 @@ class SignallingMixin(Signals):
         the hold's closing signal."""
         return {"fence": self.fence, "held_time": self._held_time(), **self._signal_args()}
 
+    def _hold_started(self) -> Optional[float]:
+        """After a successful acquire: when the new hold started (recorded for held_time), or
+        ``None`` for an inner hold of a re-entrant lock (no signal for it)."""
+        state = self._state()
+        if int(getattr(state, "count", 1) or 1) > 1:
+            return None
+        now = state.acquired_at = time.monotonic()
+        state.lost_signalled = False
+        return now
+
     def _first_loss(self, state: Any) -> bool:
         return first_time(state, "lost_signalled")
 
@@ -165,12 +175,8 @@ class SyncSignalling(SignallingMixin):
         started = time.monotonic()
         acquired = super().acquire(*args, **kwargs)  # type: ignore[misc]
         if acquired:
-            state = self._state()
-            if int(getattr(state, "count", 1) or 1) > 1:  # an inner hold of a re-entrant lock
-                return True
-            now = state.acquired_at = time.monotonic()
-            state.lost_signalled = False
-            if lock_acquired.receivers:
+            now = self._hold_started()
+            if now is not None and lock_acquired.receivers:
                 send(lock_acquired, self.signal_sender, fence=self.fence, wait_time=now - started,
                      **self._signal_args())
         elif lock_contended.receivers:
@@ -203,12 +209,8 @@ class AsyncSignalling(SignallingMixin):
         started = time.monotonic()
         acquired = await super().acquire(*args, **kwargs)  # type: ignore[misc]
         if acquired:
-            state = self._state()
-            if int(getattr(state, "count", 1) or 1) > 1:  # an inner hold of a re-entrant lock
-                return True
-            now = state.acquired_at = time.monotonic()
-            state.lost_signalled = False
-            if lock_acquired.receivers:
+            now = self._hold_started()
+            if now is not None and lock_acquired.receivers:
                 try:
                     await asend(lock_acquired, self.signal_sender, fence=self.fence, wait_time=now - started,
                                 **self._signal_args())
