@@ -75,9 +75,9 @@ def redis_servers():
         server.cleanup()
 
 
-@pytest.fixture
-def received():
-    """Every hold signal sent during the test, as ``(label, {"sender": ..., **arguments})``."""
+def connect_hold_signals():
+    """Receivers of the four hold signals, connected now: ``(events, disconnect)``; ``events``
+    gets every signal sent, as ``(label, {"sender": ..., **arguments})``."""
     from django_redis_coord.signals import lock_acquired, lock_contended, lock_lost, lock_released
 
     signals = {"acquired": lock_acquired, "released": lock_released, "contended": lock_contended, "lost": lock_lost}
@@ -90,6 +90,17 @@ def received():
 
         receivers[label] = receiver
         signal.connect(receiver, weak=False)
+
+    def disconnect():
+        for label, signal in signals.items():
+            signal.disconnect(receivers[label])
+
+    return events, disconnect
+
+
+@pytest.fixture
+def received():
+    """Every hold signal sent during the test, as ``(label, {"sender": ..., **arguments})``."""
+    events, disconnect = connect_hold_signals()
     yield events
-    for label, signal in signals.items():
-        signal.disconnect(receivers[label])
+    disconnect()

@@ -13,6 +13,7 @@ from django_redis_coord import lock, locked, semaphore
 from django_redis_coord.exceptions import LockNotOwnedError
 from django_redis_coord.shortcuts import alock
 from django_redis_coord.signals import lock_acquired
+from tests.conftest import connect_hold_signals
 from tests.test_django_decorators import entered, in_thread, wait_for
 
 
@@ -188,25 +189,7 @@ def test_an_async_acquire_cancelled_while_its_signal_is_delivered_gives_the_hold
         lock_acquired.disconnect(slow_receiver)
 
 
-def _connect_all():
-    """Receivers of the four hold signals, connected now: ``(events, disconnect)``."""
-    from django_redis_coord.signals import lock_contended, lock_lost, lock_released
-
-    events: list[tuple[str, dict]] = []
-    signals = {"acquired": lock_acquired, "released": lock_released, "contended": lock_contended, "lost": lock_lost}
-    receivers = {}
-    for label, signal in signals.items():
-        def receiver(sender, signal=None, _label=label, **kwargs):
-            events.append((_label, {"sender": sender, **kwargs}))
-
-        receivers[label] = receiver
-        signal.connect(receiver, weak=False)
-
-    def disconnect():
-        for label, signal in signals.items():
-            signal.disconnect(receivers[label])
-
-    return events, disconnect
+_connect_all = connect_hold_signals
 
 
 @pytest.mark.django_db  # closing a response closes old database connections
