@@ -594,8 +594,14 @@ def _sync_twin(primitive: Any) -> Any:
         redlock.speak_for(primitive)
         return redlock
     twin = _twin_template(primitive)._fresh(get_client())
-    # The hold's state (token, fence, deadline, start); neither object is shared with a thread.
-    vars(twin._state()).update(vars(primitive._state()))
+    # The hold's state (token, fence, deadline, start); neither object is shared with a thread.  Not
+    # the asyncio connection the hold kept (an AsyncLink of its loop): the sync release goes
+    # through the sync client's pool, and that connection goes back to its pool from its loop.
+    state = vars(primitive._state())
+    link = state.pop("link", None)
+    if link is not None:
+        link.drop()
+    vars(twin._state()).update(state)
     twin.speak_for(primitive)
     return twin
 

@@ -212,11 +212,27 @@ class AsyncFastScript(_Heads, AsyncScript):
             await client.script_load(self.script)
             return await self._send_once(client.connection_pool, data)
 
-    @staticmethod
-    async def _send_once(pool: Any, data: bytes) -> Any:
+    async def run_on(self, conn: Any, client: Any, count: int, numkeys: int, encoded: bytes) -> Any:
+        """As :meth:`FastScript.run_on`, on an asyncio connection."""
+        data = self._head(count, numkeys) + encoded
+        try:
+            return await self._send_on(conn, data)
+        except NoScriptError:
+            await client.script_load(self.script)
+            return await self._send_on(conn, data)
+
+    @classmethod
+    async def _send_once(cls, pool: Any, data: bytes) -> Any:
         """As :meth:`FastScript._send_once`; a cancelled call also leaves its reply unread, so its
         connection is closed too."""
         conn = await pool.get_connection()
+        try:
+            return await cls._send_on(conn, data)
+        finally:
+            await pool.release(conn)
+
+    @staticmethod
+    async def _send_on(conn: Any, data: bytes) -> Any:
         try:
             await conn.send_packed_command([data])
             return await conn.read_response()
@@ -225,8 +241,6 @@ class AsyncFastScript(_Heads, AsyncScript):
         except BaseException:
             await conn.disconnect()
             raise
-        finally:
-            await pool.release(conn)
 
 
 def queue_script(pipe: Any, script: Script, keys: Any, args: Any) -> None:

@@ -3,6 +3,7 @@ thread keeps it after the release for its next acquire (locks.Link)."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import threading
@@ -284,3 +285,171 @@ def test_semaphores_and_other_clients_keep_no_connection(client, redis_server):
     lock.release()
     assert blocking_pool.get("blocking-pool") is None
     blocking_pool.close()
+
+
+# -- asyncio ----------------------------------------------------------------------------------------
+def async_in_use(client) -> int:
+    return len(client.connection_pool._in_use_connections)
+
+
+def test_an_asyncio_hold_keeps_its_connection_and_the_pool_keeps_it_as_spare(async_redis):
+    from django_redis_coord.asyncio import Lock as AsyncLock
+    from django_redis_coord.asyncio import lock as async_locks
+
+    async def scenario() -> None:
+        client = async_redis()
+        await client.flushall()
+        lock = AsyncLock(client, "a:kept", timeout=5)
+        assert await lock.acquire(blocking=False)
+        kept = lock._state().link.conn
+        assert async_in_use(client) == 1
+        await lock.release()
+        assert await client.get("a:kept") is None
+        assert async_locks._async_spares[client.connection_pool]() is kept
+        assert await lock.acquire(blocking=False)
+        assert lock._state().link.conn is kept  # the spare, checked and reused
+        await lock.release()
+        assert async_locks._async_pinned.get(id(client.connection_pool), 0) == 0
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_an_asyncio_waiter_keeps_the_connection_it_waited_on_and_a_cancelled_one_keeps_none(async_redis):
+    from django_redis_coord.asyncio import Lock as AsyncLock
+    from django_redis_coord.asyncio import lock as async_locks
+
+    async def scenario() -> None:
+        client, other = async_redis(), async_redis()
+        await client.flushall()
+        pinned = lambda: async_locks._async_pinned.get(id(client.connection_pool), 0)  # noqa: E731
+        holder = AsyncLock(other, "a:handed", timeout=5, thread_local=False)
+        assert await holder.acquire()
+        waiter = AsyncLock(client, "a:handed", timeout=5, thread_local=False)
+        task = asyncio.create_task(waiter.acquire(blocking_timeout=5))
+        while not await client.zcard(waiter.keys.queue):
+            await asyncio.sleep(0.005)
+        await holder.release()
+        assert await task
+        link = waiter._state().link
+        assert link is not None and link.conn is not None and pinned() == 1
+        await waiter.release()
+        assert await client.get("a:handed") is None
+        assert pinned() == 0 and async_locks._async_spares[client.connection_pool]() is not None
+
+        # A waiter cancelled while queued leaves the queue and gives its connection back, closed.
+        assert await holder.acquire()
+        cancelled = AsyncLock(client, "a:handed", timeout=5, thread_local=False)
+        pending = asyncio.create_task(cancelled.acquire(blocking_timeout=5))
+        while not await client.zcard(cancelled.keys.queue):
+            await asyncio.sleep(0.005)
+        assert pinned() == 1
+        pending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await pending
+        assert await client.zcard(cancelled.keys.queue) == 0
+        assert pinned() == 0
+        assert getattr(cancelled._state(), "link", None) is None
+        await holder.release()
+        assert await client.get("a:handed") is None
+        await other.aclose()
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_an_asyncio_release_after_the_server_closed_the_kept_connection_goes_through_the_pool(
+        async_redis, redis_server):
+    from django_redis_coord.asyncio import Lock as AsyncLock
+
+    async def scenario() -> None:
+        client = async_redis()
+        await client.flushall()
+        lock = AsyncLock(client, "a:killed", timeout=5)
+        assert await lock.acquire(blocking=False)
+        admin = redis_server.client()
+        assert admin.client_kill_filter(_type="normal", skipme=True) >= 1
+        admin.close()
+        await asyncio.sleep(0.05)  # the close reaches the client's socket
+        await lock.release()
+        assert await client.get("a:killed") is None
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_the_sync_twin_of_an_asyncio_hold_does_not_take_its_connection(async_redis):
+    from django_redis_coord.asyncio import Lock as AsyncLock
+    from django_redis_coord.asyncio import lock as async_locks
+    from django_redis_coord.decorators import _sync_twin
+    from django_redis_coord.shortcuts import AsyncSignallingLock
+
+    async def scenario() -> None:
+        client = async_redis()
+        await client.flushall()
+        lock = AsyncSignallingLock(client, "a:twin", timeout=5, thread_local=False)  # as @locked makes them
+        assert isinstance(lock, AsyncLock)
+        assert await lock.acquire(blocking=False)
+        assert lock._state().link is not None
+        twin = await asyncio.to_thread(_sync_twin, lock)  # as when a thread closes the response
+        assert "link" not in vars(twin._state()) and "link" not in vars(lock._state())
+        assert twin._state().token == lock._state().token
+        await asyncio.to_thread(twin.release)  # released from a thread, through the sync pool
+        assert await client.get("a:twin") is None
+        # The asyncio hold's connection went back to its pool from its loop, at the next checkout.
+        other = AsyncLock(client, "a:twin-next", timeout=5)
+        assert await other.acquire(blocking=False)
+        await other.release()
+        assert async_locks._async_pinned.get(id(client.connection_pool), 0) == 0
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_pools_of_event_loops_that_ended_go_away_with_their_spares(redis_server):
+    import weakref
+
+    from django_redis_coord.asyncio import Lock as AsyncLock
+    from django_redis_coord.asyncio import lock as async_locks
+
+    pools = []
+
+    async def one_loop() -> None:
+        client = redis_server.async_client()  # never closed: dropped with its loop
+        pools.append(weakref.ref(client.connection_pool))
+        lock = AsyncLock(client, "a:loops", timeout=5)
+        assert await lock.acquire(blocking=False)
+        await lock.release()
+        assert async_locks._async_spares[client.connection_pool]() is not None
+
+    for _ in range(5):
+        asyncio.run(one_loop())
+    gc.collect()
+    assert [ref() for ref in pools] == [None] * 5  # not kept alive by their spares
+
+
+def test_the_connection_of_a_task_that_ended_holding_goes_back_to_its_pool(async_redis):
+    from django_redis_coord.asyncio import Lock as AsyncLock
+    from django_redis_coord.asyncio import lock as async_locks
+
+    async def scenario() -> None:
+        client = async_redis()
+        await client.flushall()
+        pinned = lambda: async_locks._async_pinned.get(id(client.connection_pool), 0)  # noqa: E731
+        lock = AsyncLock(client, "a:ended", timeout=5)  # a hold per task
+
+        async def take_and_leave() -> None:
+            assert await lock.acquire(blocking=False)
+
+        for index in range(20):  # more than the pool lends: each must come back
+            await asyncio.create_task(take_and_leave())
+            assert pinned() <= 1, index
+            await client.delete("a:ended")  # what its TTL would do
+        other = AsyncLock(client, "a:ended-next", timeout=5)
+        assert await other.acquire(blocking=False)
+        assert other._state().link is not None  # the pool still lends one
+        await other.release()
+        assert pinned() == 0
+        await client.aclose()
+
+    asyncio.run(scenario())

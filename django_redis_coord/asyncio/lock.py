@@ -10,17 +10,22 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Awaitable
 from types import SimpleNamespace, TracebackType
 from typing import Any, Optional, Union
 
+import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import watchdog as _watchdog
 from .._base import (
+    ACQUIRE_KEYS,
+    RELEASE_KEYS,
     Grant,
     LockBase,
     Number,
@@ -38,6 +43,7 @@ from ..exceptions import (
     LockLostError,
     LockNotOwnedError,
 )
+from ..locks import LINKS_MIN_MAX_CONNECTIONS, PINNED_PER_POOL
 from ..scripts import async_scripts
 
 __all__ = ["Lock", "QueuedPrimitive"]
@@ -54,13 +60,190 @@ def connection_pool_for(client: Any, key: bytes) -> Any:
     return node  # a ClusterNode: acquire_connection()/release()
 
 
-async def blocking_pop(client: Any, key: bytes, budget: Optional[float], server_timeout: float) -> Any:
-    """BLPOP ``key`` for at most ``budget`` seconds (``None``: ``server_timeout``); see the sync twin."""
+_async_pins_lock = threading.Lock()
+_async_pinned: dict[int, int] = {}
+#: Each pool's spare connection (the one of its last release, for its next acquire), by weak
+#: reference: the pool keeps it alive (it counts it in use), and a pool whose event loop ended
+#: goes away with it (a redis-py connection may refer to its pool: a strong reference here would
+#: keep both alive).
+_async_spares: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: Connections to give back by the next checkout on their loop, as ``(pool, conn, loop, counted,
+#: close)``: links dropped without a release (their holds collected, their tasks ended, released
+#: through a sync twin), spares replaced by newer ones, spares whose check was interrupted.
+_async_orphans: deque = deque()
+
+
+def _count_in(pool: Any) -> bool:
+    """Count one more link out of ``pool``, unless as many as allowed are out (see the sync Link)."""
+    with _async_pins_lock:
+        count = _async_pinned.get(id(pool), 0)
+        if count >= min(PINNED_PER_POOL, pool.max_connections // 8):
+            return False
+        _async_pinned[id(pool)] = count + 1
+        return True
+
+
+def _count_out(pool: Any) -> None:
+    with _async_pins_lock:
+        count = _async_pinned.pop(id(pool), 0) - 1
+        if count > 0:
+            _async_pinned[id(pool)] = count
+
+
+async def _quiet(conn: Any) -> bool:
+    """Whether nothing waits to be read on ``conn`` (what the pool checks before it hands one out)."""
+    try:
+        check = conn.can_read if hasattr(conn, "can_read") else conn.can_read_destructive  # redis-py 8 / 6-7
+        return not await check()
+    except Exception:  # closed, or never connected: the pool's own checks decide
+        return False
+
+
+def _orphan(pool: Any, conn: Any, loop: Any, counted: bool, close: bool) -> None:
+    """Leave ``conn`` to the next checkout on ``loop`` (no await: safe anywhere)."""
+    try:
+        _async_orphans.append((pool, conn, loop, counted, close))
+    except Exception:  # interpreter shutdown
+        pass
+
+
+class AsyncLink:
+    """The asyncio form of :class:`django_redis_coord.locks.Link`: a connection of a plain
+    ``redis.asyncio.Redis`` client's pool, checked out by one acquire, kept by the hold it grants
+    until its release, then kept as the pool's spare for its next acquire (one per pool: an event
+    loop runs one task at a time).  Same limits as the sync links.  Nothing that gives a
+    connection up waits (so no cancellation can come in between): what needs an await is left to
+    the next checkout on the same loop."""
+
+    __slots__ = ("pool", "conn", "loop")
+
+    def __init__(self, pool: Any, conn: Any, loop: Any) -> None:
+        self.pool = pool
+        self.conn = conn
+        self.loop = loop
+
+    @classmethod
+    async def checkout(cls, client: Any) -> Optional[AsyncLink]:
+        """A connection for one acquire, or ``None`` (other clients and pools, or the limit reached)."""
+        if type(client) is not redis.asyncio.Redis or client.single_connection_client:
+            return None
+        pool = client.connection_pool
+        if type(pool) is not redis.asyncio.ConnectionPool or pool.max_connections < LINKS_MIN_MAX_CONNECTIONS:
+            return None
+        loop = asyncio.get_running_loop()
+        if _async_orphans:
+            await _give_back_async_orphans(loop)
+        if not _count_in(pool):
+            return None
+        spare_ref = _async_spares.pop(pool, None)
+        spare = spare_ref() if spare_ref is not None else None
+        try:
+            if spare is not None:
+                if await _quiet(spare):
+                    return cls(pool, spare, loop)
+                conn, spare = spare, None
+                _orphan(pool, conn, loop, False, True)
+            return cls(pool, await pool.get_connection(), loop)
+        except BaseException:
+            _count_out(pool)
+            if spare is not None:  # its check was interrupted: closed and given back later
+                _orphan(pool, spare, loop, False, True)
+            raise
+
+    async def for_release(self) -> Any:
+        """The kept connection when the release can go out on it, else ``None`` (given back)."""
+        conn = self.conn
+        if conn is not None and await _quiet(conn):
+            return conn
+        await self.give_back(closed=True)
+        return None
+
+    def done(self) -> None:
+        """After a call that left nothing to read: keep the connection as the pool's spare."""
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return
+        _count_out(self.pool)
+        older_ref = _async_spares.get(self.pool)
+        older = older_ref() if older_ref is not None else None
+        _async_spares[self.pool] = weakref.ref(conn)
+        if older is not None:
+            _orphan(self.pool, older, self.loop, False, False)
+
+    def drop(self) -> None:
+        """Give the connection up from anywhere (a thread, a done callback): the next checkout on
+        its loop gives it back, closed (a reply may be left on it)."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            _orphan(self.pool, conn, self.loop, True, True)
+
+    async def give_back(self, closed: bool = False) -> None:
+        """Return the connection to the pool (``closed``: close it first)."""
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return
+        _count_out(self.pool)
+        if closed:
+            await _close_and_release(self.pool, conn)
+        else:
+            await self.pool.release(conn)
+
+    def __del__(self) -> None:
+        if self.conn is not None:  # no await here: the next checkout on its loop gives it back
+            _orphan(self.pool, self.conn, self.loop, True, False)
+
+
+async def _close_and_release(pool: Any, conn: Any) -> None:
+    try:
+        await conn.disconnect()
+    finally:
+        await pool.release(conn)
+
+
+async def _give_back_async_orphans(loop: Any) -> None:
+    """Give back the orphans of ``loop`` (the running one), forget those of loops that ended and
+    leave those of other loops to them."""
+    for _ in range(len(_async_orphans)):
+        try:
+            entry = _async_orphans.popleft()
+        except IndexError:
+            return
+        pool, conn, owner, counted, close = entry
+        if owner is loop:
+            if counted:
+                _count_out(pool)
+            try:
+                await (_close_and_release(pool, conn) if close else pool.release(conn))
+            except Exception:
+                pass
+        elif owner.is_closed():
+            if counted:
+                _count_out(pool)
+        else:
+            _async_orphans.append(entry)
+
+
+async def blocking_pop(client: Any, key: bytes, budget: Optional[float], server_timeout: float,
+                       link: Optional[AsyncLink] = None) -> Any:
+    """BLPOP ``key`` for at most ``budget`` seconds (``None``: ``server_timeout``), on ``link``'s
+    connection when given; see the sync twin."""
     if budget is not None and budget <= 0:
         return None
+    if link is not None:
+        return await _pop_on(link.conn, key, budget, server_timeout)
     pool = connection_pool_for(client, key)
     cluster_node = not hasattr(pool, "get_connection")
     conn = pool.acquire_connection() if cluster_node else await pool.get_connection()
+    try:
+        return await _pop_on(conn, key, budget, server_timeout)
+    finally:
+        if cluster_node:
+            pool.release(conn)
+        else:
+            await pool.release(conn)
+
+
+async def _pop_on(conn: Any, key: bytes, budget: Optional[float], server_timeout: float) -> Any:
     try:
         wait = server_timeout + 1.0 if budget is None or budget >= server_timeout else budget
         await conn.send_command("BLPOP", key, server_timeout)
@@ -72,11 +255,6 @@ async def blocking_pop(client: Any, key: bytes, budget: Optional[float], server_
     except BaseException:
         await conn.disconnect()
         raise
-    finally:
-        if cluster_node:
-            pool.release(conn)
-        else:
-            await pool.release(conn)
     return None if reply is None else reply[1]
 
 
@@ -120,6 +298,9 @@ def _ended_holding(lock_ref: Any, hold: Any, token: bytes, task: asyncio.Future)
     lock = lock_ref()
     if lock is None or getattr(hold, "token", None) != token:
         return
+    link = vars(hold).pop("link", None)
+    if link is not None:  # nothing will release on it: the pool gets it back
+        link.drop()
     renewed = getattr(hold, "watched", False)
     if renewed:
         lock._watchdog().unregister(lock, hold)
@@ -151,33 +332,41 @@ class QueuedPrimitive(QueuedBase):
             in_background(result)
 
     async def _take(self, token: bytes, blocking: bool, stop_at: Optional[float],
-                    own: bool = False) -> Optional[tuple[Grant, float]]:
+                    own: bool = False) -> Optional[tuple[Grant, float, Optional[AsyncLink]]]:
         """Try once and, when ``blocking``, wait in line until ``stop_at``; see the sync twin."""
         worker = self._worker()
+        link = await AsyncLink.checkout(self.redis)
         sent_at = time.monotonic()
         try:
-            grant = await self.do_acquire(token, self.acquire_mode(1 if blocking else 0, own), worker)
+            grant = await self.do_acquire(token, self.acquire_mode(1 if blocking else 0, own), worker, link)
         except (asyncio.CancelledError, RedisConnectionError, RedisTimeoutError):
             # The call may have reached Redis and granted (or queued) this token: undo that
             # (best effort when Redis cannot be reached; the TTL and the waiter lease bound it).
-            await run_to_completion(self._abandon(token, worker))
+            await run_to_completion(self._abandon(token, worker, link))
+            raise
+        except BaseException:
+            if link is not None:
+                await run_to_completion(link.give_back())
             raise
         if grant.acquired:
-            return grant, sent_at
-        if not blocking:
-            return None
-        try:
-            grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at, own)
-        except BaseException:
-            # Cancelled or failed while queued: leave the queue (and return a hold just
-            # handed over) even though this task is being cancelled.
-            await run_to_completion(self._abandon(token, worker))
-            raise
-        return (grant, sent_at) if grant.acquired else None
+            return grant, sent_at, link
+        if blocking:
+            try:
+                grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at, own, link)
+            except BaseException:
+                # Cancelled or failed while queued: leave the queue (and return a hold just
+                # handed over) even though this task is being cancelled.
+                await run_to_completion(self._abandon(token, worker, link))
+                raise
+            if grant.acquired:
+                return grant, sent_at, link
+        if link is not None:
+            link.done()
+        return None
 
     async def _wait(
         self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float,
-        own: bool = False,
+        own: bool = False, link: Optional[AsyncLink] = None,
     ) -> tuple[Grant, float]:
         """Wait in the queue until handed the hold, the holder expires or ``stop_at`` passes.
 
@@ -189,19 +378,25 @@ class QueuedPrimitive(QueuedBase):
             if stop_at is not None and time.monotonic() >= stop_at:
                 return await self.do_cancel(token, worker), queued_at
             budget = self.wait_budget(grant, stop_at)
-            payload = await blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval)
+            payload = await blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval, link)
             if payload is not None:
                 return self.woken_grant(payload), queued_at
             if stop_at is not None and time.monotonic() >= stop_at:
                 return await self.do_cancel(token, worker), queued_at  # no refresh on the way out
             called_at = time.monotonic()
-            grant = await self.do_acquire(token, self.acquire_mode(2, own), worker)
+            grant = await self.do_acquire(token, self.acquire_mode(2, own), worker, link)
             if grant.acquired:  # possibly handed over before this call: measure from the one before
                 return grant, queued_at
             queued_at = called_at
 
-    async def _abandon(self, token: bytes, worker: str) -> None:
-        """Best effort after an interrupted wait: leave the queue, give back a hold just handed over."""
+    async def _abandon(self, token: bytes, worker: str, link: Optional[AsyncLink] = None) -> None:
+        """Best effort after an interrupted wait: leave the queue, give back a hold just handed over
+        (and ``link``, closed: a reply may be left unread on it)."""
+        if link is not None:
+            try:
+                await link.give_back(closed=True)
+            except Exception:
+                pass
         try:
             if (await self.do_cancel(token, worker)).acquired:
                 await self.do_release(token)
@@ -216,10 +411,14 @@ class QueuedPrimitive(QueuedBase):
             self._watchdog().look_again()
         return True
 
-    async def do_acquire(self, token: bytes, enqueue: int, worker: str) -> Grant:
+    async def do_acquire(self, token: bytes, enqueue: int, worker: str, link: Optional[AsyncLink] = None) -> Grant:
         script = self.scripts.get(self.redis, self.acquire_script)
-        reply = await script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker), client=self.redis,
-                             encoded=self.acquire_encoded(token, enqueue, worker))
+        if link is not None:
+            reply = await script.run_on(link.conn, self.redis, self.encoded_parts().acquire_count, ACQUIRE_KEYS,
+                                        self.acquire_encoded(token, enqueue, worker))
+        else:
+            reply = await script(self.acquire_keys(token), self.acquire_args(token, enqueue, worker),
+                                 client=self.redis, encoded=self.acquire_encoded(token, enqueue, worker))
         return self.grant_from_reply(reply)
 
     async def do_cancel(self, token: bytes, worker: str) -> Grant:
@@ -295,7 +494,10 @@ class Lock(QueuedPrimitive, LockBase):
         taken = await self._take(token, blocking, stop_at, own)
         if taken is None:
             return False
-        self._own(token, *taken)
+        grant, sent_at, link = taken
+        self._own(token, grant, sent_at)
+        if link is not None:
+            self._state().link = link  # for the release (see AsyncLink)
         return True
 
     async def locked(self) -> bool:
@@ -327,7 +529,12 @@ class Lock(QueuedPrimitive, LockBase):
         nothing from the task, so it can finish in another one (see :func:`run_to_completion`)."""
         local = self._state()
         self._detach(local)
-        return self._release_hold(local, local.token)
+        return self._release_hold(local, local.token, self._unpin(local))
+
+    @staticmethod
+    def _unpin(local: Any) -> Optional[AsyncLink]:
+        """Take the connection kept by the hold ``local`` off it (the caller releases on it)."""
+        return vars(local).pop("link", None)
 
     def _detach(self, local: Any) -> None:
         """Take the hold ``local`` out of the watchdog and off its task's end (before it is released)."""
@@ -338,9 +545,9 @@ class Lock(QueuedPrimitive, LockBase):
             local.task_end = None
             task_end[0].remove_done_callback(task_end[1])
 
-    async def _release_hold(self, local: Any, token: bytes) -> None:
+    async def _release_hold(self, local: Any, token: bytes, link: Optional[AsyncLink] = None) -> None:
         try:
-            await self.do_release(token)
+            await self.do_release(token, link)
         except LockNotOwnedError:
             local.token = None
             local.count = 0
@@ -349,10 +556,21 @@ class Lock(QueuedPrimitive, LockBase):
         local.token = None
         local.count = 0
 
-    async def do_release(self, token: bytes) -> None:
+    async def do_release(self, token: bytes, link: Optional[AsyncLink] = None) -> None:
         script = self.scripts.get(self.redis, "lock_release")
-        if int(await script(self.release_keys(), self.release_args(token), client=self.redis,
-                            encoded=self.release_encoded(token))) != 1:
+        conn = await link.for_release() if link is not None else None
+        if conn is not None:
+            try:
+                reply = await script.run_on(conn, self.redis, self.encoded_parts().release_count, RELEASE_KEYS,
+                                            self.release_encoded(token))
+            except BaseException:
+                await link.give_back()  # type: ignore[union-attr]
+                raise
+            link.done()  # type: ignore[union-attr]
+        else:
+            reply = await script(self.release_keys(), self.release_args(token), client=self.redis,
+                                 encoded=self.release_encoded(token))
+        if int(reply) != 1:
             raise LockNotOwnedError("Cannot release a lock that's no longer owned", lock_name=self.name)
 
     async def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:

@@ -65,7 +65,10 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         taken = await self._take(token, blocking, stop_at, own=identity is None)
         if taken is None:
             return False
-        self._own(token, *taken, anonymous=identity is None)
+        grant, sent_at, link = taken
+        self._own(token, grant, sent_at, anonymous=identity is None)
+        if link is not None:
+            link.done()
         return True
 
     async def release(self, identity: Optional[Identity] = None) -> bool:
