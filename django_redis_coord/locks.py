@@ -76,10 +76,25 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def lends_links(pool: Any) -> bool:
+    """Whether a pool (of the plain kind) may lend kept connections: one allowed at least
+    :data:`LINKS_MIN_MAX_CONNECTIONS` connections."""
+    return bool(pool.max_connections >= LINKS_MIN_MAX_CONNECTIONS)
+
+
+def marked_for_reconnection(conn: Any) -> bool:
+    """Whether redis-py marked ``conn`` to be reconnected (a maintenance notification): the pool
+    closes such a connection when it comes back, which a kept one does not."""
+    marked = getattr(conn, "should_reconnect", None)  # redis-py 8
+    return bool(marked is not None and marked())
+
+
 def _quiet(conn: Any) -> bool:
     """Whether nothing waits to be read on the socket of ``conn`` (no reply, no end of stream):
     one ``poll``.  A connection is only kept after its last reply was read in full, so its
     parser holds nothing either."""
+    if marked_for_reconnection(conn):
+        return False
     sock = getattr(conn, "_sock", None)
     if sock is None:
         return True  # not connected: writing connects it
@@ -150,7 +165,7 @@ class Link:
         if type(client) is not redis.Redis or client.connection is not None:
             return None
         pool = client.connection_pool
-        if type(pool) is not redis.ConnectionPool or pool.max_connections < LINKS_MIN_MAX_CONNECTIONS:
+        if type(pool) is not redis.ConnectionPool or not lends_links(pool):
             return None
         if _orphans:
             _give_back_orphans()

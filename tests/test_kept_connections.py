@@ -453,3 +453,64 @@ def test_the_connection_of_a_task_that_ended_holding_goes_back_to_its_pool(async
         await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_a_kept_connection_marked_for_reconnection_is_not_reused(client):
+    lock = Lock(client, "marked", timeout=5)
+    assert lock.acquire(blocking=False)
+    kept = lock._state().link.conn
+    if not hasattr(kept, "mark_for_reconnect"):
+        pytest.fail("this redis-py has no maintenance notifications (redis-py 8 is installed with the tests)")
+    kept.mark_for_reconnect()  # what a maintenance notification does
+    old_socket = kept._sock
+    lock.release()
+    assert client.get("marked") is None
+    assert spare() is None or spare().conn is not kept
+    assert kept._sock is not old_socket  # closed (as the pool closes such a one), not written on
+    assert old_socket.fileno() == -1
+
+
+def test_a_burst_of_asyncio_holds_gives_its_connections_back_at_the_releases(async_redis):
+    from django_redis_coord.asyncio import Lock as AsyncLock
+
+    async def scenario() -> None:
+        client = async_redis()
+        await client.flushall()
+        locks = [AsyncLock(client, f"a:burst{i}", timeout=5) for i in range(6)]
+        for lock in locks:
+            assert await lock.acquire(blocking=False)
+        assert async_in_use(client) == 6
+        for lock in locks:
+            await lock.release()
+        assert async_in_use(client) <= 2  # the spare, and at most the one replaced last
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_the_connection_of_a_task_that_ended_holding_goes_back_also_when_its_lock_is_gone(async_redis):
+    from django_redis_coord.asyncio import Lock as AsyncLock
+    from django_redis_coord.asyncio import lock as async_locks
+
+    async def scenario() -> None:
+        client = async_redis()
+        await client.flushall()
+        pinned = lambda: async_locks._async_pinned.get(id(client.connection_pool), 0)  # noqa: E731
+
+        async def take_and_leave(index: int) -> None:
+            assert await AsyncLock(client, f"a:gone{index}", timeout=5).acquire(blocking=False)
+
+        for index in range(5):
+            await asyncio.create_task(take_and_leave(index))
+            await asyncio.sleep(0)  # the task's end callbacks
+        next_lock = AsyncLock(client, "a:gone-next", timeout=5)
+        assert await next_lock.acquire(blocking=False)
+        assert pinned() == 1  # the ended tasks' connections went back at this checkout
+        await next_lock.release()
+        await client.aclose()
+
+    gc.disable()  # no help from the collector
+    try:
+        asyncio.run(scenario())
+    finally:
+        gc.enable()

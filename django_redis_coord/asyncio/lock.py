@@ -43,7 +43,7 @@ from ..exceptions import (
     LockLostError,
     LockNotOwnedError,
 )
-from ..locks import LINKS_MIN_MAX_CONNECTIONS, PINNED_PER_POOL
+from ..locks import PINNED_PER_POOL, lends_links, marked_for_reconnection
 from ..scripts import async_scripts
 
 __all__ = ["Lock", "QueuedPrimitive"]
@@ -92,10 +92,14 @@ def _count_out(pool: Any) -> None:
 
 async def _quiet(conn: Any) -> bool:
     """Whether nothing waits to be read on ``conn`` (what the pool checks before it hands one out)."""
+    if marked_for_reconnection(conn):
+        return False
+    if not getattr(conn, "is_connected", True):
+        return True  # nothing to read on no connection: the next command connects it
     try:
         check = conn.can_read if hasattr(conn, "can_read") else conn.can_read_destructive  # redis-py 8 / 6-7
         return not await check()
-    except Exception:  # closed, or never connected: the pool's own checks decide
+    except Exception:  # closed meanwhile: the pool's own checks decide
         return False
 
 
@@ -128,7 +132,7 @@ class AsyncLink:
         if type(client) is not redis.asyncio.Redis or client.single_connection_client:
             return None
         pool = client.connection_pool
-        if type(pool) is not redis.asyncio.ConnectionPool or pool.max_connections < LINKS_MIN_MAX_CONNECTIONS:
+        if type(pool) is not redis.asyncio.ConnectionPool or not lends_links(pool):
             return None
         loop = asyncio.get_running_loop()
         if _async_orphans:
@@ -171,11 +175,11 @@ class AsyncLink:
             _orphan(self.pool, older, self.loop, False, False)
 
     def drop(self) -> None:
-        """Give the connection up from anywhere (a thread, a done callback): the next checkout on
-        its loop gives it back, closed (a reply may be left on it)."""
+        """Give the connection of a hold up from anywhere (a thread, a done callback): the next
+        checkout or release on its loop gives it back."""
         conn, self.conn = self.conn, None
         if conn is not None:
-            _orphan(self.pool, conn, self.loop, True, True)
+            _orphan(self.pool, conn, self.loop, True, False)
 
     async def give_back(self, closed: bool = False) -> None:
         """Return the connection to the pool (``closed``: close it first)."""
@@ -196,8 +200,9 @@ class AsyncLink:
 async def _close_and_release(pool: Any, conn: Any) -> None:
     try:
         await conn.disconnect()
-    finally:
-        await pool.release(conn)
+    except Exception:  # a close that timed out: the pool checks the connection before reusing it
+        pass
+    await pool.release(conn)
 
 
 async def _give_back_async_orphans(loop: Any) -> None:
@@ -210,12 +215,15 @@ async def _give_back_async_orphans(loop: Any) -> None:
             return
         pool, conn, owner, counted, close = entry
         if owner is loop:
-            if counted:
-                _count_out(pool)
             try:
                 await (_close_and_release(pool, conn) if close else pool.release(conn))
             except Exception:
                 pass
+            except BaseException:  # cancelled before the pool took it: kept for the next time
+                _async_orphans.append(entry)
+                raise
+            if counted:
+                _count_out(pool)
         elif owner.is_closed():
             if counted:
                 _count_out(pool)
@@ -295,12 +303,14 @@ class _TaskLocal:
 def _ended_holding(lock_ref: Any, hold: Any, token: bytes, task: asyncio.Future) -> None:
     """A task that took a hold of its own ended without releasing it: nothing can release it any
     more.  Say so, and stop renewing it, so that its TTL ends it."""
-    lock = lock_ref()
-    if lock is None or getattr(hold, "token", None) != token:
+    if getattr(hold, "token", None) != token:
         return
     link = vars(hold).pop("link", None)
     if link is not None:  # nothing will release on it: the pool gets it back
         link.drop()
+    lock = lock_ref()
+    if lock is None:
+        return
     renewed = getattr(hold, "watched", False)
     if renewed:
         lock._watchdog().unregister(lock, hold)
@@ -567,6 +577,8 @@ class Lock(QueuedPrimitive, LockBase):
                 await link.give_back()  # type: ignore[union-attr]
                 raise
             link.done()  # type: ignore[union-attr]
+            if _async_orphans:  # this release runs to its end (see release): a good time for them
+                await _give_back_async_orphans(asyncio.get_running_loop())
         else:
             reply = await script(self.release_keys(), self.release_args(token), client=self.redis,
                                  encoded=self.release_encoded(token))
