@@ -142,12 +142,12 @@ class Link:
     At most :data:`PINNED_PER_POOL` links per pool (an eighth of its ``max_connections``) are out
     (beyond that, calls use the pool each time, as before); a hold dropped without a release, or
     the spare of a thread that ended, goes back at the next acquire or release in the process; a
-    connection with something to read (closed by the server, say) is not written on: the release
-    goes through the pool.  Only for
-    a plain ``redis.Redis`` client on a plain ``redis.ConnectionPool`` allowed at least
+    connection with something to read (closed by the server, say), or that redis-py marked for
+    reconnection, is not written on: the release goes through the pool.  Only for a plain
+    ``redis.Redis`` client on a plain ``redis.ConnectionPool`` allowed at least
     :data:`LINKS_MIN_MAX_CONNECTIONS` connections (what the short path of the scripts serves,
     with redis-py's default size): any other client or pool keeps its own way of picking
-    connections.
+    connections.  The asyncio twin is :class:`django_redis_coord.asyncio.lock.AsyncLink`.
     """
 
     __slots__ = ("pool", "conn", "pid")
