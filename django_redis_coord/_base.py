@@ -671,6 +671,20 @@ class LockBase(ReleaseOnExit, QueuedBase):
         if not self.valid:
             raise LockLostError("The lock is no longer held", lock_name=self.name)
 
+    @staticmethod
+    def _still_holding(local: Any, token: bytes, fence: Optional[int]) -> bool:
+        """Whether the hold state ``local`` still describes the hold taken with ``token`` and
+        ``fence``.  With ``thread_local=False`` one state serves every thread (or task): once a
+        release reached Redis, another thread may already have been handed the next hold and
+        written it there (a new fence), and what the release does next must leave that alone."""
+        return local.token == token and getattr(local, "fence", None) == fence
+
+    @staticmethod
+    def _forget_hold(local: Any) -> None:
+        """The hold ``local`` ended: nothing is held through it any more."""
+        local.token = None
+        local.count = 0
+
     def _own(self, token: bytes, grant: Grant, sent_at: float) -> None:
         """Record a granted hold and, when needed, hand it to the watchdog."""
         local = self._state()

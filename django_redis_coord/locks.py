@@ -491,16 +491,19 @@ class Lock(QueuedPrimitive, LockBase):
             local.count -= 1
             return
         lost = getattr(local, "lost", False)
+        fence = getattr(local, "fence", None)
         if getattr(local, "watched", False):
             self._watchdog().unregister(self, local)
         # Keep the token until Redis answered: a connection error must leave a way to retry.
         try:
             self.do_release(token, self._unpin(local))
         except LockNotOwnedError:
-            self._mark_lost(local)  # found here before the watchdog did: on_lost still fires once
+            if self._still_holding(local, token, fence):
+                self._forget_hold(local)
+                self._mark_lost(local)  # found here before the watchdog did: on_lost still fires once
             raise
-        local.token = None
-        local.count = 0
+        if self._still_holding(local, token, fence):
+            self._forget_hold(local)
         if lost:
             raise LockLostError("The lock was lost before it was released", lock_name=self.name)
 
@@ -524,9 +527,6 @@ class Lock(QueuedPrimitive, LockBase):
             reply = script(self.release_keys(), self.release_args(token), client=self.redis,
                            encoded=self.release_encoded(token))
         if int(reply) != 1:
-            local = self._state()
-            local.token = None
-            local.count = 0
             raise LockNotOwnedError("Cannot release a lock that's no longer owned", lock_name=self.name)
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:

@@ -342,3 +342,28 @@ def test_a_task_that_ends_holding_its_own_lock_is_reported_and_no_longer_renewed
         await client.aclose()
 
     run(main())
+
+
+def test_a_shared_hold_handed_to_another_task_is_not_wiped_by_the_release(async_redis):
+    async def scenario():
+        client = async_redis()
+        lock = Lock(client, "a:shared-hold", timeout=5, thread_local=False)
+        wiped = 0
+        for _ in range(40):
+            assert await lock.acquire()
+            waiter = asyncio.create_task(lock.acquire(blocking_timeout=5))
+            while not await client.zcard(lock.keys.queue):
+                await asyncio.sleep(0.0005)
+            await lock.release()
+            assert await waiter
+            if lock.local.token != await client.get("a:shared-hold"):
+                wiped += 1
+                await client.delete("a:shared-hold")
+                lock.local.token = None
+            else:
+                await lock.release()
+        assert wiped == 0
+        assert await client.get("a:shared-hold") is None
+        await client.aclose()
+
+    run(scenario())

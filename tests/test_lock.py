@@ -451,3 +451,34 @@ def test_a_first_acquire_whose_reply_timed_out_gives_its_grant_back(redis_server
     time.sleep(0.7)
     assert admin.get("timed-out") is None and admin.zcard(lock.keys.queue) == 0
     stall.close()
+
+
+def test_a_shared_hold_handed_to_another_thread_is_not_wiped_by_the_release(redis_client):
+    # thread_local=False: one hold state for all threads.  The release hands the lock to a thread
+    # waiting on the same object, which writes its hold there; the release, finishing after that,
+    # must leave it alone (it cleared it in about half of these rounds before).
+    lock = Lock(redis_client, "shared-hold", timeout=5, thread_local=False)
+    wiped = 0
+    for _ in range(60):
+        assert lock.acquire()
+        taken: dict = {}
+
+        def take_next(taken: dict = taken) -> None:
+            assert lock.acquire(blocking_timeout=5)
+            taken["token"] = redis_client.get("shared-hold")
+
+        thread = threading.Thread(target=take_next)
+        thread.start()
+        deadline = time.monotonic() + 5
+        while not redis_client.zcard(lock.keys.queue) and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        lock.release()
+        thread.join(10)
+        if lock.local.token != taken["token"]:
+            wiped += 1
+            redis_client.delete("shared-hold")
+            lock.local.token = None
+        else:
+            lock.release()  # the next holder's hold, released through the shared state
+    assert wiped == 0
+    assert redis_client.get("shared-hold") is None

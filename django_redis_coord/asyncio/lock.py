@@ -539,7 +539,7 @@ class Lock(QueuedPrimitive, LockBase):
         nothing from the task, so it can finish in another one (see :func:`run_to_completion`)."""
         local = self._state()
         self._detach(local)
-        return self._release_hold(local, local.token, self._unpin(local))
+        return self._release_hold(local, local.token, self._unpin(local), getattr(local, "fence", None))
 
     @staticmethod
     def _unpin(local: Any) -> Optional[AsyncLink]:
@@ -555,16 +555,17 @@ class Lock(QueuedPrimitive, LockBase):
             local.task_end = None
             task_end[0].remove_done_callback(task_end[1])
 
-    async def _release_hold(self, local: Any, token: bytes, link: Optional[AsyncLink] = None) -> None:
+    async def _release_hold(self, local: Any, token: bytes, link: Optional[AsyncLink] = None,
+                            fence: Optional[int] = None) -> None:
         try:
             await self.do_release(token, link)
         except LockNotOwnedError:
-            local.token = None
-            local.count = 0
-            self._mark_lost(local)  # found here before the watchdog did: on_lost still fires once
+            if self._still_holding(local, token, fence):
+                self._forget_hold(local)
+                self._mark_lost(local)  # found here before the watchdog did: on_lost still fires once
             raise
-        local.token = None
-        local.count = 0
+        if self._still_holding(local, token, fence):
+            self._forget_hold(local)
 
     async def do_release(self, token: bytes, link: Optional[AsyncLink] = None) -> None:
         script = self.scripts.get(self.redis, "lock_release")
