@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 
 import pytest
@@ -367,3 +368,39 @@ def test_a_shared_hold_handed_to_another_task_is_not_wiped_by_the_release(async_
         await client.aclose()
 
     run(scenario())
+
+
+if sys.version_info >= (3, 11):  # Task.cancelling(): the cancellation is still counted
+
+    def test_a_cancellation_swallowed_by_a_redis_call_still_stops_a_waiter(async_redis, monkeypatch):
+        """Python 3.11's asyncio.wait_for, which redis-py sends and reads through, swallows a
+        cancellation that comes as its call completes; the waiter must not go on waiting."""
+        import redis.asyncio.connection
+
+        sent = redis.asyncio.connection.AbstractConnection.send_command
+
+        async def send_then_swallow_a_cancel(self, *args, **kwargs):
+            await sent(self, *args, **kwargs)
+            if args and args[0] == "BLPOP":
+                asyncio.current_task().cancel()
+                try:
+                    await asyncio.sleep(0)
+                except asyncio.CancelledError:  # what wait_for does when its call is done
+                    pass
+
+        async def scenario():
+            client = async_redis()
+            holder = Lock(client, "a:swallowed", timeout=10)
+            assert await holder.acquire()
+            monkeypatch.setattr(redis.asyncio.connection.AbstractConnection, "send_command",
+                                send_then_swallow_a_cancel)
+            waiter = asyncio.ensure_future(Lock(client, "a:swallowed", timeout=10).acquire())
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(waiter, 3)  # not the holder's 10 s TTL
+            monkeypatch.undo()
+            assert await client.zcard(keys_for(b"a:swallowed").queue) == 0
+            await holder.release()
+            assert not await client.exists("a:swallowed")
+            await client.aclose()
+
+        run(scenario())

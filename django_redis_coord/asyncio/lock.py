@@ -232,18 +232,18 @@ async def _give_back_async_orphans(loop: Any) -> None:
 
 
 async def blocking_pop(client: Any, key: bytes, budget: Optional[float], server_timeout: float,
-                       link: Optional[AsyncLink] = None) -> Any:
+                       link: Optional[AsyncLink] = None, cancels: int = 0) -> Any:
     """BLPOP ``key`` for at most ``budget`` seconds (``None``: ``server_timeout``), on ``link``'s
     connection when given; see the sync twin."""
     if budget is not None and budget <= 0:
         return None
     if link is not None:
-        return await _pop_on(link.conn, key, budget, server_timeout)
+        return await _pop_on(link.conn, key, budget, server_timeout, cancels)
     pool = connection_pool_for(client, key)
     cluster_node = not hasattr(pool, "get_connection")
     conn = pool.acquire_connection() if cluster_node else await pool.get_connection()
     try:
-        return await _pop_on(conn, key, budget, server_timeout)
+        return await _pop_on(conn, key, budget, server_timeout, cancels)
     finally:
         if cluster_node:
             pool.release(conn)
@@ -251,15 +251,33 @@ async def blocking_pop(client: Any, key: bytes, budget: Optional[float], server_
             await pool.release(conn)
 
 
-async def _pop_on(conn: Any, key: bytes, budget: Optional[float], server_timeout: float) -> Any:
+def _cancels() -> int:
+    """How many cancellations of the current task are pending (``Task.cancelling()``, Python
+    3.11+; 0 before)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling() if cancelling is not None else 0
+
+
+def _cancel_swallowed(before: int) -> None:
+    """Raise the ``CancelledError`` of a cancellation requested since ``before`` (see
+    :func:`_cancels`) that nothing raised: Python 3.11's ``asyncio.wait_for``, which redis-py sends
+    and reads through, swallows one that comes as its call completes.  The task still counts it."""
+    if _cancels() > before:
+        raise asyncio.CancelledError
+
+
+async def _pop_on(conn: Any, key: bytes, budget: Optional[float], server_timeout: float, cancels: int = 0) -> Any:
     try:
         wait = server_timeout + 1.0 if budget is None or budget >= server_timeout else budget
         await conn.send_command("BLPOP", key, server_timeout)
+        _cancel_swallowed(cancels)  # a cancelled waiter must not go on waiting
         try:
             reply = await asyncio.wait_for(conn.read_response(), wait)
         except asyncio.TimeoutError:
             await conn.disconnect()
             return None
+        _cancel_swallowed(cancels)  # nor take a grant (the caller gives it back)
     except BaseException:
         await conn.disconnect()
         raise
@@ -345,10 +363,12 @@ class QueuedPrimitive(QueuedBase):
                     own: bool = False) -> Optional[tuple[Grant, float, Optional[AsyncLink]]]:
         """Try once and, when ``blocking``, wait in line until ``stop_at``; see the sync twin."""
         worker = self._worker()
+        cancels = _cancels()
         link = await AsyncLink.checkout(self.redis)
         sent_at = time.monotonic()
         try:
             grant = await self.do_acquire(token, self.acquire_mode(1 if blocking else 0, own), worker, link)
+            _cancel_swallowed(cancels)
         except (asyncio.CancelledError, RedisConnectionError, RedisTimeoutError):
             # The call may have reached Redis and granted (or queued) this token: undo that
             # (best effort when Redis cannot be reached; the TTL and the waiter lease bound it).
@@ -362,7 +382,7 @@ class QueuedPrimitive(QueuedBase):
             return grant, sent_at, link
         if blocking:
             try:
-                grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at, own, link)
+                grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at, own, link, cancels)
             except BaseException:
                 # Cancelled or failed while queued: leave the queue (and return a hold just
                 # handed over) even though this task is being cancelled.
@@ -376,7 +396,7 @@ class QueuedPrimitive(QueuedBase):
 
     async def _wait(
         self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float,
-        own: bool = False, link: Optional[AsyncLink] = None,
+        own: bool = False, link: Optional[AsyncLink] = None, cancels: int = 0,
     ) -> tuple[Grant, float]:
         """Wait in the queue until handed the hold, the holder expires or ``stop_at`` passes.
 
@@ -388,7 +408,8 @@ class QueuedPrimitive(QueuedBase):
             if stop_at is not None and time.monotonic() >= stop_at:
                 return await self.do_cancel(token, worker), queued_at
             budget = self.wait_budget(grant, stop_at)
-            payload = await blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval, link)
+            payload = await blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval, link,
+                                         cancels)
             if payload is not None:
                 return self.woken_grant(payload), queued_at
             if stop_at is not None and time.monotonic() >= stop_at:
