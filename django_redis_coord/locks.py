@@ -111,7 +111,19 @@ def _quiet(conn: Any) -> bool:
 _poll = getattr(select, "poll", None)
 
 
-def _unpin(pool: Any) -> None:
+def count_in(pool: Any) -> bool:
+    """Count one more link (sync or asyncio) out of ``pool``, unless as many as allowed are out:
+    :data:`PINNED_PER_POOL`, and an eighth of its ``max_connections``."""
+    with _pins_lock:
+        count = _pinned.get(id(pool), 0)
+        if count >= min(PINNED_PER_POOL, pool.max_connections // 8):
+            return False
+        _pinned[id(pool)] = count + 1
+        return True
+
+
+def count_out(pool: Any) -> None:
+    """One link of ``pool`` fewer out (see :func:`count_in`)."""
     with _pins_lock:
         count = _pinned.pop(id(pool), 0) - 1
         if count > 0:
@@ -125,7 +137,7 @@ def _give_back_orphans() -> None:
         except IndexError:  # another thread took the last one
             return
         if pid == os.getpid():
-            _unpin(pool)
+            count_out(pool)
             pool.release(conn)
 
 
@@ -175,15 +187,12 @@ class Link:
             if spare.pid == os.getpid() and _quiet(spare.conn):
                 return spare  # counted already
             spare.give_back(closed=True)  # something to read on it (or another process's)
-        with _pins_lock:
-            count = _pinned.get(id(pool), 0)
-            if count >= min(PINNED_PER_POOL, pool.max_connections // 8):
-                return None
-            _pinned[id(pool)] = count + 1
+        if not count_in(pool):
+            return None
         try:
             conn = pool.get_connection()
         except BaseException:
-            _unpin(pool)
+            count_out(pool)
             raise
         return cls(pool, conn)
 
@@ -217,7 +226,7 @@ class Link:
             return
         if closed:
             conn.disconnect()
-        _unpin(self.pool)
+        count_out(self.pool)
         self.pool.release(conn)
 
     def __del__(self) -> None:
@@ -251,12 +260,7 @@ def blocking_pop(client: Any, key: bytes, budget: Optional[float], server_timeou
     if budget is not None and budget <= 0:
         return None
     if link is not None:
-        conn = link.conn
-        try:
-            return _pop_on(conn, key, budget, server_timeout)
-        except BaseException:
-            conn.disconnect()
-            raise
+        return _pop_on(link.conn, key, budget, server_timeout)
     pool = connection_pool_for(client, key)
     try:
         conn = pool.get_connection()
@@ -264,20 +268,23 @@ def blocking_pop(client: Any, key: bytes, budget: Optional[float], server_timeou
         conn = pool.get_connection("BLPOP")
     try:
         return _pop_on(conn, key, budget, server_timeout)
-    except BaseException:
-        conn.disconnect()
-        raise
     finally:
         pool.release(conn)
 
 
 def _pop_on(conn: Any, key: bytes, budget: Optional[float], server_timeout: float) -> Any:
-    wait = server_timeout + 1.0 if budget is None or budget >= server_timeout else budget
-    conn.send_command("BLPOP", key, server_timeout)
-    if not conn.can_read(timeout=wait):
+    """BLPOP on ``conn`` (see :func:`blocking_pop`); the connection is closed when the wait ends
+    without its reply read (the client-side deadline, an error, an interruption)."""
+    try:
+        wait = server_timeout + 1.0 if budget is None or budget >= server_timeout else budget
+        conn.send_command("BLPOP", key, server_timeout)
+        if not conn.can_read(timeout=wait):
+            conn.disconnect()
+            return None
+        reply = conn.read_response()
+    except BaseException:
         conn.disconnect()
-        return None
-    reply = conn.read_response()
+        raise
     return None if reply is None else reply[1]
 
 

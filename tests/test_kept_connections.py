@@ -20,6 +20,11 @@ def in_use(client: redis.Redis) -> int:
     return len(client.connection_pool._in_use_connections)
 
 
+def links_out(client) -> int:
+    """How many links of ``client``'s pool are out (sync or asyncio: see locks.count_in)."""
+    return locks_module._pinned.get(id(client.connection_pool), 0)
+
+
 def spare() -> locks_module.Link | None:
     """This thread's spare link: the connection of its last release, for its next acquire."""
     return getattr(locks_module._spare, "link", None)
@@ -127,7 +132,7 @@ def test_at_most_so_many_holds_per_pool_keep_their_connection(client, monkeypatc
     for lock in locks:
         lock.release()
     assert in_use(client) == 1  # the spare
-    assert locks_module._pinned[id(client.connection_pool)] == 1
+    assert links_out(client) == 1
     assert not client.keys("capped*")
 
 
@@ -222,7 +227,7 @@ def test_a_hold_dropped_without_release_gives_its_connection_back_at_the_next_ac
     other.release()
     drop_spare()
     assert in_use(client) == 0
-    assert locks_module._pinned.get(id(client.connection_pool), 0) == 0
+    assert links_out(client) == 0
 
 
 def test_the_spare_of_a_thread_that_ended_goes_back_at_the_next_acquire(client):
@@ -309,7 +314,7 @@ def test_an_asyncio_hold_keeps_its_connection_and_the_pool_keeps_it_as_spare(asy
         assert await lock.acquire(blocking=False)
         assert lock._state().link.conn is kept  # the spare, checked and reused
         await lock.release()
-        assert async_locks._async_pinned.get(id(client.connection_pool), 0) == 0
+        assert links_out(client) == 0
         await client.aclose()
 
     asyncio.run(scenario())
@@ -322,7 +327,6 @@ def test_an_asyncio_waiter_keeps_the_connection_it_waited_on_and_a_cancelled_one
     async def scenario() -> None:
         client, other = async_redis(), async_redis()
         await client.flushall()
-        pinned = lambda: async_locks._async_pinned.get(id(client.connection_pool), 0)  # noqa: E731
         holder = AsyncLock(other, "a:handed", timeout=5, thread_local=False)
         assert await holder.acquire()
         waiter = AsyncLock(client, "a:handed", timeout=5, thread_local=False)
@@ -332,10 +336,10 @@ def test_an_asyncio_waiter_keeps_the_connection_it_waited_on_and_a_cancelled_one
         await holder.release()
         assert await task
         link = waiter._state().link
-        assert link is not None and link.conn is not None and pinned() == 1
+        assert link is not None and link.conn is not None and links_out(client) == 1
         await waiter.release()
         assert await client.get("a:handed") is None
-        assert pinned() == 0 and async_locks._async_spares[client.connection_pool]() is not None
+        assert links_out(client) == 0 and async_locks._async_spares[client.connection_pool]() is not None
 
         # A waiter cancelled while queued leaves the queue and gives its connection back, closed.
         assert await holder.acquire()
@@ -343,12 +347,12 @@ def test_an_asyncio_waiter_keeps_the_connection_it_waited_on_and_a_cancelled_one
         pending = asyncio.create_task(cancelled.acquire(blocking_timeout=5))
         while not await client.zcard(cancelled.keys.queue):
             await asyncio.sleep(0.005)
-        assert pinned() == 1
+        assert links_out(client) == 1
         pending.cancel()
         with pytest.raises(asyncio.CancelledError):
             await pending
         assert await client.zcard(cancelled.keys.queue) == 0
-        assert pinned() == 0
+        assert links_out(client) == 0
         assert getattr(cancelled._state(), "link", None) is None
         await holder.release()
         assert await client.get("a:handed") is None
@@ -380,7 +384,6 @@ def test_an_asyncio_release_after_the_server_closed_the_kept_connection_goes_thr
 
 def test_the_sync_twin_of_an_asyncio_hold_does_not_take_its_connection(async_redis):
     from django_redis_coord.asyncio import Lock as AsyncLock
-    from django_redis_coord.asyncio import lock as async_locks
     from django_redis_coord.decorators import _sync_twin
     from django_redis_coord.shortcuts import AsyncSignallingLock
 
@@ -400,7 +403,7 @@ def test_the_sync_twin_of_an_asyncio_hold_does_not_take_its_connection(async_red
         other = AsyncLock(client, "a:twin-next", timeout=5)
         assert await other.acquire(blocking=False)
         await other.release()
-        assert async_locks._async_pinned.get(id(client.connection_pool), 0) == 0
+        assert links_out(client) == 0
         await client.aclose()
 
     asyncio.run(scenario())
@@ -430,12 +433,10 @@ def test_pools_of_event_loops_that_ended_go_away_with_their_spares(redis_server)
 
 def test_the_connection_of_a_task_that_ended_holding_goes_back_to_its_pool(async_redis):
     from django_redis_coord.asyncio import Lock as AsyncLock
-    from django_redis_coord.asyncio import lock as async_locks
 
     async def scenario() -> None:
         client = async_redis()
         await client.flushall()
-        pinned = lambda: async_locks._async_pinned.get(id(client.connection_pool), 0)  # noqa: E731
         lock = AsyncLock(client, "a:ended", timeout=5)  # a hold per task
 
         async def take_and_leave() -> None:
@@ -443,13 +444,13 @@ def test_the_connection_of_a_task_that_ended_holding_goes_back_to_its_pool(async
 
         for index in range(20):  # more than the pool lends: each must come back
             await asyncio.create_task(take_and_leave())
-            assert pinned() <= 1, index
+            assert links_out(client) <= 1, index
             await client.delete("a:ended")  # what its TTL would do
         other = AsyncLock(client, "a:ended-next", timeout=5)
         assert await other.acquire(blocking=False)
         assert other._state().link is not None  # the pool still lends one
         await other.release()
-        assert pinned() == 0
+        assert links_out(client) == 0
         await client.aclose()
 
     asyncio.run(scenario())
@@ -490,12 +491,10 @@ def test_a_burst_of_asyncio_holds_gives_its_connections_back_at_the_releases(asy
 
 def test_the_connection_of_a_task_that_ended_holding_goes_back_also_when_its_lock_is_gone(async_redis):
     from django_redis_coord.asyncio import Lock as AsyncLock
-    from django_redis_coord.asyncio import lock as async_locks
 
     async def scenario() -> None:
         client = async_redis()
         await client.flushall()
-        pinned = lambda: async_locks._async_pinned.get(id(client.connection_pool), 0)  # noqa: E731
 
         async def take_and_leave(index: int) -> None:
             assert await AsyncLock(client, f"a:gone{index}", timeout=5).acquire(blocking=False)
@@ -505,7 +504,7 @@ def test_the_connection_of_a_task_that_ended_holding_goes_back_also_when_its_loc
             await asyncio.sleep(0)  # the task's end callbacks
         next_lock = AsyncLock(client, "a:gone-next", timeout=5)
         assert await next_lock.acquire(blocking=False)
-        assert pinned() == 1  # the ended tasks' connections went back at this checkout
+        assert links_out(client) == 1  # the ended tasks' connections went back at this checkout
         await next_lock.release()
         await client.aclose()
 

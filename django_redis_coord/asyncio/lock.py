@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import threading
 import time
 import weakref
 from collections import deque
@@ -43,7 +42,7 @@ from ..exceptions import (
     LockLostError,
     LockNotOwnedError,
 )
-from ..locks import PINNED_PER_POOL, lends_links, marked_for_reconnection
+from ..locks import count_in, count_out, lends_links, marked_for_reconnection
 from ..scripts import async_scripts
 
 __all__ = ["Lock", "QueuedPrimitive"]
@@ -60,8 +59,6 @@ def connection_pool_for(client: Any, key: bytes) -> Any:
     return node  # a ClusterNode: acquire_connection()/release()
 
 
-_async_pins_lock = threading.Lock()
-_async_pinned: dict[int, int] = {}
 #: Each pool's spare connection (the one of its last release, for its next acquire), by weak
 #: reference: the pool keeps it alive (it counts it in use), and a pool whose event loop ended
 #: goes away with it (a redis-py connection may refer to its pool: a strong reference here would
@@ -71,23 +68,6 @@ _async_spares: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 #: close)``: links dropped without a release (their holds collected, their tasks ended, released
 #: through a sync twin), spares replaced by newer ones, spares whose check was interrupted.
 _async_orphans: deque = deque()
-
-
-def _count_in(pool: Any) -> bool:
-    """Count one more link out of ``pool``, unless as many as allowed are out (see the sync Link)."""
-    with _async_pins_lock:
-        count = _async_pinned.get(id(pool), 0)
-        if count >= min(PINNED_PER_POOL, pool.max_connections // 8):
-            return False
-        _async_pinned[id(pool)] = count + 1
-        return True
-
-
-def _count_out(pool: Any) -> None:
-    with _async_pins_lock:
-        count = _async_pinned.pop(id(pool), 0) - 1
-        if count > 0:
-            _async_pinned[id(pool)] = count
 
 
 async def _quiet(conn: Any) -> bool:
@@ -137,7 +117,7 @@ class AsyncLink:
         loop = asyncio.get_running_loop()
         if _async_orphans:
             await _give_back_async_orphans(loop)
-        if not _count_in(pool):
+        if not count_in(pool):
             return None
         spare_ref = _async_spares.pop(pool, None)
         spare = spare_ref() if spare_ref is not None else None
@@ -149,7 +129,7 @@ class AsyncLink:
                 _orphan(pool, conn, loop, False, True)
             return cls(pool, await pool.get_connection(), loop)
         except BaseException:
-            _count_out(pool)
+            count_out(pool)
             if spare is not None:  # its check was interrupted: closed and given back later
                 _orphan(pool, spare, loop, False, True)
             raise
@@ -167,7 +147,7 @@ class AsyncLink:
         conn, self.conn = self.conn, None
         if conn is None:
             return
-        _count_out(self.pool)
+        count_out(self.pool)
         older_ref = _async_spares.get(self.pool)
         older = older_ref() if older_ref is not None else None
         _async_spares[self.pool] = weakref.ref(conn)
@@ -186,7 +166,7 @@ class AsyncLink:
         conn, self.conn = self.conn, None
         if conn is None:
             return
-        _count_out(self.pool)
+        count_out(self.pool)
         if closed:
             await _close_and_release(self.pool, conn)
         else:
@@ -223,10 +203,10 @@ async def _give_back_async_orphans(loop: Any) -> None:
                 _async_orphans.append(entry)
                 raise
             if counted:
-                _count_out(pool)
+                count_out(pool)
         elif owner.is_closed():
             if counted:
-                _count_out(pool)
+                count_out(pool)
         else:
             _async_orphans.append(entry)
 
