@@ -680,6 +680,12 @@ class LockBase(ReleaseOnExit, QueuedBase):
         return local.token == token and getattr(local, "fence", None) == fence
 
     @staticmethod
+    def _unpin(local: Any) -> Any:
+        """Take the connection kept by the hold ``local`` (a ``Link`` or ``AsyncLink`` of the
+        flavour) off it: the caller releases on it, or gives it up."""
+        return vars(local).pop("link", None)
+
+    @staticmethod
     def _forget_hold(local: Any) -> None:
         """The hold ``local`` ended: nothing is held through it any more."""
         local.token = None

@@ -483,11 +483,8 @@ class _Release:
         return True
 
     def __call__(self) -> None:
-        try:
-            self._pending.pop()  # as _claim()
-        except IndexError:
-            return
-        _release_logged(self.primitive)
+        if self._claim():
+            _release_logged(self.primitive)
 
 
 def _log_release_failure(primitive: Any, exc: BaseException) -> None:

@@ -514,11 +514,6 @@ class Lock(QueuedPrimitive, LockBase):
         if lost:
             raise LockLostError("The lock was lost before it was released", lock_name=self.name)
 
-    @staticmethod
-    def _unpin(local: Any) -> Optional[Link]:
-        """Take the connection kept by the hold ``local`` off it (the caller releases on it)."""
-        return vars(local).pop("link", None)
-
     def do_release(self, token: bytes, link: Optional[Link] = None) -> None:
         script = self.scripts.get(self.redis, "lock_release")
         conn = link.for_release() if link is not None else None

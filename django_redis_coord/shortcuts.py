@@ -238,10 +238,7 @@ class SignallingLock(SyncSignalling, CoreLock):
     """:class:`django_redis_coord.locks.Lock` sending the signals of :mod:`django_redis_coord.signals`."""
 
     def do_acquire(self, *args: Any, **kwargs: Any) -> Any:
-        grant = super().do_acquire(*args, **kwargs)
-        if not grant.acquired:  # as _note_refusal, on the path of every acquire
-            self._state().holder_pttl = grant.pttl
-        return grant
+        return self._note_refusal(super().do_acquire(*args, **kwargs))
 
     def do_cancel(self, *args: Any, **kwargs: Any) -> Any:
         return self._note_refusal(super().do_cancel(*args, **kwargs))

@@ -303,7 +303,7 @@ def _ended_holding(lock_ref: Any, hold: Any, token: bytes, task: asyncio.Future)
     more.  Say so, and stop renewing it, so that its TTL ends it."""
     if getattr(hold, "token", None) != token:
         return
-    link = vars(hold).pop("link", None)
+    link = LockBase._unpin(hold)
     if link is not None:  # nothing will release on it: the pool gets it back
         link.drop()
     lock = lock_ref()
@@ -541,11 +541,6 @@ class Lock(QueuedPrimitive, LockBase):
         local = self._state()
         self._detach(local)
         return self._release_hold(local, local.token, self._unpin(local), getattr(local, "fence", None))
-
-    @staticmethod
-    def _unpin(local: Any) -> Optional[AsyncLink]:
-        """Take the connection kept by the hold ``local`` off it (the caller releases on it)."""
-        return vars(local).pop("link", None)
 
     def _detach(self, local: Any) -> None:
         """Take the hold ``local`` out of the watchdog and off its task's end (before it is released)."""
