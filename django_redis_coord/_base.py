@@ -453,11 +453,12 @@ class QueuedBase:
         """What the watchdog resets the TTL to on each renewal."""
         return self._ttl_ms
 
-    def queue_renewal(self, pipe: Any, token: bytes) -> None:
-        """Add a renewal of the hold ``token`` to a pipeline (used by the watchdog; it also claims
-        the full TTL of a provisional hand-off)."""
+    def queue_renewal(self, pipe: Any, token: bytes, claim: bool = False) -> None:
+        """Add a renewal of the hold ``token`` to a pipeline (used by the watchdog).  ``claim``: the
+        claim of a provisional hand-off's full TTL, which leaves a hold its holder extended (or
+        reset) since its grant as it is (a renewal resets it)."""
         script = self.scripts.get(self.redis, self.extend_script)
-        mode = "replace" if self._ttl_ms else "persist"
+        mode = "claim" if claim else "replace" if self._ttl_ms else "persist"
         queue_script(pipe, script, self.extend_keys(), self.extend_args(token, self._ttl_ms, mode))
 
     def check_extendable(self, action: str) -> None:

@@ -493,8 +493,9 @@ class RedlockBase(ReleaseOnExit):
     def renew_ttl_ms(self) -> int:
         return self._ttl_ms
 
-    def queue_renewal(self, pipe: Any, token: bytes) -> None:
-        """Add the renewal of hold ``token`` to a watchdog batch (see ``self.redis``)."""
+    def queue_renewal(self, pipe: Any, token: bytes, claim: bool = False) -> None:
+        """Add the renewal of hold ``token`` to a watchdog batch (see ``self.redis``); a Redlock
+        grants no provisional holds, so there is nothing to ``claim``."""
         pipe.add(token)
 
     # -- watchdog batch -----------------------------------------------------------------------

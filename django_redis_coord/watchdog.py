@@ -223,7 +223,7 @@ class Watchdog:
         try:
             pipe = batch[0].owner.redis.pipeline(transaction=False)
             for hold in batch:
-                hold.owner.queue_renewal(pipe, hold.token)
+                hold.owner.queue_renewal(pipe, hold.token, hold.once)
             sent_at = time.monotonic()
             replies = pipe.execute(raise_on_error=False)
         except Exception as exc:  # connection refused, timeout, ...
@@ -324,7 +324,7 @@ class AsyncWatchdog:
         try:
             pipe = client.pipeline(transaction=False)
             for hold in batch:
-                hold.owner.queue_renewal(pipe, hold.token)
+                hold.owner.queue_renewal(pipe, hold.token, hold.once)
             replies = await pipe.execute(raise_on_error=False)
         except Exception as exc:
             replies = [exc] * len(batch)

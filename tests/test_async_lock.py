@@ -404,3 +404,34 @@ if sys.version_info >= (3, 11):  # Task.cancelling(): the cancellation is still 
             await client.aclose()
 
         run(scenario())
+
+
+def test_the_claim_of_a_provisional_hand_off_keeps_an_extend_made_before_it(async_redis):
+    from django_redis_coord.watchdog import async_watchdog
+
+    async def waiter_task(client):
+        waiter = Lock(client, "a:claim-extended", timeout=30, waiter_lease=0.6)
+        assert await waiter.acquire(blocking_timeout=5)
+        assert await client.pttl("a:claim-extended") <= 1_200  # two waiter leases, until claimed
+        assert await waiter.extend(60)  # before the claim, due 0.3 s after the grant
+        dog = async_watchdog()
+        stop_at = time.monotonic() + 5
+        while any(hold.owner is waiter for hold in list(dog._holds.values())):
+            assert time.monotonic() < stop_at, "the claim never went out"
+            await asyncio.sleep(0.01)
+        assert await client.pttl("a:claim-extended") > 55_000  # not cut back to the 30 s timeout
+        assert waiter.valid and waiter.deadline - time.monotonic() > 55
+        await waiter.release()
+
+    async def scenario():
+        client = async_redis()
+        holder = Lock(client, "a:claim-extended", timeout=30)
+        assert await holder.acquire()
+        waiting = asyncio.create_task(waiter_task(client))
+        while not await client.zcard(keys_for(b"a:claim-extended").queue):
+            await asyncio.sleep(0.005)
+        await holder.release()
+        await waiting
+        await client.aclose()
+
+    run(scenario())

@@ -287,6 +287,25 @@ def test_a_provisional_hand_off_is_claimed_in_the_background(redis_client):
     assert waiter.release("second")
 
 
+def test_the_claim_of_a_provisional_hand_off_keeps_an_extend_made_before_it(redis_client):
+    holder = Semaphore(redis_client, "claim-extended", limit=1, timeout=5)
+    assert holder.acquire("first")
+    waiter = Semaphore(redis_client, "claim-extended", limit=1, timeout=5, waiter_lease=0.6)
+    thread = threading.Thread(target=lambda: waiter.acquire("second", blocking=True, blocking_timeout=5))
+    thread.start()
+    _wait_for(lambda: redis_client.zcard(holder.keys.queue) == 1)
+    assert holder.release("first")
+    thread.join(10)
+    permit = waiter.permit("second")
+    assert permit.deadline - time.monotonic() <= 1.2  # two waiter leases, until claimed
+    assert waiter.extend(60, identity="second")  # before the claim, due 0.3 s after the grant
+    dog = sync_watchdog()
+    _wait_for(lambda: not dog._arriving and all(hold.owner is not waiter for hold in list(dog._holds.values())))
+    assert permit.valid and permit.deadline - time.monotonic() > 55  # not cut back to the 5 s timeout
+    assert semaphore_holders(redis_client, "claim-extended")[0].ttl_ms > 55_000
+    assert waiter.release("second")
+
+
 def test_a_claim_coming_due_while_a_permit_is_released_does_not_declare_it_lost(redis_client, monkeypatch):
     lost = []
     holder = Semaphore(redis_client, "claim-race", limit=1, timeout=5)

@@ -145,6 +145,33 @@ def _handed_over(redis_client, name: str, **kwargs) -> Lock:
     return waiter
 
 
+def _claimed(owner) -> bool:
+    """Whether the watchdog is done with ``owner``'s holds (a provisional hand-off's claim went out)."""
+    from django_redis_coord.watchdog import sync_watchdog
+
+    dog = sync_watchdog()
+    return not dog._arriving and all(hold.owner is not owner for hold in list(dog._holds.values()))
+
+
+def test_the_claim_of_a_provisional_hand_off_keeps_an_extend_made_before_it(redis_client):
+    waiter = _handed_over(redis_client, "claim-extended", waiter_lease=0.6)
+    assert redis_client.pttl("claim-extended") <= 1_200  # two waiter leases, until claimed
+    assert waiter.extend(60)  # a minute on top of them, before the claim (due 0.3 s after the grant)
+    _wait_for(lambda: _claimed(waiter), timeout=5)
+    assert redis_client.pttl("claim-extended") > 55_000  # not cut back to the 30 s timeout
+    assert waiter.valid and waiter.deadline - time.monotonic() > 55
+    waiter.release()
+
+
+def test_the_claim_of_a_provisional_hand_off_keeps_a_ttl_its_holder_replaced(redis_client):
+    waiter = _handed_over(redis_client, "claim-replaced", waiter_lease=0.6)
+    assert waiter.extend(5, replace_ttl=True)  # shorter than the 30 s timeout: the holder's choice
+    _wait_for(lambda: _claimed(waiter), timeout=5)
+    assert 3_000 < redis_client.pttl("claim-replaced") <= 5_000
+    assert waiter.valid and waiter.deadline - time.monotonic() <= 5
+    waiter.release()
+
+
 def test_a_claim_due_after_the_watchdogs_next_look_is_taken_in_without_waking_it(redis_client):
     from django_redis_coord.watchdog import LOOK_EVERY, sync_watchdog
 

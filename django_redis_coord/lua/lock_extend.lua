@@ -1,13 +1,21 @@
 -- Change the expiry of a lock held with ARGV[1].
 -- KEYS[1] name   KEYS[2] meta hash   KEYS[3] registry
--- ARGV[1] token   ARGV[2] milliseconds   ARGV[3] "add" (to the remaining time), "replace" or
--- "persist" (no expiry)   ARGV[4] registry member   ARGV[5] metadata retention ms
+-- ARGV[1] token   ARGV[2] milliseconds   ARGV[3] "add" (to the remaining time), "replace",
+-- "persist" (no expiry) or "claim" (of a provisional hand-off: "replace", or "persist" when ARGV[2]
+-- is 0; nothing changes once the hold was claimed or extended)   ARGV[4] registry member
+-- ARGV[5] metadata retention ms
 -- Returns the new remaining time in ms (-1: no expiry), -2 when the caller does not hold the
 -- lock, -3 when asked to add time to a lock that has no expiry.
 local name, meta, registry = KEYS[1], KEYS[2], KEYS[3]
 local token, ms, mode, member, retention = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5])
 if redis.call('GET', name) ~= token then
   return -2
+end
+if mode == 'claim' then
+  if redis.call('HGET', meta, 'claim') ~= '1' then
+    return redis.call('PTTL', name)  -- claimed, or extended or reset by its holder meanwhile: kept
+  end
+  if ms > 0 then mode = 'replace' else mode = 'persist' end
 end
 local now_ms = server_now()
 redis.call('HSET', meta, 'claim', '0')

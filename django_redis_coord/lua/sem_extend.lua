@@ -1,7 +1,8 @@
 -- Change the lease of the permit held with ARGV[1] (also claims a provisional hand-off).
 -- KEYS[1] permits zset   KEYS[2] meta hash   KEYS[3] registry
--- ARGV[1] token   ARGV[2] milliseconds   ARGV[3] "add" (to the remaining time), "replace" or
--- "persist" (no expiry)   ARGV[4] registry member
+-- ARGV[1] token   ARGV[2] milliseconds   ARGV[3] "add" (to the remaining time), "replace",
+-- "persist" (no expiry) or "claim" (of a provisional hand-off: "replace", or "persist" when ARGV[2]
+-- is 0; nothing changes once the permit was claimed or extended)   ARGV[4] registry member
 -- Returns the new remaining time in ms (-1: no expiry), -2 when the token holds no live permit,
 -- -3 when asked to add time to a permit that has no expiry.
 local permits, meta, registry = KEYS[1], KEYS[2], KEYS[3]
@@ -17,6 +18,13 @@ if left and left <= 0 then
   sem_reclaim(permits, meta, now_ms)
   sem_publish(permits, registry, member, nil)
   return -2
+end
+if mode == 'claim' then
+  local _, _, provisional = sem_record(redis.call('HGET', meta, 'p:' .. token) or '0 0 0 {}')
+  if provisional ~= 1 then
+    return left or -1  -- claimed, or extended or reset by its holder meanwhile: kept
+  end
+  if ms > 0 then mode = 'replace' else mode = 'persist' end
 end
 local new_ttl = ms
 if mode == 'persist' then
