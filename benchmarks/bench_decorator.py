@@ -14,7 +14,7 @@ its own, to one keep-alive connection; the server process times each request fro
 application call to the end of the response's ``close()`` (where the release runs).
 
 The asyncio path (an ``async def`` view under ``AsyncClient``, the asyncio client) is measured the
-same way as the sync view under the test client.
+same way as the sync view under the test client, with its own floor and two-``PING`` views.
 """
 
 from __future__ import annotations
@@ -148,6 +148,34 @@ async def async_plain_view(request: Any) -> Any:
     return HttpResponse(b"ok", headers={"Content-Length": "2"})
 
 
+async def async_two_pings_view(request: Any) -> Any:
+    """The async view plus two PINGs on the asyncio client: two round trips made where the
+    lock's acquire is made (the in-view round trip of the async figures)."""
+    from django_redis_coord.connection import get_async_client
+
+    client = get_async_client()
+    await client.ping()
+    await client.ping()
+    return await async_plain_view(request)
+
+
+async def async_floor_view(request: Any) -> Any:
+    """The async view under the floor lock, split as ``@locked``'s async path is: ``SET NX PX`` on
+    the asyncio client before the view, the compare-and-delete script on the sync client when the
+    response is closed (``AsyncClient`` closes it in a worker thread)."""
+    from django.http import HttpResponse
+
+    from django_redis_coord.connection import get_async_client, get_client
+
+    token = os.urandom(16)
+    if not await get_async_client().set(FLOOR_KEY, token, nx=True, px=10000):
+        return HttpResponse(b"held", status=409)
+    response = await async_plain_view(request)
+    release = _floor_release(get_client())
+    response._resource_closers.append(functools.partial(release, keys=[FLOOR_KEY], args=[token]))
+    return response
+
+
 urlpatterns: list[Any] = []
 
 
@@ -170,6 +198,8 @@ def _setup(url: str) -> Any:
                 path("floor/", floor_view),
                 path("aplain/", async_plain_view),
                 path("alocked/", locked("bench:aview", timeout=10)(async_plain_view)),
+                path("atwo-pings/", async_two_pings_view),
+                path("afloor/", async_floor_view),
             ]
         )
     if not settings.configured:
@@ -485,7 +515,12 @@ def _in_units(added_us: float, in_view_us: float, ping_us: float) -> str:
             f"round trips")
 
 
-async def _async_round(count: int) -> tuple[float, float, float]:
+ASYNC_PATHS = ("/aplain/", "/alocked/", "/atwo-pings/", "/afloor/")
+
+
+async def _async_round(count: int, round_index: int) -> tuple[dict[str, float], float]:
+    """One round of the async views under ``AsyncClient``: the median of each path (the paths take
+    turns as in :func:`_interleaved`), and the median ``PING`` on the asyncio client."""
     from django.test import AsyncClient
 
     from django_redis_coord.connection import get_async_client
@@ -493,26 +528,27 @@ async def _async_round(count: int) -> tuple[float, float, float]:
     client = AsyncClient()
     redis_client = get_async_client()
     clock = time.perf_counter_ns
-    for path in ("/aplain/", "/alocked/"):
+    for path in ASYNC_PATHS:
         for _ in range(20):
             await client.get(path)
-    medians = []
-    for path in ("/aplain/", "/alocked/"):
-        samples = []
-        for _ in range(count):
+    rng = random.Random(round_index)
+    order = list(ASYNC_PATHS)
+    samples: dict[str, list[float]] = {path: [] for path in ASYNC_PATHS}
+    for _ in range(count):
+        rng.shuffle(order)
+        for path in order:
             start = clock()
             response = await client.get(path)
-            samples.append((clock() - start) / 1000.0)
+            samples[path].append((clock() - start) / 1000.0)
             if response.status_code != 200:
                 raise RuntimeError(f"{path} answered {response.status_code}")
-        medians.append(statistics.median(samples))
     pings = []
     for _ in range(count):
         start = clock()
         await redis_client.ping()
         pings.append((clock() - start) / 1000.0)
     await redis_client.aclose()
-    return medians[0], medians[1], statistics.median(pings)
+    return {path: statistics.median(values) for path, values in samples.items()}, statistics.median(pings)
 
 
 def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
@@ -699,21 +735,39 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
         )
 
         # -- asyncio ----------------------------------------------------------------------------
-        results = [asyncio.run(_async_round(sizes.async_requests)) for _ in range(sizes.async_rounds)]
-        a_plain = statistics.median(r[0] for r in results)
-        a_locked = statistics.median(r[1] for r in results)
-        a_ping = statistics.median(r[2] for r in results)
-        a_added = statistics.median(r[1] - r[0] for r in results)
-        section.figure("async.plain_p50_us", a_plain, "undecorated async view, median (us)")
-        section.figure("async.locked_p50_us", a_locked, "@locked async view, median (us)")
+        results = [asyncio.run(_async_round(sizes.async_requests, index)) for index in range(sizes.async_rounds)]
+
+        def a_median(path: str) -> float:
+            return statistics.median(r[0][path] for r in results)
+
+        def a_added(path: str) -> float:
+            return statistics.median(r[0][path] - r[0]["/aplain/"] for r in results)
+
+        a_ping = statistics.median(r[1] for r in results)
+        a_in_view = a_added("/atwo-pings/") / 2
+        added_locked, added_floor = a_added("/alocked/"), a_added("/afloor/")
+        section.figure("async.plain_p50_us", a_median("/aplain/"), "undecorated async view, median (us)")
+        section.figure("async.locked_p50_us", a_median("/alocked/"), "@locked async view, median (us)")
         section.figure("async.ping_rtt_us", a_ping, "PING round trip through the asyncio client (us)")
-        section.figure("async.added_in_round_trips", a_added / a_ping, "added latency / PING round trip")
-        section.check("async: added latency in round trips", a_added / a_ping, "<=", TARGET_ROUND_TRIPS)
+        section.figure("async.in_view_rtt_us", a_in_view, "half of what two PINGs add to the async view (us)")
+        section.figure("async.added_in_round_trips", added_locked / a_ping, "added latency / tight-loop PING")
+        section.figure("async.added_in_view_round_trips", added_locked / a_in_view,
+                       "added latency / in-view round trip")
+        section.figure("async.floor_added_in_view_round_trips", added_floor / a_in_view,
+                       "the floor's added latency / in-view round trip")
+        section.check("async: added latency in round trips (tight-loop PING)", added_locked / a_ping, "<=",
+                      TARGET_ROUND_TRIPS)
+        section.check("async: added latency in round trips (PING inside a view)", added_locked / a_in_view, "<=",
+                      TARGET_ROUND_TRIPS)
         section.table(
             ["async view (AsyncClient)", "p50 us", "added"],
-            [["undecorated", a_plain, ""],
-             ["@locked", a_locked, f"+{a_added:.1f} us = {a_added / a_ping:.2f} round trips"],
-             ["PING", a_ping, "one round trip"]],
+            [["undecorated", a_median("/aplain/"), ""],
+             ["@locked", a_median("/alocked/"), _in_units(added_locked, a_in_view, a_ping)],
+             ["floor: SET NX PX (asyncio client) + compare-and-delete script (sync, at close)",
+              a_median("/afloor/"), _in_units(added_floor, a_in_view, a_ping)],
+             ["view + 2 PINGs (asyncio client)", a_median("/atwo-pings/"),
+              f"+{2 * a_in_view:.1f} us = two round trips in a view"],
+             ["PING (asyncio client)", a_ping, "one round trip (tight loop)"]],
         )
         section.text(
             "*Floor* is the same view under the smallest Redis lock written with plain redis-py and no "
@@ -745,7 +799,9 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
             "the client wrote: one EVALSHA to acquire and one to release.  The async view's release runs "
             "when the response is closed, which `AsyncClient` does in a worker thread: that thread "
             "releases it with the sync client (no hop back to the event loop), so the figure has one "
-            "acquire on the asyncio client and one release on the sync one."
+            "acquire on the asyncio client and one release on the sync one; the async floor is split the "
+            "same way.  Its in-view round trip is half of what two `PING`s on the asyncio client add to the "
+            "async view."
         )
     finally:
         if override is not None:
