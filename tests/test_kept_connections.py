@@ -394,14 +394,29 @@ def test_the_sync_twin_of_an_asyncio_hold_does_not_take_its_connection(async_red
         assert isinstance(lock, AsyncLock)
         assert await lock.acquire(blocking=False)
         assert lock._state().link is not None
+        kept = lock._state().link.conn
         twin = await asyncio.to_thread(_sync_twin, lock)  # as when a thread closes the response
         assert "link" not in vars(twin._state()) and "link" not in vars(lock._state())
         assert twin._state().token == lock._state().token
         await asyncio.to_thread(twin.release)  # released from a thread, through the sync pool
         assert await client.get("a:twin") is None
-        # The asyncio hold's connection went back to its pool from its loop, at the next checkout.
+        # The asyncio hold's connection is taken back on its loop at the next checkout, as the
+        # pool's spare: that acquire goes out on it, with no give-back and checkout in between.
+        pool = client.connection_pool
+        pool_calls = []
+        for method in ("get_connection", "release"):
+            original = getattr(pool, method)
+
+            async def counted(*args, _original=original, _method=method, **kwargs):
+                pool_calls.append(_method)
+                return await _original(*args, **kwargs)
+
+            setattr(pool, method, counted)
         other = AsyncLock(client, "a:twin-next", timeout=5)
         assert await other.acquire(blocking=False)
+        assert other._state().link.conn is kept
+        assert pool_calls == []
+        assert async_in_use(client) == 1
         await other.release()
         assert links_out(client) == 0
         await client.aclose()

@@ -148,8 +148,7 @@ class AsyncLink:
         if conn is None:
             return
         count_out(self.pool)
-        older_ref = _async_spares.get(self.pool)
-        older = older_ref() if older_ref is not None else None
+        older = _spare_of(self.pool)
         _async_spares[self.pool] = weakref.ref(conn)
         if older is not None:
             _orphan(self.pool, older, self.loop, False, False)
@@ -177,6 +176,12 @@ class AsyncLink:
             _orphan(self.pool, self.conn, self.loop, True, False)
 
 
+def _spare_of(pool: Any) -> Any:
+    """The spare connection kept for ``pool``, or ``None``."""
+    ref = _async_spares.get(pool)
+    return ref() if ref is not None else None
+
+
 async def _close_and_release(pool: Any, conn: Any) -> None:
     try:
         await conn.disconnect()
@@ -187,14 +192,21 @@ async def _close_and_release(pool: Any, conn: Any) -> None:
 
 async def _give_back_async_orphans(loop: Any) -> None:
     """Give back the orphans of ``loop`` (the running one), forget those of loops that ended and
-    leave those of other loops to them."""
+    leave those of other loops to them.  A clean one (not to be closed) of a pool that has no
+    spare becomes its spare instead: a hold released from another thread (``@locked``'s release
+    of an async view, run where the response is closed) leaves its connection for the next acquire
+    as a release on the loop does."""
     for _ in range(len(_async_orphans)):
         try:
             entry = _async_orphans.popleft()
         except IndexError:
             return
         pool, conn, owner, counted, close = entry
-        if owner is loop:
+        if owner is loop and not close and _spare_of(pool) is None:
+            if counted:
+                count_out(pool)
+            _async_spares[pool] = weakref.ref(conn)  # checked before use, as every spare
+        elif owner is loop:
             try:
                 await (_close_and_release(pool, conn) if close else pool.release(conn))
             except Exception:
