@@ -65,7 +65,7 @@ import secrets
 import string
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 from urllib.parse import quote
@@ -146,6 +146,14 @@ _QUOTE_NEVER_ENCODES = "-_.~"
 
 #: Names a view's key template may use besides the view's own arguments.
 VIEW_NAMES = frozenset({"request", "user", "query", "headers", "args", "kwargs", "view"})
+#: View names that hold many values: a template names one of them (``{query[page]}``).
+_NAMED_VALUES = frozenset({"query", "headers"})
+
+
+def _whole_values_message(template: str, root: str) -> str:
+    return (f"The lock key {template!r} uses {{{root}}} whole: it holds many values, name one "
+            f"(e.g. {{{root}[{'page' if root == 'query' else 'X-Tenant'}]}}); as a whole it would give "
+            "every request a key of its own.")
 
 _DEFAULT: Any = object()
 #: What :meth:`Locked._unavailable` returns when the call goes ahead without the lock.
@@ -224,6 +232,15 @@ class _RequestValues(Mapping):
     def __len__(self) -> int:
         return len(self.source)
 
+    def __format__(self, spec: str) -> str:
+        """Used whole in a template (``{query}``; refused when decorating unless the function has
+        an argument of that name): no key of its own per request."""
+        raise KeyTemplateError(_whole_values_message(self.template, "query" if self.what == "query parameter"
+                                                     else "headers"))
+
+    def __str__(self) -> str:  # ``{query!s}``
+        return self.__format__("")
+
 
 class _Formatter(string.Formatter):
     """Fills a template from a namespace, percent-encoding each value and refusing empty ones."""
@@ -285,6 +302,8 @@ class KeyTemplate:
         #: The names the template uses that a view's call provides among its arguments (not the
         #: names every view offers, :data:`VIEW_NAMES`).
         self.argument_roots: tuple[str, ...] = ()
+        #: The names used whole, with no attribute or index after them (``{user}``, not ``{user.pk}``).
+        self.bare_roots: frozenset[str] = frozenset()
         #: The template's fields, parsed once (see :meth:`render`); ``None``: filled by the
         #: formatter as it parses.
         self._fields: Optional[list[_Field]] = None
@@ -299,7 +318,7 @@ class KeyTemplate:
             raise InvalidLockArgumentType(f"A lock key must be a str template or a callable, not {type(key).__name__}")
         if not key:
             raise KeyTemplateError("A lock key template must not be empty.")
-        roots = set()
+        roots, bare = set(), set()
         try:
             parsed = list(string.Formatter().parse(key))
         except ValueError as exc:
@@ -329,23 +348,30 @@ class KeyTemplate:
             if spec and "{" in spec:
                 raise KeyTemplateError(f"The lock key {key!r} nests a field in a format spec.")
             roots.add(root)
+            if field == root:
+                bare.add(root)
         self.template = key
         self.roots = frozenset(roots)
+        self.bare_roots = frozenset(bare)
         self.fixed = not roots
         self.argument_roots = tuple(sorted(self.roots - VIEW_NAMES))
         self.safe = "".join(char for char in SAFE_CHARS if char not in between)
         self._formatter = _Formatter(key, self.safe)
         self._fields = _parsed_fields(parsed)
 
-    def check_against(self, func: Callable[..., Any], *, view_names: bool) -> None:
-        """Refuse, when decorating, names that ``func`` can never provide."""
+    def check_against(self, func: Callable[..., Any], *, view_names: bool, extra: Iterable[str] = ()) -> None:
+        """Refuse, when decorating, names that ``func`` can never provide (``extra``: names given
+        by ``params``), and the view's query parameters or headers used whole."""
         self.signature = _signature(func) if self.roots else None
         if self.callable is not None or self.signature is None:
             return
         params = self.signature.parameters
+        whole = sorted(name for name in self.bare_roots & _NAMED_VALUES if name not in params)
+        if view_names and whole:
+            raise KeyTemplateError(_whole_values_message(self.template, whole[0]))
         if any(p.kind is p.VAR_KEYWORD for p in params.values()):
             return
-        known = set(params) | (VIEW_NAMES if view_names else set())
+        known = set(params) | set(extra) | (VIEW_NAMES if view_names else set())
         unknown = sorted(self.roots - known)
         if unknown:
             names = ", ".join(sorted(n for n in params if n not in ("self", "cls")))
@@ -485,6 +511,30 @@ class _Release:
     def __call__(self) -> None:
         if self._claim():
             _release_logged(self.primitive)
+
+
+def _release_at_close(response: HttpResponseBase, request: HttpRequest, release: Callable[[], None]) -> None:
+    """Release when ``response`` is closed, or at the latest when Django closes ``request``.
+
+    A middleware may answer with another response and never close the view's (Django's
+    ``ConditionalGetMiddleware`` turns it into a 304, ``CommonMiddleware`` a 404 into a redirect);
+    the handler adds ``request.close`` to the closers of the response it sends, whichever it is,
+    so the hold ends with that one.  A release runs once, whichever comes first."""
+    response._resource_closers.append(release)
+    pending = request.__dict__.get("_coord_releases")
+    if pending is None:
+        pending = request._coord_releases = []  # type: ignore[attr-defined]
+        close = request.close
+
+        def close_releasing() -> None:
+            try:
+                while pending:
+                    pending.pop()()
+            finally:
+                close()
+
+        request.close = close_releasing  # type: ignore[method-assign]
+    pending.append(release)
 
 
 def _log_release_failure(primitive: Any, exc: BaseException) -> None:
@@ -749,6 +799,14 @@ class Locked:
             raise InvalidLockArgumentType("params must be a mapping", lock_name=key)
         if label is not None and not isinstance(label, str):
             raise InvalidLockArgumentType("label must be a str", lock_name=key)
+        for option, value in (("auto_renew", auto_renew), ("fail_open", fail_open)):
+            if value is not None and not isinstance(value, bool):  # "false" would read as true
+                raise InvalidLockArgumentType(f"{option} must be True, False or None, not {value!r}", lock_name=key)
+        if not isinstance(rollback_on_loss, bool):
+            raise InvalidLockArgumentType(f"rollback_on_loss must be True or False, not {rollback_on_loss!r}",
+                                          lock_name=key)
+        if using is not None and not isinstance(using, str):
+            raise InvalidLockArgumentType(f"using must be a database alias (a str), not {using!r}", lock_name=key)
         if auto_renew and timeout is None:
             raise InvalidLockArgument("auto_renew needs a timeout to renew", lock_name=key)
         self.key = key
@@ -950,7 +1008,10 @@ class Locked:
             return self._decorate_class(target)
         if not callable(target):
             raise InvalidLockArgumentType(f"@locked decorates a function or a class, not {type(target).__name__}")
-        return self._decorate(target, _dotted(target))
+        # A class-based view's as_view() is a function of Django's, the same for every class:
+        # named after its class, as when the class itself is decorated.
+        view_class = getattr(target, "view_class", None)
+        return self._decorate(target, _dotted(view_class if isinstance(view_class, type) else target))
 
     def _decorate_class(self, cls: type) -> type:
         dispatch = getattr(cls, "dispatch", None)
@@ -963,12 +1024,16 @@ class Locked:
     def _decorate(self, func: Callable[..., Any], default_name: str, *, force_async: bool = False) -> Any:
         self._check_redlock_settings()
         key = KeyTemplate(self.key, default_name)
-        key.check_against(func, view_names=True)
+        key.check_against(func, view_names=True, extra=self.params)
         label = self.label or default_name
         is_async = force_async or iscoroutinefunction(func)
         if is_async and self.rollback_on_loss:
             raise ImproperlyConfigured(
                 f"rollback_on_loss needs a sync view: Django's transactions are sync-only ({default_name})."
+            )
+        if not is_async and iscoroutinefunction(self.handler):
+            raise ImproperlyConfigured(
+                f"The contention handler {self.handler!r} is async, and {default_name} is sync: give it a sync one."
             )
         if is_async:
 
@@ -1008,6 +1073,9 @@ class Locked:
                         "(is AuthenticationMiddleware installed?)."
                     )
                 user = request.user
+            if "user" in key.bare_roots and getattr(user, "is_anonymous", False):
+                # str() of every anonymous user is the same: they would all share one key.
+                raise MissingKeyValue(f"The lock key {key.template!r} uses {{user}}, and the request is anonymous.")
             namespace["user"] = user
         if "query" in roots:
             namespace["query"] = _RequestValues(request.GET, "query parameter", key.template)
@@ -1117,7 +1185,7 @@ class Locked:
         finally:
             _current.reset(token)
         if request is not None and isinstance(result, HttpResponseBase):
-            result._resource_closers.append(release)
+            _release_at_close(result, request, release)
         else:
             release()
         return result
@@ -1160,7 +1228,7 @@ class Locked:
         if request is not None and isinstance(result, HttpResponseBase):
             if getattr(result, "streaming", False) and getattr(result, "is_async", False):
                 result.streaming_content = _released_after(result.streaming_content, release)  # type: ignore
-            result._resource_closers.append(release)
+            _release_at_close(result, request, release)
         else:
             await release.arelease()
         return result

@@ -685,3 +685,138 @@ def test_async_response_closed_from_a_worker_thread_releases_once(redis_client, 
         assert end["sender"] is start["sender"] and end["instance"] is start["instance"]
     assert [event["instance"] for event in acquired] == holds
     assert not holds[0].valid and holds[0].fence is None
+
+
+# -- responses replaced by a middleware, class-based view names, checked options ------------------
+class _URLConf:
+    def __init__(self, *patterns) -> None:
+        self.urlpatterns = list(patterns)
+
+
+@locked("etag-view", timeout=30)
+def _etag_view(request):
+    from django.http import HttpResponse
+
+    response = HttpResponse(b"same body")
+    response["ETag"] = '"v1"'
+    return response
+
+
+def test_a_response_a_middleware_replaces_still_releases_when_the_request_ends(redis_client):
+    from django.urls import path
+
+    with override_settings(ROOT_URLCONF=_URLConf(path("etag/", _etag_view)),
+                           MIDDLEWARE=["django.middleware.http.ConditionalGetMiddleware"]):
+        client = Client()
+        assert client.get("/etag/").status_code == 200
+        assert not redis_client.exists("etag-view")
+        # A 304 made by the middleware in place of the view's response, which nobody closes.
+        assert client.get("/etag/", headers={"If-None-Match": '"v1"'}).status_code == 304
+        assert not redis_client.exists("etag-view")
+        assert client.get("/etag/").status_code == 200
+
+
+def test_class_based_views_decorated_in_the_urlconf_are_named_after_their_class(redis_client):
+    from django.test import RequestFactory
+    from django.views import View
+
+    from django_redis_coord.signals import lock_acquired
+
+    class ReportView(View):
+        def get(self, request):
+            from django.http import HttpResponse
+
+            return HttpResponse(b"ok")
+
+    class ExportView(ReportView):
+        pass
+
+    seen = []
+
+    def record(sender, **kwargs):
+        seen.append(kwargs["name"])
+
+    lock_acquired.connect(record, weak=False)
+    try:
+        for view_class in (ReportView, ExportView):
+            locked(timeout=5)(view_class.as_view())(RequestFactory().get("/"))  # held until its TTL
+    finally:
+        lock_acquired.disconnect(record)
+    # Not Django's as_view.<locals>.view for both: two views, two locks.
+    assert seen == [f"{__name__}.{ReportView.__qualname__}", f"{__name__}.{ExportView.__qualname__}"]
+
+
+def test_params_fill_a_template_and_are_known_when_decorating(redis_client):
+    @locked("job:{tenant}:{n}", params={"tenant": "acme"}, timeout=5)
+    def job(n):
+        return redis_client.exists("job:acme:7")
+
+    assert job(7) == 1
+
+
+def test_query_or_headers_used_whole_are_refused_when_decorating():
+    for template in ("report:{query}", "report:{headers}", "report:{query!s}"):
+        with pytest.raises(KeyTemplateError, match="whole"):
+            locked(template, timeout=5)(lambda request: None)
+
+
+def test_a_whole_user_key_refuses_anonymous_requests(redis_client):
+    from django.contrib.auth.models import AnonymousUser
+    from django.test import RequestFactory
+
+    @locked("per-user:{user}", timeout=5)
+    def view(request):
+        from django.http import HttpResponse
+
+        return HttpResponse(b"ok")
+
+    request = RequestFactory().get("/")
+    request.user = AnonymousUser()
+    with pytest.raises(MissingKeyValue, match="anonymous"):
+        view(request)
+    assert not redis_client.keys("*per-user*")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"fail_open": "false"}, {"auto_renew": "no"}, {"rollback_on_loss": "no"}, {"using": 5}],
+)
+def test_options_of_the_wrong_type_are_refused(options):
+    from django_redis_coord.exceptions import InvalidLockArgumentType
+
+    with pytest.raises(InvalidLockArgumentType):
+        locked("typed", timeout=5, **options)
+
+
+def test_an_async_contention_handler_on_a_sync_view_is_refused_when_decorating():
+    from django.core.exceptions import ImproperlyConfigured
+
+    async def handler(request, info):
+        return None
+
+    with pytest.raises(ImproperlyConfigured, match="async"):
+        locked("handled", timeout=5, handler=handler)(lambda request: None)
+
+
+@locked("etag-aview", timeout=30)
+async def _etag_aview(request):
+    from django.http import HttpResponse
+
+    response = HttpResponse(b"same body")
+    response["ETag"] = '"v1"'
+    return response
+
+
+def test_an_async_view_s_response_a_middleware_replaces_still_releases(redis_client):
+    from django.urls import path
+
+    async def scenario():
+        client = AsyncClient()
+        assert (await client.get("/etag/")).status_code == 200
+        assert (await client.get("/etag/", headers={"If-None-Match": '"v1"'})).status_code == 304
+        assert not redis_client.exists("etag-aview")
+        assert (await client.get("/etag/")).status_code == 200
+
+    with override_settings(ROOT_URLCONF=_URLConf(path("etag/", _etag_aview)),
+                           MIDDLEWARE=["django.middleware.http.ConditionalGetMiddleware"]):
+        asyncio.run(scenario())
