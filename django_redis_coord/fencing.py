@@ -5,8 +5,11 @@ writing after the next holder got in.  Every grant carries a fence token that is
 every fence issued before for that name, so the resource can compare: a write carrying a fence
 lower than the last one it accepted comes from a stale holder and is refused.
 
-* :func:`fenced_update` does it for a database row: one ``UPDATE ... SET fence = %s, ...
-  WHERE ... AND fence <= %s``, atomic in the database, returning whether it applied.
+* :func:`fenced_update` does it for a database row: the ``UPDATE ... SET fence = %s, ...`` that
+  writes the row carries ``fence <= %s`` in its own ``WHERE``, on the table holding the fence
+  column, so the comparison and the write are atomic in the database; it returns whether it
+  applied.  The values must be columns of that same table (with multi-table inheritance, a
+  parent's or a child's fields are refused).
 * :func:`fenced_set` / :func:`fenced_get` do it for a value in Redis (one Lua script each,
   ``lua/fenced_set.lua`` and ``lua/fenced_get.lua``).  For a read-modify-write, read with your
   fence (``fenced_get(key, lock.fence)``): the read records it, so a stale holder's write cannot
@@ -30,7 +33,7 @@ The model needs an integer column for the fence (``models.BigIntegerField(defaul
 are microsecond-scale integers, larger than 2^31).  A write with the same fence as the last one is
 accepted: it is the same holder writing again (fences are never issued twice).
 
-This module imports Django only inside :func:`fenced_update`; the Redis helpers work anywhere.
+This module imports Django only when a row is updated; the Redis helpers work anywhere.
 """
 
 from __future__ import annotations
@@ -63,29 +66,130 @@ def check_fence(fence: object) -> int:
 
 
 # -- database rows -------------------------------------------------------------------------------
+def _check_update(queryset: Any, fence: int, field: str, values: dict[str, Any]) -> Any:
+    """Validate a fenced update before any query; return the model whose table holds ``field``.
+
+    Every name in ``values`` must be a column of that same table: the fence comparison and every
+    write it guards then fit in one single-table ``UPDATE``.
+    """
+    from django.core.exceptions import FieldDoesNotExist
+
+    check_fence(fence)
+    if not isinstance(field, str) or not field:
+        raise InvalidLockArgumentType("field must be the name of the fence column")
+    if field in values:
+        raise InvalidLockArgument(f"{field!r} is set to the fence; do not pass it among the values")
+    if getattr(getattr(queryset, "query", None), "is_sliced", False):
+        raise InvalidLockArgumentType("cannot update a sliced queryset: filter it instead")
+    opts = queryset.model._meta
+
+    def column(name: str, what: str) -> Any:
+        try:
+            found = opts.get_field(name)
+        except FieldDoesNotExist:
+            raise InvalidLockArgument(f"{queryset.model.__name__} has no field {name!r} ({what})") from None
+        if not getattr(found, "concrete", False) or found.many_to_many or getattr(found, "column", None) is None:
+            raise InvalidLockArgument(f"{queryset.model.__name__}.{name} is not a column ({what})")
+        return found
+
+    target = column(field, "the fence column").model._meta.concrete_model
+    table = target._meta.db_table
+    for name in values:
+        owner = column(name, "a value to write").model._meta.concrete_model
+        if owner is not target:
+            raise InvalidLockArgument(
+                f"{name!r} is a column of table {owner._meta.db_table!r}, but the fence {field!r} is in table "
+                f"{table!r}: a fenced update writes only the table holding the fence, in the same UPDATE "
+                f"that compares it (give {owner._meta.db_table!r} its own fence column and update it apart)"
+            )
+    return target
+
+
+def _single_table(queryset: Any) -> bool:
+    """Whether Django compiles ``queryset.update()`` to one UPDATE of one table with the whole WHERE.
+
+    Django's own test (``SQLUpdateCompiler.pre_sql_setup``): one active table and no parent-table
+    values (:func:`_check_update` allows none).  Otherwise it moves the filter into a sub-select
+    (or, on MySQL, a SELECT run before), where a condition is not re-checked against the row the
+    UPDATE writes.
+    """
+    query = queryset.query.clone()
+    try:
+        query.get_initial_alias()
+        return int(query.count_active_tables()) == 1
+    except AttributeError:  # Query internals changed: take the path that is safe everywhere
+        return False
+
+
+def _key_lookup(model: Any, target: Any) -> str:
+    """The lookup giving, for a row of ``model``, the primary key of its row in ``target``'s table."""
+    path = model._meta.get_path_to_parent(target)
+    if all(step.join_field.primary_key for step in path):
+        return "pk"
+    return "__".join(step.join_field.name for step in path) + "__pk"
+
+
+def _plan(queryset: Any, fence: int, field: str, values: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """``(direct, keys, target)``: the queryset to update as it is, or the target primary keys' query."""
+    from django.db import router
+
+    target = _check_update(queryset, fence, field, values)
+    if target is queryset.model._meta.concrete_model:
+        direct = queryset.filter(**{f"{field}__lte": fence})
+        if _single_table(direct):
+            return direct, None, target
+    # Read the keys where the UPDATE will run (the write database, not a replica).
+    alias = getattr(queryset, "_db", None) or router.db_for_write(queryset.model)
+    keys = queryset.using(alias).values_list(_key_lookup(queryset.model, target), flat=True)
+    return None, keys, target
+
+
+def _fenced_rows(target: Any, keys: list[Any], alias: str, field: str, fence: int) -> Any:
+    """The rows of ``target``'s own table with those keys whose fence is not newer than ``fence``.
+
+    No join and no parent-table value: Django compiles its ``update()`` to one single-table
+    ``UPDATE ... WHERE pk IN (...) AND field <= fence`` on every backend.
+    """
+    return target._base_manager.using(alias).filter(pk__in=keys, **{f"{field}__lte": fence})
+
+
 def fenced_update(queryset: Any, fence: int, field: str = "fence", **values: Any) -> bool:
     """Update the rows of ``queryset`` with ``values`` and ``field = fence``, unless a newer fence wrote.
 
-    One ``UPDATE`` whose ``WHERE`` adds ``field <= fence``: the comparison and the write happen
-    atomically in the database, without a transaction around them.  Returns True when at least
-    one row was updated, False when every matching row carries a newer fence (or none matched).
+    The comparison ``field <= fence`` is in the ``WHERE`` of the very ``UPDATE`` that writes each
+    row, on the table holding ``field``: the compare-and-write is atomic in the database, without a
+    transaction around it.  When ``queryset`` compiles to a single-table ``UPDATE`` that is all it
+    runs.  When it does not (a filter joining other tables, ``field`` stored in a parent table
+    with multi-table inheritance), the primary keys of the matching rows are read first and the
+    ``UPDATE`` runs on the fence's table alone, ``WHERE pk IN (...) AND field <= fence``; the
+    queryset's other conditions are then those of that read.
+
+    Every name in ``values`` must be a column of the table holding ``field`` (with multi-table
+    inheritance, fields of a parent or child table are refused with
+    :class:`~django_redis_coord.exceptions.InvalidLockArgument`, as is an unknown field, before
+    any query).  Returns True when at least one row was updated, False when every matching row
+    carries a newer fence (or none matched).
     """
-    check_fence(fence)
-    if not isinstance(field, str) or not field:
-        raise InvalidLockArgumentType("field must be the name of the fence column")
-    if field in values:
-        raise InvalidLockArgument(f"{field!r} is set to the fence; do not pass it among the values")
-    return queryset.filter(**{f"{field}__lte": fence}).update(**{field: fence}, **values) > 0
+    direct, keys, target = _plan(queryset, fence, field, values)
+    writes = {field: fence, **values}
+    if direct is not None:
+        return bool(direct.update(**writes) > 0)
+    found = list(dict.fromkeys(keys))
+    if not found:
+        return False
+    return bool(_fenced_rows(target, found, keys.db, field, fence).update(**writes) > 0)
 
 
 async def afenced_update(queryset: Any, fence: int, field: str = "fence", **values: Any) -> bool:
-    """The asyncio form of :func:`fenced_update` (``QuerySet.aupdate``)."""
-    check_fence(fence)
-    if not isinstance(field, str) or not field:
-        raise InvalidLockArgumentType("field must be the name of the fence column")
-    if field in values:
-        raise InvalidLockArgument(f"{field!r} is set to the fence; do not pass it among the values")
-    return await queryset.filter(**{f"{field}__lte": fence}).aupdate(**{field: fence}, **values) > 0
+    """The asyncio form of :func:`fenced_update` (``QuerySet.aupdate``), with the same rule."""
+    direct, keys, target = _plan(queryset, fence, field, values)
+    writes = {field: fence, **values}
+    if direct is not None:
+        return bool(await direct.aupdate(**writes) > 0)
+    found = list(dict.fromkeys([key async for key in keys]))
+    if not found:
+        return False
+    return bool(await _fenced_rows(target, found, keys.db, field, fence).aupdate(**writes) > 0)
 
 
 # -- Redis values --------------------------------------------------------------------------------

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from contextlib import contextmanager
 
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection, models
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from django_redis_coord import fenced_update, lock
 from django_redis_coord.exceptions import InvalidLockArgument, InvalidLockArgumentType
@@ -156,3 +161,288 @@ def test_a_fenced_read_of_a_missing_key_leaves_a_record_that_expires(redis_clien
     assert redis_client.pttl("rmw:new") == -1  # the write's own expiry (none) applies
     assert fenced_get("rmw:new", 6, client=redis_client) == (b"v", 6)
     assert redis_client.pttl("rmw:new") == -1  # a read of a stored value changes no expiry
+
+
+# -- rows spread over several tables -------------------------------------------------------------
+class FencedParent(models.Model):
+    """Multi-table inheritance: the fence and the balance live in the parent's table."""
+
+    fence = models.BigIntegerField(default=0)
+    balance = models.IntegerField(default=0)
+
+    class Meta:
+        app_label = "testapp"
+
+
+class FencedChild(FencedParent):
+    note = models.CharField(max_length=20, default="")
+    version = models.BigIntegerField(default=0)  # a fence column in the child's own table
+
+    class Meta:
+        app_label = "testapp"
+
+
+class FencedSideChild(FencedParent):
+    """A child whose own primary key is not its link to the parent: the two keys differ."""
+
+    code = models.BigAutoField(primary_key=True)
+    parent = models.OneToOneField(FencedParent, parent_link=True, on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        app_label = "testapp"
+
+
+class FencedOwner(models.Model):
+    name = models.CharField(max_length=20)
+
+    class Meta:
+        app_label = "testapp"
+
+
+class FencedEntry(models.Model):
+    """A single-table row, filtered through a join on its owner."""
+
+    owner = models.ForeignKey(FencedOwner, on_delete=models.CASCADE)
+    fence = models.BigIntegerField(default=0)
+    balance = models.IntegerField(default=0)
+
+    class Meta:
+        app_label = "testapp"
+
+
+TABLE_MODELS = (FencedParent, FencedChild, FencedSideChild, FencedOwner, FencedEntry)
+
+
+@pytest.fixture(scope="module")
+def fence_tables(django_db_setup, django_db_blocker):
+    """The tables of the models above (created with the test database, or here if it predates them)."""
+    with django_db_blocker.unblock():
+        existing = set(connection.introspection.table_names())
+        missing = [model for model in TABLE_MODELS if model._meta.db_table not in existing]
+        if missing:
+            with connection.schema_editor() as editor:
+                for model in missing:
+                    editor.create_model(model)
+
+
+class Race:
+    """What :func:`newer_write_before_the_update` saw: the newer write's result, the block's SQL."""
+
+    def __init__(self) -> None:
+        self.newer: list[object] = []  # [result of the newer write] once it ran
+        self.statements: list[str] = []  # the block's own statements (not the newer write's)
+        self.injecting = False
+
+    def updates(self) -> list[str]:
+        return [sql for sql in self.statements if sql.lstrip().upper().startswith("UPDATE")]
+
+
+@contextmanager
+def newer_write_before_the_update(write, *, other_connection: bool = False):
+    """Run ``write`` (the newer holder's write) just before the first UPDATE statement of the block.
+
+    That is the moment a concurrent writer can slip in after the rows were chosen: the write
+    lands, committed, before the block's UPDATE runs.  With ``other_connection`` it runs in a
+    thread with its own database connection; otherwise on this connection (inside the test's
+    transaction, which the UPDATE then sees just as it would see another connection's commit).
+    """
+    race = Race()
+
+    def run_write() -> None:
+        race.injecting = True
+        try:
+            race.newer.append(write())
+        finally:
+            race.injecting = False
+
+    def in_thread() -> None:
+        try:
+            race.newer.append(write())
+        finally:
+            connection.close()
+
+    def wrapper(execute, sql, params, many, context):
+        if race.injecting:
+            return execute(sql, params, many, context)
+        if not race.newer and sql.lstrip().upper().startswith("UPDATE"):
+            if other_connection:
+                thread = threading.Thread(target=in_thread)
+                thread.start()
+                thread.join(30)
+                assert race.newer, "the newer write did not finish"
+            else:
+                run_write()
+        race.statements.append(sql % tuple(repr(p) for p in params) if params else sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        yield race
+
+
+@pytest.mark.django_db(transaction=True)
+def test_parent_table_fence_a_newer_write_between_the_key_read_and_the_update_wins(fence_tables):
+    # The fence is in the parent's table: the keys are read first, then the parent is updated.
+    # A newer holder writing (from another connection) between the two must not be overwritten.
+    child = FencedChild.objects.create(fence=5, balance=0, note="orig")
+    rows = FencedChild.objects.filter(pk=child.pk)
+    with newer_write_before_the_update(lambda: fenced_update(rows, 20, balance=200), other_connection=True) as race:
+        stale = fenced_update(rows, 10, balance=100)
+    assert race.newer == [True], "the newer holder's write must have applied"
+    assert stale is False, "the stale holder's write landed after the newer one"
+    child.refresh_from_db()
+    assert (child.fence, child.balance, child.note) == (20, 200, "orig")
+    # The write is one UPDATE of the parent's table whose WHERE compares the fence.
+    [sql] = race.updates()
+    parent_table = FencedParent._meta.db_table
+    assert sql.startswith(f'UPDATE "{parent_table}"') and f'"{parent_table}"."fence" <= 10' in sql
+    assert "SELECT" not in sql.upper()
+
+
+@pytest.mark.django_db
+def test_parent_table_fence_same_rule_on_one_connection_and_without_a_race(fence_tables):
+    child = FencedChild.objects.create(fence=5, note="orig")
+    rows = FencedChild.objects.filter(note="orig")
+    with newer_write_before_the_update(lambda: fenced_update(rows, 20, balance=200)) as race:
+        assert fenced_update(rows, 10, balance=100) is False
+    assert race.newer == [True]
+    assert FencedParent.objects.filter(pk=child.pk, fence=20, balance=200).exists()
+    # No race: the write applies, a same-fence write applies again, an older one is refused.
+    assert fenced_update(rows, 30, balance=300) is True
+    assert fenced_update(rows, 30, balance=301) is True
+    assert fenced_update(rows, 29, balance=0) is False
+    assert fenced_update(FencedChild.objects.filter(note="nobody"), 40, balance=1) is False
+    child.refresh_from_db()
+    assert (child.fence, child.balance) == (30, 301)
+
+
+@pytest.mark.django_db
+def test_child_table_fence_filtered_through_the_parent(fence_tables):
+    # The fence ("version") is in the child's table; the filter needs the parent's table.
+    child = FencedChild.objects.create(balance=7, note="orig", version=5)
+    rows = FencedChild.objects.filter(balance=7)
+    with newer_write_before_the_update(lambda: fenced_update(rows, 20, field="version", note="newer")) as race:
+        stale = fenced_update(rows, 10, field="version", note="stale")
+    assert race.newer == [True] and stale is False
+    child.refresh_from_db()
+    assert (child.version, child.note, child.fence) == (20, "newer", 0)
+    [sql] = race.updates()
+    child_table = FencedChild._meta.db_table
+    assert sql.startswith(f'UPDATE "{child_table}"') and f'"{child_table}"."version" <= 10' in sql
+
+
+@pytest.mark.django_db
+def test_parent_link_that_is_not_the_primary_key(fence_tables):
+    FencedParent.objects.create(fence=0)  # the child's own key and its parent's key now differ
+    side = FencedSideChild.objects.create(fence=5, balance=1)
+    other = FencedSideChild.objects.create(fence=5, balance=2)
+    assert side.code != side.parent_id
+    assert fenced_update(FencedSideChild.objects.filter(code=side.code), 10, balance=100) is True
+    assert fenced_update(FencedSideChild.objects.filter(code=side.code), 9, balance=-1) is False
+    side.refresh_from_db()
+    other.refresh_from_db()
+    assert (side.fence, side.balance) == (10, 100)
+    assert (other.fence, other.balance) == (5, 2)  # only the chosen row was written
+
+
+@pytest.mark.django_db
+def test_values_on_another_table_than_the_fence_are_refused_with_nothing_written(fence_tables):
+    child = FencedChild.objects.create(fence=5, balance=1, note="orig", version=5)
+    rows = FencedChild.objects.filter(pk=child.pk)
+    parent_table, child_table = FencedParent._meta.db_table, FencedChild._meta.db_table
+    refused = [
+        # fence in the parent's table, a value in the child's
+        ({"note": "x"}, rf"'note' is a column of table '{child_table}'.*'fence' is in table '{parent_table}'"),
+        ({"balance": 2, "note": "x"}, rf"'note' is a column of table '{child_table}'"),
+        # fence in the child's table, a value in the parent's
+        ({"field": "version", "balance": 2}, rf"'balance' is a column of table '{parent_table}'.*'{child_table}'"),
+        ({"field": "missing", "balance": 2}, "no field 'missing'"),
+        ({"balance": 2, "nope": 3}, "no field 'nope'"),
+    ]
+    for arguments, message in refused:
+        with CaptureQueriesContext(connection) as queries:
+            with pytest.raises(InvalidLockArgument, match=message):
+                fenced_update(rows, 10, **arguments)
+        assert queries.captured_queries == [], f"{arguments}: the database was queried before refusing"
+    with pytest.raises(InvalidLockArgumentType, match="sliced"):
+        fenced_update(FencedChild.objects.all()[:1], 10, balance=2)
+
+    async def refused_async():
+        with pytest.raises(InvalidLockArgument, match="'note' is a column"):
+            await afenced_update(rows, 10, note="x")
+
+    asyncio.run(refused_async())
+    child.refresh_from_db()
+    assert (child.fence, child.balance, child.note, child.version) == (5, 1, "orig", 5)
+
+
+@pytest.mark.django_db
+def test_single_table_rows_are_still_one_update(fence_tables):
+    account = Account.objects.create(name="single", balance=0, fence=5)
+    rows = Account.objects.filter(name="single")
+    with newer_write_before_the_update(lambda: fenced_update(rows, 20, balance=200)) as race:
+        stale = fenced_update(rows, 10, balance=100)
+    assert race.newer == [True] and stale is False
+    # Exactly the one statement it always was: the whole WHERE, the fence comparison included.
+    assert len(race.statements) == 1, race.statements
+    [sql] = race.statements
+    table = Account._meta.db_table
+    assert sql.startswith(f'UPDATE "{table}"') and f'"{table}"."fence" <= 10' in sql
+    assert f'"{table}"."name" = ' in sql
+    account.refresh_from_db()
+    assert (account.fence, account.balance) == (20, 200)
+
+
+@pytest.mark.django_db
+def test_join_filter_puts_the_fence_in_the_update_itself(fence_tables):
+    # A sub-select condition is not re-checked against the row the UPDATE writes (PostgreSQL reads
+    # it once): the comparison must be in the UPDATE's own WHERE, not inside "id IN (SELECT ...)".
+    owner = FencedOwner.objects.create(name="o")
+    entry = FencedEntry.objects.create(owner=owner, fence=5)
+    rows = FencedEntry.objects.filter(owner__name="o")
+    with CaptureQueriesContext(connection) as queries:
+        assert fenced_update(rows, 10, balance=100) is True
+    [sql] = [query["sql"] for query in queries.captured_queries if query["sql"].startswith("UPDATE")]
+    table = FencedEntry._meta.db_table
+    assert f'"{table}"."fence" <= 10' in sql
+    assert "SELECT" not in sql.upper(), sql
+    assert fenced_update(rows, 9, balance=-1) is False
+    entry.refresh_from_db()
+    assert (entry.fence, entry.balance) == (10, 100)
+
+
+@pytest.mark.django_db
+def test_join_filter_on_a_backend_that_reads_the_keys_first(fence_tables, monkeypatch):
+    # MySQL cannot select from the table it updates: Django reads the keys in a SELECT of their
+    # own.  A newer write landing after that read must still win.
+    monkeypatch.setattr(connection.features, "update_can_self_select", False)
+    owner = FencedOwner.objects.create(name="mysql")
+    entry = FencedEntry.objects.create(owner=owner, fence=5)
+    rows = FencedEntry.objects.filter(owner__name="mysql")
+    with newer_write_before_the_update(lambda: fenced_update(rows, 20, balance=200)) as race:
+        stale = fenced_update(rows, 10, balance=100)
+    assert race.newer == [True] and stale is False
+    entry.refresh_from_db()
+    assert (entry.fence, entry.balance) == (20, 200)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_afenced_update_follows_the_same_rule(fence_tables):
+    child = FencedChild.objects.create(fence=5, note="orig")
+    rows = FencedChild.objects.filter(pk=child.pk)
+
+    async def scenario():
+        # The async ORM runs its queries in one worker thread: watch that thread's connection.
+        watcher = newer_write_before_the_update(lambda: fenced_update(rows, 20, balance=200))
+        race = await sync_to_async(watcher.__enter__)()
+        try:
+            stale = await afenced_update(rows, 10, balance=100)
+        finally:
+            await sync_to_async(watcher.__exit__)(None, None, None)
+        after = await afenced_update(rows, 30, balance=300), await afenced_update(rows, 25, balance=0)
+        return race, stale, after
+
+    race, stale, after = asyncio.run(scenario())
+    assert race.newer == [True] and stale is False
+    assert after == (True, False)
+    child.refresh_from_db()
+    assert (child.fence, child.balance) == (30, 300)
