@@ -9,16 +9,19 @@ configured Redis (short timeouts) and warn about what silently breaks locks in p
   ``clear()`` runs ``FLUSHDB`` and deletes every lock.
 * ``django_redis_coord.W003``: the deploy checks could not reach Redis.
 
-The ids of the settings errors (E001-E016) are listed in :mod:`django_redis_coord.conf`.
+The settings errors (E001-E016, E018) come from :func:`django_redis_coord.conf.settings_problems`
+(listed in docs/django.md); none of them connects.
 ``django_redis_coord.E017``: something was decorated with ``@locked(redlock=True)`` but
 ``REDLOCK["MASTERS"]`` is not set.
 """
 
 from __future__ import annotations
 
+import inspect
+import re
 import sys
+from collections.abc import Mapping
 from typing import Any, Optional
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
@@ -60,28 +63,53 @@ def check_redlock_users(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
     ]
 
 
-def redis_location(url: str) -> Optional[tuple[str, int, int]]:
-    """``(host, port, db)`` of a Redis URL (``("unix:<path>", 0, db)`` for a socket), else None."""
+def redis_location(url: str, options: Optional[Mapping[str, Any]] = None) -> Optional[tuple[str, int, int]]:
+    """``(host, port, db)`` a pool made by ``ConnectionPool.from_url(url, **options)`` talks to
+    (``("unix:<path>", 0, db)`` for a socket), else None.
+
+    The URL is read by redis-py's own ``parse_url``: a ``?db=`` query wins over the path, and what
+    the URL leaves out comes from ``options`` and then from the defaults of ``redis.Connection``.
+    """
+    from redis import Connection
+    from redis.connection import parse_url
+
     try:
-        parts = urlsplit(url)
-        if parts.scheme == "unix":
-            query = dict(item.split("=", 1) for item in parts.query.split("&") if "=" in item)
-            return f"unix:{parts.path}", 0, int(query.get("db", 0))
-        if parts.scheme not in ("redis", "rediss") or not parts.hostname:
-            return None
-        db = parts.path.lstrip("/")
-        return parts.hostname, parts.port or 6379, int(db) if db else 0
+        kwargs = {**(options or {}), **parse_url(url)}
+        db = int(kwargs.get("db") or 0)
+        if url.startswith("unix://"):
+            return f"unix:{kwargs.get('path', '')}", 0, db
+        defaults = inspect.signature(Connection.__init__).parameters
+        host = kwargs.get("host") or defaults["host"].default
+        return str(host), int(kwargs.get("port") or defaults["port"].default), db
     except (ValueError, TypeError):
         return None
 
 
-def _cache_locations(config: Any) -> list[str]:
-    location = config.get("LOCATION") if isinstance(config, dict) else None
+def _cache_servers(config: Any) -> list[tuple[str, int, int]]:
+    """Where a Redis cache's clients connect, as :func:`redis_location` reads each server: Django's
+    ``RedisCache`` hands its ``OPTIONS`` to the pool, django-redis its
+    ``OPTIONS["CONNECTION_POOL_KWARGS"]``; in both, what the URL says wins."""
+    if not isinstance(config, Mapping):
+        return []
+    options = config.get("OPTIONS")
+    options = options if isinstance(options, Mapping) else {}
+    location = config.get("LOCATION")
+    if config.get("BACKEND") == "django.core.cache.backends.redis.RedisCache":
+        pool_options: Any = options
+        separators = "[;,]"
+    else:
+        pool_options = options.get("CONNECTION_POOL_KWARGS")
+        separators = ","
+    if not isinstance(pool_options, Mapping):
+        pool_options = {}
     if isinstance(location, str):
-        return [part for part in location.split(",") if part] if "," in location else [location]
-    if isinstance(location, (list, tuple)):
-        return [part for part in location if isinstance(part, str)]
-    return []
+        urls = [part for part in re.split(separators, location) if part]
+    elif isinstance(location, (list, tuple)):
+        urls = [part for part in location if isinstance(part, str)]
+    else:
+        urls = []
+    servers = [redis_location(url, pool_options) for url in urls]
+    return [server for server in servers if server is not None]
 
 
 def _client_location(client: Any) -> Optional[tuple[str, int, int]]:
@@ -146,9 +174,8 @@ def check_redis_for_deploy(app_configs: Any = None, **kwargs: Any) -> list[Check
         for alias, config in (getattr(settings, "CACHES", {}) or {}).items():
             if not isinstance(config, dict) or config.get("BACKEND") not in REDIS_CACHE_BACKENDS:
                 continue
-            for location in _cache_locations(config):
-                other = redis_location(location)
-                if other is not None and other[1:] == where[1:] and _same_host(other[0], where[0]):
+            for other in _cache_servers(config):
+                if other[1:] == where[1:] and _same_host(other[0], where[0]):
                     messages.append(
                         Warning(
                             f"The cache {alias!r} uses the Redis database that holds the locks "

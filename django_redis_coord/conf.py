@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import difflib
 import functools
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Optional, Union
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 __all__ = [
     "DEFAULTS",
@@ -157,39 +158,147 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
-def _url_problem(key: str, url: object) -> Optional[Problem]:
+URL_HINT = 'Use a URL such as "redis://127.0.0.1:6379/0", "rediss://host:6380/0" or "unix:///path/redis.sock?db=0".'
+
+
+def _url_problem(key: str, url: object, *, client: bool = True) -> Optional[Problem]:
+    """What is wrong with a Redis URL, read the way redis-py reads it (never connects).
+
+    ``client``: a standalone client is built from the URL (``Redis.from_url``), so the URL alone
+    must give redis-py a connection it accepts; a Cluster seed URL is read by ``RedisCluster``.
+    """
     if not isinstance(url, str) or not url:
         return Problem(
-            "django_redis_coord.E006",
-            f"{SETTING_NAME}[{key!r}] must be a non-empty string URL, not {url!r}.",
-            'Use a URL such as "redis://127.0.0.1:6379/0", "rediss://host:6380/0" or "unix:///path/redis.sock".',
+            "django_redis_coord.E006", f"{SETTING_NAME}[{key!r}] must be a non-empty string URL, not {url!r}.", URL_HINT
         )
-    parts = urlsplit(url)
-    hint = 'Use a URL such as "redis://127.0.0.1:6379/0", "rediss://host:6380/0" or "unix:///path/redis.sock".'
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as exc:
+        return Problem("django_redis_coord.E006", f"{SETTING_NAME}[{key!r}] is not a valid URL: {exc}.", URL_HINT)
     if parts.scheme not in URL_SCHEMES:
         return Problem(
             "django_redis_coord.E006",
             f"{SETTING_NAME}[{key!r}] has the scheme {parts.scheme or '(none)'!r}; expected one of "
             f"{', '.join(URL_SCHEMES)}.",
-            hint,
+            URL_HINT,
         )
     if parts.scheme == "unix":
         if not parts.path:
-            return Problem("django_redis_coord.E006", f"{SETTING_NAME}[{key!r}] names no socket path.", hint)
-        return None
+            return Problem("django_redis_coord.E006", f"{SETTING_NAME}[{key!r}] names no socket path.", URL_HINT)
+    elif not parts.hostname:
+        return Problem("django_redis_coord.E006", f"{SETTING_NAME}[{key!r}] names no host.", URL_HINT)
+    else:
+        db = parts.path.lstrip("/")
+        if db and not db.isdigit():
+            return Problem(
+                "django_redis_coord.E006",
+                f"{SETTING_NAME}[{key!r}] has the database {db!r}; it must be a number.",
+                URL_HINT,
+            )
+    from redis.connection import parse_url
+
     try:
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
+        parse_url(url)
     except ValueError as exc:
-        return Problem("django_redis_coord.E006", f"{SETTING_NAME}[{key!r}] has a bad port: {exc}.", hint)
-    if not parts.hostname:
-        return Problem("django_redis_coord.E006", f"{SETTING_NAME}[{key!r}] names no host.", hint)
-    db = parts.path.lstrip("/")
-    if db and not db.isdigit():
         return Problem(
             "django_redis_coord.E006",
-            f"{SETTING_NAME}[{key!r}] has the database {db!r}; it must be a number.",
-            hint,
+            f"{SETTING_NAME}[{key!r}] is refused by redis-py: {exc}",
+            "Give each query option a value of its type, e.g. ?db=2&socket_timeout=0.5&retry_on_timeout=yes.",
         )
+    names = _option_names("client" if client else "cluster")
+    for option in parse_qs(parts.query):
+        if option not in names:
+            return Problem(
+                "django_redis_coord.E006",
+                f"{SETTING_NAME}[{key!r}] has the query option {option!r}, which redis-py does not know.",
+                _close_hint(option, names) or "Query options are redis-py connection arguments, e.g. ?db=2.",
+            )
+    if client:
+        refused = _url_refused(url)
+        if refused:
+            return Problem("django_redis_coord.E006", f"{SETTING_NAME}[{key!r}] is refused by redis-py: {refused}",
+                           URL_HINT)
+    return None
+
+
+# -- redis-py client arguments -----------------------------------------------------------------
+def _parameters(cls: type, *, inherited: bool = False) -> set[str]:
+    """The keyword arguments ``cls(...)`` takes; with ``inherited``, also those its ``**kwargs``
+    hands on to the ``__init__`` of its base classes."""
+    names: set[str] = set()
+    for klass in cls.__mro__ if inherited else (cls,):
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        params = inspect.signature(init).parameters.values()
+        names.update(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    names.discard("self")
+    return names
+
+
+@functools.cache
+def _option_names(kind: str) -> frozenset[str]:
+    """Every keyword argument the installed redis-py accepts for a client of ``kind``: "client"
+    (``Redis``, its pool and connections), "cluster" (plus ``RedisCluster``), "sentinel" (plus
+    ``Sentinel``) or "sentinel_kwargs" (the sentinels' own ``Redis``)."""
+    import redis
+    from redis.cluster import RedisCluster
+    from redis.sentinel import Sentinel
+
+    names = _parameters(redis.Redis)
+    if kind == "sentinel_kwargs":
+        return frozenset(names)
+    names |= _parameters(redis.ConnectionPool)
+    for connection_class in (redis.Connection, redis.SSLConnection, redis.UnixDomainSocketConnection):
+        names |= _parameters(connection_class, inherited=True)
+    if kind == "cluster":
+        names |= _parameters(RedisCluster) - {"startup_nodes", "url"}
+    elif kind == "sentinel":
+        names |= _parameters(Sentinel) - {"sentinels", "sentinel_kwargs"}
+    return frozenset(names)
+
+
+def _close_hint(name: object, names: frozenset[str]) -> Optional[str]:
+    close = difflib.get_close_matches(str(name), sorted(names), n=3)
+    if not close:
+        return None
+    return f"Did you mean {' or '.join(repr(c) for c in close)}?"
+
+
+def _unknown_option_problems(where: str, options: Mapping[str, Any], kind: str) -> list[Problem]:
+    names = _option_names(kind)
+    return [
+        Problem(
+            "django_redis_coord.E018",
+            f"{SETTING_NAME}{where} has the option {key!r}, which redis-py does not accept.",
+            _close_hint(key, names) or "Use keyword arguments of redis.Redis (e.g. socket_timeout, "
+            "health_check_interval, retry_on_timeout, ssl_ca_certs).",
+        )
+        for key in options
+        if key not in names
+    ]
+
+
+@functools.lru_cache(maxsize=64)
+def _url_refused(url: str) -> Optional[str]:
+    return _refused(url, {})
+
+
+def _refused(url: str, options: Mapping[str, Any]) -> Optional[str]:
+    """Why redis-py would refuse a connection made from ``url`` and ``options`` (None: it would
+    not).  Builds the pool and one connection object as ``Redis.from_url`` does; never connects."""
+    from redis import ConnectionPool
+
+    kwargs = dict(options)
+    kwargs.pop("single_connection_client", None)  # taken by Redis.from_url, not the pool
+    try:
+        pool = ConnectionPool.from_url(url, **kwargs)
+        pool.connection_class(**pool.connection_kwargs)
+    except Exception as exc:  # noqa: BLE001 - whatever redis-py raises is what a request would raise
+        return f"{type(exc).__name__}: {exc}"
     return None
 
 
@@ -256,7 +365,7 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
     if cache_alias is not None:
         problems.extend(_cache_alias_problems(cache_alias, caches, explicit=True))
     if url is not None:
-        problem = _url_problem("URL", url)
+        problem = _url_problem("URL", url, client=cluster is None or cluster is False)
         if problem:
             problems.append(problem)
     if sentinel is not None:
@@ -305,6 +414,11 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
                         "stops answering then fails a request instead of hanging it.",
                     )
                 )
+        kind = "cluster" if cluster is not None and cluster is not False else "sentinel" if sentinel else "client"
+        unknown = _unknown_option_problems("['CLIENT_OPTIONS']", options, kind)
+        problems.extend(unknown)
+        if not unknown and not any(p.id == "django_redis_coord.E007" for p in problems):
+            problems.extend(_options_refused(options, values, client_url=kind == "client" and url is not None))
 
     # -- behaviour ------------------------------------------------------------------------
     prefix = values["KEY_PREFIX"]
@@ -330,6 +444,10 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
                 "Locks expire after this many seconds unless renewed; 30 or 60 are typical.",
             )
         )
+    elif timeout is not None:
+        problem = _lock_timeout_problem(timeout)
+        if problem:
+            problems.append(problem)
     if values["AUTO_RENEW"] and timeout is None:
         problems.append(
             Problem(
@@ -389,6 +507,52 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
     return problems
 
 
+def _options_refused(options: Mapping[str, Any], values: Mapping[str, Any], *, client_url: bool) -> list[Problem]:
+    """``CLIENT_OPTIONS`` redis-py would refuse with the URL the client or a Redlock master is
+    built from (every request would raise it); checked without connecting."""
+    from .connection import DEFAULT_CLIENT_OPTIONS
+
+    urls = [("URL", values["URL"])] if client_url else []
+    redlock = values["REDLOCK"]
+    masters = redlock.get("MASTERS") if isinstance(redlock, Mapping) else None
+    if isinstance(masters, (list, tuple)):
+        urls += [(f"REDLOCK['MASTERS'][{i}]", master) for i, master in enumerate(masters)]
+    merged = {**DEFAULT_CLIENT_OPTIONS, **options}
+    problems = []
+    for where, url in urls:
+        if _url_problem(where, url) is not None:
+            continue  # reported as E006 / E015
+        refused = _refused(url, merged)
+        if refused:
+            problems.append(
+                Problem(
+                    "django_redis_coord.E007",
+                    f"{SETTING_NAME}['CLIENT_OPTIONS'] is refused by redis-py for the {where} connection: {refused}",
+                    "Fix or remove the option named: every request would fail with this error.  TLS options "
+                    "(ssl_*) need a rediss:// URL; TCP options (socket_keepalive...) do not apply to unix:// sockets.",
+                )
+            )
+    return problems
+
+
+def _lock_timeout_problem(timeout: float) -> Optional[Problem]:
+    """``DEFAULT_TIMEOUT`` checked by the very rules a lock applies to its ``timeout``."""
+    from ._base import MAX_SECONDS, LockBase
+    from .exceptions import InvalidLockArgument
+
+    try:
+        LockBase(None, SETTING_NAME, timeout=timeout)  # checks its arguments; no client, nothing sent
+    except InvalidLockArgument as exc:
+        sleep = inspect.signature(LockBase.__init__).parameters["sleep"].default
+        return Problem(
+            "django_redis_coord.E011",
+            f"{SETTING_NAME}['DEFAULT_TIMEOUT'] is {timeout!r}, which a lock refuses: {exc}.",
+            f"Give between {sleep} seconds (a lock's default sleep) and {MAX_SECONDS} seconds (ten years); "
+            "30 or 60 are typical.",
+        )
+    return None
+
+
 def _cache_alias_problems(alias: object, caches: Mapping[str, Any], *, explicit: bool) -> list[Problem]:
     if not isinstance(alias, str):
         return [Problem("django_redis_coord.E004", f"{SETTING_NAME}['CACHE_ALIAS'] must be a str, not {alias!r}.",
@@ -440,6 +604,8 @@ def _sentinel_problems(sentinel: object) -> list[Problem]:
         problems.append(
             Problem("django_redis_coord.E008", f"{SETTING_NAME}['SENTINEL']['SENTINEL_KWARGS'] must be a dict.", hint)
         )
+    elif kwargs is not None:
+        problems.extend(_unknown_option_problems("['SENTINEL']['SENTINEL_KWARGS']", kwargs, "sentinel_kwargs"))
     return problems
 
 
@@ -497,6 +663,8 @@ def _cluster_problems(cluster: object, values: Mapping[str, Any]) -> list[Proble
         problems.append(
             Problem("django_redis_coord.E009", f"{SETTING_NAME}['CLUSTER']['OPTIONS'] must be a dict.", hint)
         )
+    elif options is not None:
+        problems.extend(_unknown_option_problems("['CLUSTER']['OPTIONS']", options, "cluster"))
     return problems
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import redis
 from django.core import checks
 from django.test import override_settings
 
@@ -51,6 +52,29 @@ BAD_SETTINGS = [
     ("django_redis_coord.E010", {"URL": GOOD_URL, "KEY_PREFIX": 5}),
     ("django_redis_coord.E016", {"URL": GOOD_URL, "CONTENTION_HANDLER": 42}),
     ("django_redis_coord.E016", {"URL": GOOD_URL, "CONTENTION_HANDLER": "django_redis_coord.conf.SETTING_NAME"}),
+    # URLs redis-py cannot read, or refuses when it builds the connection.
+    ("django_redis_coord.E006", {"URL": "redis://[::1/0"}),
+    ("django_redis_coord.E006", {"URL": "redis://127.0.0.1:6379/0?db=x"}),
+    ("django_redis_coord.E006", {"URL": "redis://127.0.0.1:6379/0?socket_timeout=soon"}),
+    ("django_redis_coord.E006", {"URL": "redis://127.0.0.1:6379/0?socket_timeot=5"}),
+    ("django_redis_coord.E006", {"URL": "redis://127.0.0.1:6379/0?protocol=7"}),
+    ("django_redis_coord.E006", {"URL": "redis://[::1/0", "CLUSTER": True}),
+    ("django_redis_coord.E015", {"URL": GOOD_URL, "REDLOCK": {"MASTERS": ["redis://[::1/0"]}}),
+    ("django_redis_coord.E015", {"URL": GOOD_URL, "REDLOCK": {"MASTERS": ["redis://a:1/0?db=x"]}}),
+    # Options redis-py does not know, and values it refuses for the connection made.
+    ("django_redis_coord.E018", {"URL": GOOD_URL, "CLIENT_OPTIONS": {"socket_timeot": 5}}),
+    ("django_redis_coord.E018", {"CLUSTER": {"STARTUP_NODES": ["10.0.0.1:7000"], "OPTIONS": {"read_from_replica": 1}}}),
+    ("django_redis_coord.E018", {"SENTINEL": {"SENTINELS": ["10.0.0.1:26379"], "SERVICE_NAME": "m",
+                                              "SENTINEL_KWARGS": {"socket_timout": 1}}}),
+    ("django_redis_coord.E007", {"URL": GOOD_URL, "CLIENT_OPTIONS": {"max_connections": "x"}}),
+    ("django_redis_coord.E007", {"URL": GOOD_URL, "CLIENT_OPTIONS": {"ssl_certfile": "/etc/redis/client.pem"}}),
+    ("django_redis_coord.E018", {"URL": GOOD_URL, "CLIENT_OPTIONS": {"read_from_replicas": True}}),  # Cluster only
+    ("django_redis_coord.E007", {"URL": "unix:///run/redis.sock", "CLIENT_OPTIONS": {"socket_keepalive": True}}),
+    ("django_redis_coord.E007", {"CACHE_ALIAS": "default", "CLIENT_OPTIONS": {"max_connections": -1},
+                                 "REDLOCK": {"MASTERS": ["redis://10.0.0.1:6379/0"]}}),
+    # A DEFAULT_TIMEOUT every lock would refuse.
+    ("django_redis_coord.E011", {"URL": GOOD_URL, "DEFAULT_TIMEOUT": 0.0001}),
+    ("django_redis_coord.E011", {"URL": GOOD_URL, "DEFAULT_TIMEOUT": 1e12}),
 ]
 
 
@@ -91,6 +115,13 @@ def test_valid_settings_pass_without_connecting():
         {"CLUSTER": {"STARTUP_NODES": ["127.0.0.1:7000", ("127.0.0.1", 7001)]}},
         {"URL": dead, "CLUSTER": True},
         {"URL": dead, "DEFAULT_TIMEOUT": None, "FAIL_OPEN": True, "CONTENTION_STATUS": 423},
+        {"URL": dead + "?socket_timeout=0.5&retry_on_timeout=yes&health_check_interval=5", "DEFAULT_TIMEOUT": 0.1},
+        {"URL": "rediss://127.0.0.1:6380/0", "CLIENT_OPTIONS": {"ssl_certfile": "/etc/c.pem", "ssl_cert_reqs": "none"}},
+        {"URL": "unix:///run/redis.sock?db=2", "CLIENT_OPTIONS": {"socket_timeout": 1, "max_connections": 10}},
+        {"URL": dead, "CLUSTER": {"OPTIONS": {"read_from_replicas": 1}}, "CLIENT_OPTIONS": {"reinitialize_steps": 5}},
+        {"URL": dead, "CLIENT_OPTIONS": {"single_connection_client": True}, "REDLOCK": {"MASTERS": [dead]}},
+        {"SENTINEL": {"SENTINELS": ["127.0.0.1:1"], "SERVICE_NAME": "m", "SENTINEL_KWARGS": {"socket_timeout": 1}},
+         "CLIENT_OPTIONS": {"min_other_sentinels": 1, "ssl": True}},
     ]
     started = time.monotonic()
     for value in valid:
@@ -129,6 +160,54 @@ def test_deploy_warns_when_a_cache_shares_the_locks_database(redis_server):
     assert deploy_ids(DJANGO_REDIS_COORD={"URL": url}, CACHES=other_db) == set()
 
 
+def test_redis_location_reads_urls_as_redis_py_does():
+    from django_redis_coord.checks import redis_location
+
+    assert redis_location("redis://h:7000/2") == ("h", 7000, 2)
+    assert redis_location("redis://h?db=3") == ("h", 6379, 3)
+    assert redis_location("redis://h/0?db=3") == ("h", 6379, 3)  # the query wins over the path
+    assert redis_location("redis://h", {"db": 3}) == ("h", 6379, 3)  # what the pool is given
+    assert redis_location("redis://h/1", {"db": 3}) == ("h", 6379, 1)  # ... unless the URL says
+    assert redis_location("rediss://:pw@[::1]:6380") == ("::1", 6380, 0)
+    assert redis_location("unix:///run/redis.sock?db=5") == ("unix:/run/redis.sock", 0, 5)
+    assert redis_location("redis://[::1/0") is None and redis_location("redis://h/0?db=x") is None
+
+
+def test_deploy_compares_the_database_each_cache_really_uses(redis_server):
+    """W002 appears exactly when the cache's own client talks to the locks' database: read from
+    a ?db= query, from OPTIONS (Django's RedisCache) or CONNECTION_POOL_KWARGS (django-redis)."""
+    from django.core.cache import caches
+
+    base = f"redis://127.0.0.1:{redis_server.port}"
+    django_cache = "django.core.cache.backends.redis.RedisCache"
+    django_redis = "django_redis.cache.RedisCache"
+    cases = [
+        (base + "/3", {"BACKEND": django_redis, "LOCATION": base + "?db=3"}),
+        (base + "/0", {"BACKEND": django_redis, "LOCATION": base + "?db=3"}),
+        (base + "/3", {"BACKEND": django_redis, "LOCATION": base + "/0?db=3"}),
+        (base + "/3", {"BACKEND": django_cache, "LOCATION": base, "OPTIONS": {"db": 3}}),
+        (base + "/3", {"BACKEND": django_cache, "LOCATION": base + "/4", "OPTIONS": {"db": 3}}),
+        (base + "/0", {"BACKEND": django_cache, "LOCATION": base, "OPTIONS": {"db": 3}}),
+        (base + "/3", {"BACKEND": django_redis, "LOCATION": base, "OPTIONS": {"CONNECTION_POOL_KWARGS": {"db": 3}}}),
+        (base + "/3", {"BACKEND": django_cache, "LOCATION": f"{base}/3;{base}/5"}),
+        (base + "?db=3", {"BACKEND": django_cache, "LOCATION": base + "/3"}),
+    ]
+    warned = []
+    for locks_url, cache in cases:
+        with override_settings(DJANGO_REDIS_COORD={"URL": locks_url}, CACHES={"default": cache}):
+            if cache["BACKEND"] == django_redis:
+                from django_redis import get_redis_connection
+
+                cache_db = get_redis_connection("default").connection_pool.connection_kwargs["db"]
+            else:
+                cache_db = caches["default"]._cache.get_client(write=True).connection_pool.connection_kwargs["db"]
+            locks_db = redis.Redis.from_url(locks_url).connection_pool.connection_kwargs["db"]
+            found = "django_redis_coord.W002" in ids(check_redis_for_deploy())
+            assert found is (cache_db == locks_db), (locks_url, cache)
+            warned.append(found)
+    assert warned == [True, False, True, True, False, False, True, True, True]
+
+
 def test_deploy_reports_an_unreachable_redis():
     dead = f"redis://127.0.0.1:{free_port()}/0"
     found = deploy_ids(DJANGO_REDIS_COORD={"URL": dead, "CLIENT_OPTIONS": {"socket_connect_timeout": 0.5}})
@@ -138,3 +217,108 @@ def test_deploy_reports_an_unreachable_redis():
 def test_deploy_check_stays_quiet_about_settings_errors():
     # The normal check reports the broken settings; the deploy check does not pile on.
     assert deploy_ids(DJANGO_REDIS_COORD={"URL": "http://nowhere"}) == set()
+
+
+def test_a_url_python_cannot_split_is_an_error_not_a_crash():
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    from django_redis_coord.conf import settings_problems
+
+    (problem,) = settings_problems({"URL": "redis://[::1/0"}, {})
+    assert problem.id == "django_redis_coord.E006" and "Invalid IPv6 URL" in problem.msg and problem.hint
+    # `manage.py check` lists the error instead of dying with ValueError.
+    with override_settings(DJANGO_REDIS_COORD={"URL": "redis://[::1/0"}):
+        with pytest.raises(SystemCheckError, match="django_redis_coord.E006"):
+            call_command("check", "--tag", "django_redis_coord")
+
+
+def test_unknown_client_option_hint_names_the_close_matches():
+    with override_settings(DJANGO_REDIS_COORD={"URL": GOOD_URL, "CLIENT_OPTIONS": {"socket_timeot": 5}}):
+        (message,) = check_settings()
+    assert message.id == "django_redis_coord.E018" and "'socket_timeot'" in message.msg
+    assert message.hint.startswith("Did you mean 'socket_timeout'")
+    with override_settings(DJANGO_REDIS_COORD={"URL": GOOD_URL, "CLIENT_OPTIONS": {"zzzz": 5}}):
+        (message,) = check_settings()
+    assert message.id == "django_redis_coord.E018" and "socket_timeout" in message.hint
+
+
+def test_every_argument_of_redis_py_is_a_known_client_option():
+    """The accepted names come from redis-py's own signatures, not from a list kept here."""
+    import inspect
+
+    from django_redis_coord.conf import settings_problems
+
+    names = set()
+    for function in (redis.Redis.__init__, redis.ConnectionPool.__init__, redis.connection.AbstractConnection.__init__,
+                     redis.Connection.__init__, redis.SSLConnection.__init__,
+                     redis.UnixDomainSocketConnection.__init__):
+        names |= {p.name for p in inspect.signature(function).parameters.values()
+                  if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"}
+    assert len(names) > 40 and {"socket_timeout", "health_check_interval", "ssl_ca_certs"} <= names
+    problems = settings_problems({"URL": GOOD_URL, "CLIENT_OPTIONS": dict.fromkeys(names)}, {})
+    assert "django_redis_coord.E018" not in {p.id for p in problems}
+
+
+REFUSED_URLS = ["?db=x", "?socket_timeot=5", "?protocol=7", "?max_connections=many"]
+
+
+@pytest.mark.parametrize("query", REFUSED_URLS)
+def test_urls_the_check_refuses_are_the_ones_redis_py_refuses(redis_url, query):
+    url = redis_url + query
+    with override_settings(DJANGO_REDIS_COORD={"URL": url}):
+        assert "django_redis_coord.E006" in ids(check_settings())
+    with pytest.raises((TypeError, ValueError, redis.exceptions.ConnectionError)):
+        redis.Redis.from_url(url).ping()
+
+
+REFUSED_OPTIONS = [
+    ("django_redis_coord.E018", {"socket_timeot": 5}),
+    ("django_redis_coord.E007", {"max_connections": "x"}),
+    ("django_redis_coord.E007", {"ssl_certfile": "/etc/redis/client.pem"}),
+    ("django_redis_coord.E007", {"retry_on_error": 5}),
+]
+
+
+@pytest.mark.parametrize("expected, options", REFUSED_OPTIONS)
+def test_options_the_check_refuses_are_the_ones_redis_py_refuses(redis_url, expected, options):
+    with override_settings(DJANGO_REDIS_COORD={"URL": redis_url, "CLIENT_OPTIONS": options}):
+        assert expected in ids(check_settings())
+    with pytest.raises((TypeError, ValueError)):
+        redis.Redis.from_url(redis_url, **options).ping()
+
+
+def test_urls_and_options_the_check_accepts_work(redis_client, redis_url):
+    from django_redis_coord import lock
+
+    base = redis_url.rsplit("/", 1)[0]
+    accepted = [
+        (4, {"URL": base + "/0?db=4&socket_timeout=2&retry_on_timeout=yes&health_check_interval=5"}),
+        (0, {"URL": redis_url, "CLIENT_OPTIONS": {"health_check_interval": 30, "retry_on_timeout": True,
+                                                  "max_connections": 20, "client_name": "coord",
+                                                  "socket_keepalive": True}}),
+        (0, {"URL": redis_url, "DEFAULT_TIMEOUT": 0.1}),
+    ]
+    for db, value in accepted:
+        with override_settings(DJANGO_REDIS_COORD=value):
+            assert check_settings() == [], value
+            with lock("accepted") as held:
+                assert held.owned() and redis.Redis.from_url(f"{base}/{db}").exists("accepted") == 1
+
+
+def test_default_timeout_bounds_are_the_locks_own(redis_client):
+    from django_redis_coord._base import MAX_SECONDS
+    from django_redis_coord.exceptions import InvalidLockArgument
+    from django_redis_coord.locks import Lock
+
+    for timeout, refused in ((0.0001, True), (0.0999, True), (0.1, False), (30, False), (MAX_SECONDS, False),
+                             (MAX_SECONDS + 1, True), (1e12, True)):
+        with override_settings(DJANGO_REDIS_COORD={"URL": GOOD_URL, "DEFAULT_TIMEOUT": timeout}):
+            found = ids(check_settings())
+        assert ("django_redis_coord.E011" in found) is refused, timeout
+        if refused:
+            with pytest.raises(InvalidLockArgument):
+                Lock(redis_client, "bounds", timeout=timeout)
+        else:
+            Lock(redis_client, "bounds", timeout=timeout)
+

@@ -55,6 +55,25 @@ def test_bad_settings_raise_improperly_configured_listing_every_problem():
     assert "django_redis_coord.E006" in str(info.value) and "django_redis_coord.E011" in str(info.value)
 
 
+def test_settings_redis_py_would_refuse_raise_improperly_configured_before_any_client():
+    """Not a ValueError or TypeError from deep inside redis-py at the first request."""
+    from django_redis_coord.connection import reset_clients
+
+    bad = [
+        ({"URL": "redis://[::1/0"}, "django_redis_coord.E006"),
+        ({"URL": "redis://127.0.0.1:6379/0?db=x"}, "django_redis_coord.E006"),
+        ({"URL": "redis://127.0.0.1:6379/0", "CLIENT_OPTIONS": {"socket_timeot": 5}}, "django_redis_coord.E018"),
+        ({"URL": "redis://127.0.0.1:6379/0", "DEFAULT_TIMEOUT": 1e12}, "django_redis_coord.E011"),
+    ]
+    for value, expected in bad:
+        with override_settings(DJANGO_REDIS_COORD=value):
+            reset_clients()
+            with pytest.raises(ImproperlyConfigured, match=expected):
+                coord_settings()
+            with pytest.raises(ImproperlyConfigured, match=expected):
+                lock("refused")
+
+
 def test_url_client_is_pooled_and_follows_settings(redis_client, redis_url):
     client = get_client()
     assert client is get_client()
