@@ -172,6 +172,8 @@ class Grant:
     #: Remaining time of the hold (when acquired) or of the current holder; -1 none, -2 no holder.
     pttl: int = -2
     provisional: bool = False
+    #: A semaphore's refusal: the limit stored in Redis, which is the one in force.
+    limit: Optional[int] = None
 
     @classmethod
     def from_reply(cls, reply: Any) -> Grant:
@@ -179,7 +181,7 @@ class Grant:
             return cls(True, int(reply[1]), int(reply[2]), bool(int(reply[3])))
         if len(reply) == 1:
             return cls(False)
-        return cls(False, pttl=int(reply[1]))
+        return cls(False, pttl=int(reply[1]), limit=int(reply[2]) if len(reply) > 2 else None)
 
 
 #: How many keys the acquire and the release scripts take (see QueuedBase.acquire_keys, release_keys).

@@ -653,6 +653,9 @@ def _sync_twin(primitive: Any) -> Any:
     return twin
 
 
+#: Keys of ``@locked(limit=N)`` already logged for a limit in Redis that differs from N.
+_warned_limits: set[str] = set()
+
 #: Sync locks the sync twins of asyncio holds are copied from (see :func:`_twin_template`).
 _twin_templates: dict[tuple[Any, ...], Any] = {}
 
@@ -699,7 +702,9 @@ class _PermitHold:
 
     @property
     def limit(self) -> Optional[int]:
-        return self.semaphore.limit
+        """The limit in force: the one stored in Redis when a refusal reported it, else this
+        semaphore's (the first acquire of a name stores it)."""
+        return getattr(self.semaphore, "refused_limit", None) or self.semaphore.limit
 
     @property
     def retry_after(self) -> Optional[int]:
@@ -913,11 +918,23 @@ class Locked:
 
     # -- responses -------------------------------------------------------------------------------
     def _contention(self, name: str, primitive: Any, waited: float, settings: CoordSettings) -> Contention:
+        limit = self.limit
+        if limit is not None:
+            limit = primitive.limit or limit
+            if limit != self.limit and name not in _warned_limits:
+                if len(_warned_limits) >= _MADE_LOCKS_MAX:
+                    _warned_limits.clear()
+                _warned_limits.add(name)
+                logger.warning(
+                    "@locked(%r, limit=%d): Redis holds the limit %d for this key, stored by an earlier "
+                    "acquire, and that one is in force; change it with Semaphore.set_max_size()",
+                    name, self.limit, limit,
+                )
         return Contention(
             name=name,
             key=primitive.name if isinstance(primitive.name, str) else primitive.name.decode(),
             retry_after=getattr(primitive, "retry_after", None),
-            limit=self.limit,
+            limit=limit,
             wait_time=waited,
             status=self.status or settings.contention_status,
         )

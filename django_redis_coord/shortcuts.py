@@ -421,10 +421,13 @@ class SemaphoreSignals(Signals):
         self._lost_signalled: set[bytes] = set()
         #: Milliseconds until the earliest permit ends, from the latest refused acquire.
         self.refused_pttl: Optional[int] = None
+        #: The limit stored in Redis (the one in force), from the latest refused acquire.
+        self.refused_limit: Optional[int] = None
 
     def _note_refusal(self, grant: Any) -> Any:
         if not grant.acquired:
             self.refused_pttl = grant.pttl
+            self.refused_limit = grant.limit
         return grant
 
     @property

@@ -820,3 +820,14 @@ def test_an_async_view_s_response_a_middleware_replaces_still_releases(redis_cli
     with override_settings(ROOT_URLCONF=_URLConf(path("etag/", _etag_aview)),
                            MIDDLEWARE=["django.middleware.http.ConditionalGetMiddleware"]):
         asyncio.run(scenario())
+
+
+def test_the_limit_stored_in_redis_is_the_one_reported_and_a_different_one_is_logged(redis_client, caplog):
+    first = locked("export-limit", limit=1, timeout=30)
+    later = locked("export-limit", limit=3, timeout=30)  # the code changed; Redis keeps the first limit
+    with first:
+        with caplog.at_level("WARNING", logger="django_redis_coord"):
+            with pytest.raises(LockContended, match="all 1 permits"):
+                with later:
+                    pass
+    assert "limit 1" in caplog.text and "set_max_size" in caplog.text

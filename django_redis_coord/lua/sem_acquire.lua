@@ -6,7 +6,8 @@
 -- ARGV[4] waiter lease ms   ARGV[5] holder info (JSON)   ARGV[6] registry member
 -- ARGV[7] wake key prefix   ARGV[8] wake key suffix   ARGV[9] limit to store when none is ("" = none)
 -- Returns {1, fence, pttl, 0} when the caller holds a permit (pttl -1: no expiry), {0, ms until the
--- earliest lease ends (-1: none ends)} when it does not (queued when asked to), and {-1}
+-- earliest lease ends (-1: none ends), the limit in force} when it does not (queued when asked
+-- to), and {-1}
 -- (nothing written) when the semaphore has no limit, {-2} (nothing written) when the name holds
 -- another kind of value (a lock's token).
 local permits, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -64,8 +65,8 @@ local earliest = redis.call('ZRANGE', permits, 0, 0, 'WITHSCORES')
 local wait_ms = -1
 if earliest[1] then wait_ms = sem_left(earliest[2], now_ms) or -1 end
 if not enqueue then
-  return {0, wait_ms}
+  return {0, wait_ms, limit}
 end
 prune_registry(registry, now_ms)
 queue_waiter(queue, waiters, meta, token, ttl, lease, info, now_ms)
-return {0, wait_ms}
+return {0, wait_ms, limit}
