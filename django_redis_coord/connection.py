@@ -26,6 +26,7 @@ True
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import threading
 import weakref
@@ -188,7 +189,9 @@ def _build_async(settings: CoordSettings) -> Any:
 
 def _for_asyncio(options: Mapping[str, Any]) -> dict[str, Any]:
     """``CLIENT_OPTIONS`` minus the objects of the sync library (a sync connection class, parser,
-    retry policy or pool cannot serve the asyncio client, which then uses its defaults)."""
+    retry policy or pool cannot serve the asyncio client, which then uses its defaults) and the
+    options only the sync library has (client-side caching, OCSP checks): the asyncio client
+    goes without them."""
     from redis.asyncio.connection import AbstractConnection
     from redis.asyncio.retry import Retry
 
@@ -198,10 +201,22 @@ def _for_asyncio(options: Mapping[str, Any]) -> dict[str, Any]:
             continue
         if key == "retry" and not isinstance(value, Retry):
             continue
-        if key in ("parser_class", "connection_pool", "redis_connect_func"):
+        if key in ("parser_class", "connection_pool", "redis_connect_func") or key not in _asyncio_options():
             continue
         kept[key] = value
     return kept
+
+
+@functools.cache
+def _asyncio_options() -> frozenset[str]:
+    """Every keyword argument redis-py's asyncio client, pool and connections take."""
+    import redis.asyncio as aioredis
+
+    names: set[str] = set()
+    for cls in (aioredis.Redis, aioredis.ConnectionPool, aioredis.Connection, aioredis.SSLConnection,
+                aioredis.UnixDomainSocketConnection):
+        names |= _accepted(cls)
+    return frozenset(names)
 
 
 #: Connection arguments that are objects of the sync library and cannot be handed to asyncio.

@@ -99,6 +99,16 @@ def test_async_client_per_event_loop(redis_client):
     assert asyncio.run(two_calls()) is not asyncio.run(two_calls())
 
 
+def test_options_only_the_sync_library_has_are_left_out_of_the_asyncio_client(redis_server):
+    async def ping():
+        return await get_async_client().ping()
+
+    # Client-side caching options: redis-py's sync client takes them, its asyncio one does not.
+    with override_settings(DJANGO_REDIS_COORD={"URL": redis_server.url, "CLIENT_OPTIONS": {"cache_config": None}}):
+        assert get_client().ping()
+        assert asyncio.run(ping()) is True
+
+
 def test_clients_of_closed_event_loops_are_let_go(redis_servers):
     """A WSGI server runs each async view in an event loop of its own: the clients (and Redis
     connections) of the loops that ended must not pile up."""
