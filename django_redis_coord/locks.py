@@ -253,8 +253,8 @@ def blocking_pop(client: Any, key: bytes, budget: Optional[float], server_timeou
     """BLPOP ``key`` for at most ``budget`` seconds (``None``: ``server_timeout``), on ``link``'s
     connection when given (else on one of the pool's).
 
-    The server's own BLPOP timeout can fire up to one ``hz`` tick (100 ms by default) late, so a
-    deadline shorter than ``server_timeout`` is kept on the client: the connection is dropped,
+    The server's own BLPOP timeout can fire up to one ``hz`` tick (100 ms by default, Redis 6)
+    late, so the budget is kept on the client: when it runs out first, the connection is dropped,
     which unblocks the server side.  Returns the popped value or ``None``.
     """
     if budget is not None and budget <= 0:
@@ -276,7 +276,7 @@ def _pop_on(conn: Any, key: bytes, budget: Optional[float], server_timeout: floa
     """BLPOP on ``conn`` (see :func:`blocking_pop`); the connection is closed when the wait ends
     without its reply read (the client-side deadline, an error, an interruption)."""
     try:
-        wait = server_timeout + 1.0 if budget is None or budget >= server_timeout else budget
+        wait = server_timeout + 1.0 if budget is None else min(budget, server_timeout + 1.0)
         conn.send_command("BLPOP", key, server_timeout)
         if not conn.can_read(timeout=wait):
             conn.disconnect()

@@ -435,3 +435,22 @@ def test_the_claim_of_a_provisional_hand_off_keeps_an_extend_made_before_it(asyn
         await client.aclose()
 
     run(scenario())
+
+
+def test_blocking_timeout_is_kept_on_the_client_even_when_redis_times_blocked_calls_out_late(redis_servers):
+    (server,) = redis_servers(1)
+    server.client().config_set("hz", 1)  # blocked calls time out up to a second late (Redis 6)
+
+    async def scenario():
+        client = server.async_client()
+        holder = Lock(client, "a:late-timeout", timeout=30)
+        assert await holder.acquire()
+        waiter = Lock(client, "a:late-timeout", timeout=10)
+        for _ in range(3):
+            started = time.monotonic()
+            assert not await waiter.acquire(blocking_timeout=0.8)
+            assert time.monotonic() - started < 0.8 + 0.15
+        await holder.release()
+        await client.aclose()
+
+    run(scenario())

@@ -374,3 +374,21 @@ def test_a_permit_granted_to_an_identity_still_queued_takes_it_off_the_queue(red
     assert redis_client.zcard(queue) == 0
     assert retried.release("job-9")
     assert redis_client.zcard("requeued-permits") == 0  # not handed back to job-9's old place
+
+
+def test_blocking_timeout_is_kept_on_the_client_even_when_redis_times_blocked_calls_out_late(redis_servers):
+    # Redis 6 times a blocked BLPOP out in its cron, every 1/hz s: with hz 1 up to a second late.
+    # A wait a little longer than the refresh interval (2/3 s here) must not rely on that.
+    (server,) = redis_servers(1)
+    client = server.client()
+    client.config_set("hz", 1)
+    holder = Lock(client, "late-timeout", timeout=30)
+    assert holder.acquire()
+    waiter = Lock(client, "late-timeout", timeout=10)
+    assert waiter.refresh_interval < 0.8
+    for _ in range(3):
+        started = time.monotonic()
+        assert not waiter.acquire(blocking_timeout=0.8)
+        assert time.monotonic() - started < 0.8 + 0.15
+    assert not client.exists(keys_for(b"late-timeout").queue)
+    holder.release()

@@ -261,7 +261,7 @@ def _cancel_swallowed(before: int) -> None:
 
 async def _pop_on(conn: Any, key: bytes, budget: Optional[float], server_timeout: float, cancels: int = 0) -> Any:
     try:
-        wait = server_timeout + 1.0 if budget is None or budget >= server_timeout else budget
+        wait = server_timeout + 1.0 if budget is None else min(budget, server_timeout + 1.0)
         await conn.send_command("BLPOP", key, server_timeout)
         _cancel_swallowed(cancels)  # a cancelled waiter must not go on waiting
         try:
