@@ -614,6 +614,13 @@ class LockBase(ReleaseOnExit, QueuedBase):
             raise_on_release_error=raise_on_release_error,
             waiter_lease=waiter_lease,
         )
+        if not isinstance(reentrant, bool):
+            raise InvalidLockArgumentType(f"reentrant must be True or False, not {reentrant!r}", lock_name=name)
+        if reentrant and not thread_local:
+            # A hold shared by every thread (task) has no owner to re-enter it: another thread
+            # would join the hold instead of waiting its turn.
+            raise InvalidLockArgument("reentrant=True needs thread_local=True: re-entry is per thread (task)",
+                                      lock_name=name)
         self.thread_local = bool(thread_local)
         self.reentrant = reentrant
 

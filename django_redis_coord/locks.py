@@ -464,6 +464,8 @@ class Lock(QueuedPrimitive, LockBase):
         if self.reentrant and local.token is not None and getattr(local, "count", 0) > 0:
             if token is not None and encode_token(token, self.name) != local.token:
                 raise InvalidLockArgument("a reentrant hold keeps its first token", lock_name=self.name)
+            if not self.valid:  # its TTL ran out, or the watchdog found it gone: nothing to join
+                raise LockLostError("The hold this re-entry would join was lost", lock_name=self.name)
             local.count += 1
             return True
         own = token is None  # made here for this call: Redis can tell a resend of it (see _take)

@@ -454,3 +454,19 @@ def test_blocking_timeout_is_kept_on_the_client_even_when_redis_times_blocked_ca
         await client.aclose()
 
     run(scenario())
+
+
+def test_a_reentrant_acquire_does_not_join_a_lost_hold(async_redis):
+    async def scenario():
+        client = async_redis()
+        lock = Lock(client, "a:lost-again", timeout=0.2, reentrant=True)
+        assert await lock.acquire()
+        await asyncio.sleep(0.3)
+        other = Lock(client, "a:lost-again", timeout=5)
+        assert await other.acquire(blocking=False)
+        with pytest.raises(LockLostError):
+            await lock.acquire(blocking=False)
+        await other.release()
+        await client.aclose()
+
+    run(scenario())

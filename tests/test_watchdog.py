@@ -136,6 +136,24 @@ def test_reentrancy_is_per_thread(redis_client):
     lock.release()
 
 
+def test_a_reentrant_acquire_does_not_join_a_lost_hold(redis_client):
+    lock = Lock(redis_client, "lost-again", timeout=0.2, reentrant=True)
+    assert lock.acquire()
+    time.sleep(0.3)  # its TTL ran out ...
+    other = Lock(redis_client, "lost-again", timeout=5)
+    assert other.acquire(blocking=False)  # ... and another client holds the lock now
+    with pytest.raises(LockLostError):
+        lock.acquire(blocking=False)
+    other.release()
+
+
+def test_a_shared_hold_cannot_be_reentrant():
+    from django_redis_coord import InvalidLockArgument
+
+    with pytest.raises(InvalidLockArgument, match="thread_local"):
+        Lock(None, "shared-again", timeout=5, reentrant=True, thread_local=False)
+
+
 def test_a_release_that_finds_the_hold_gone_fires_on_lost_once(redis_client):
     lost: list[Lock] = []
     lock = Lock(redis_client, "gone-on-release", timeout=5, on_lost=lost.append)
