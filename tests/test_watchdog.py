@@ -237,3 +237,25 @@ def test_a_slow_on_lost_callback_delays_no_renewal(redis_client):
     time.sleep(2.0)  # over twice the timeout while the callback sleeps
     assert lost == ["doomed"] and steady.valid and redis_client.pttl("steady") > 0
     steady.release()
+
+
+def test_holds_taken_at_different_instants_share_renewal_round_trips(redis_client, monkeypatch):
+    dog = sync_watchdog()
+    batches: list[int] = []
+    renew = dog._renew_batch
+
+    def counted(batch):
+        batches.append(len(batch))
+        renew(batch)
+
+    monkeypatch.setattr(dog, "_renew_batch", counted)
+    locks = [Lock(redis_client, f"spread:{i}", timeout=1.2, auto_renew=True) for i in range(20)]
+    for lock in locks:  # taken over 0.2 s: due for renewal (every 0.4 s) at 20 different instants
+        lock.acquire()
+        time.sleep(0.01)
+    time.sleep(1.3)
+    assert all(lock.owned() for lock in locks)
+    # About three renewals per lock: one round trip each would be ~60 batches.
+    assert sum(batches) >= 20 * 2 and len(batches) <= 20, batches
+    for lock in locks:
+        lock.release()
