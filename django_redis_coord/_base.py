@@ -547,7 +547,12 @@ class QueuedBase:
         return int(fence), provisional in (b"1", "1")
 
     def woken_grant(self, payload: Any) -> Grant:
-        """The grant a wake message announces: the full TTL, or two waiter leases when provisional."""
+        """The grant a wake message announces: the full TTL, or two waiter leases when provisional.
+
+        Or, for ``"expires <ms>"``, no grant: the hold changed hands and the new holder's TTL ends
+        in ``ms``, sooner than this waiter would look again by itself (``pttl`` of the result)."""
+        if payload[:8] in (b"expires ", "expires "):
+            return Grant(False, pttl=int(payload[8:]))
         fence, provisional = self.parse_wake(payload)
         pttl = 2 * self._lease_ms if provisional else (self._ttl_ms or -1)
         return Grant(True, fence, pttl, provisional)

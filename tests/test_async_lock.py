@@ -470,3 +470,38 @@ def test_a_reentrant_acquire_does_not_join_a_lost_hold(async_redis):
         await client.aclose()
 
     run(scenario())
+
+
+def test_the_next_waiter_replaces_a_holder_it_was_handed_to_that_crashed(async_redis, redis_url):
+    from tests.procs import CTX
+    from tests.test_waiting import _take_then_crash
+
+    async def queued(client, name: str, count: int) -> None:
+        while await client.zcard(keys_for(name.encode()).queue) != count:
+            await asyncio.sleep(0.005)
+
+    async def scenario():
+        client = async_redis()
+        holder = Lock(client, "a:crash-chain", timeout=30)
+        assert await holder.acquire()
+        doomed = CTX.Process(target=_take_then_crash, args=(redis_url, "a:crash-chain", 0.3))
+        doomed.start()
+        await asyncio.wait_for(queued(client, "a:crash-chain", 1), 10)
+        waiter = Lock(client, "a:crash-chain", timeout=30)
+
+        async def wait():
+            assert await waiter.acquire(blocking_timeout=10)
+            got = time.monotonic()
+            await waiter.release()
+            return got
+
+        task = asyncio.create_task(wait())
+        await asyncio.wait_for(queued(client, "a:crash-chain", 2), 10)
+        released = time.monotonic()
+        await holder.release()  # handed to the other process, which dies holding it for 0.3 s
+        got = await asyncio.wait_for(task, 15)
+        doomed.join(10)
+        assert got - released < 0.3 + 0.2, got - released
+        await client.aclose()
+
+    run(scenario())

@@ -392,3 +392,35 @@ def test_blocking_timeout_is_kept_on_the_client_even_when_redis_times_blocked_ca
         assert time.monotonic() - started < 0.8 + 0.15
     assert not client.exists(keys_for(b"late-timeout").queue)
     holder.release()
+
+
+def _take_then_crash(url: str, name: str, timeout: float) -> None:
+    """Queue for ``name``, then die as soon as it is handed over (holding it for ``timeout``)."""
+    Lock(redis.Redis.from_url(url), name, timeout=timeout).acquire()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_the_next_waiter_replaces_a_holder_it_was_handed_to_that_crashed(redis_client, redis_url):
+    # W0 is handed the lock with a 0.3 s TTL and dies at once; W1, queued behind it, had been told
+    # the first holder's 30 s and refreshes only every 2/3 s: it must still replace W0 promptly.
+    import threading
+
+    holder = Lock(redis_client, "crash-chain", timeout=30)
+    assert holder.acquire()
+    doomed = CTX.Process(target=_take_then_crash, args=(redis_url, "crash-chain", 0.3))
+    doomed.start()
+    _wait_for(lambda: _queue_length(redis_client, "crash-chain") == 1)
+    waiter = Lock(redis_client, "crash-chain", timeout=30, thread_local=False)
+    got = {}
+    thread = threading.Thread(target=lambda: got.update(ok=waiter.acquire(blocking_timeout=10),
+                                                        at=time.monotonic()))
+    thread.start()
+    _wait_for(lambda: _queue_length(redis_client, "crash-chain") == 2)
+    released = time.monotonic()
+    holder.release()  # handed to W0, which dies holding it
+    thread.join(15)
+    doomed.join(10)
+    assert got["ok"]
+    # W0's TTL ends 0.3 s after the release; W1's next refresh would come 2/3 s after it queued.
+    assert got["at"] - released < 0.3 + 0.2, got["at"] - released
+    waiter.release()

@@ -403,7 +403,10 @@ class QueuedPrimitive(QueuedBase):
             payload = await blocking_pop(self.redis, self.keys.wake(token), budget, self.refresh_interval, link,
                                          cancels)
             if payload is not None:
-                return self.woken_grant(payload), queued_at
+                grant = self.woken_grant(payload)
+                if grant.acquired:
+                    return grant, queued_at
+                continue  # told of a new holder's expiry: wait until then
             if stop_at is not None and time.monotonic() >= stop_at:
                 return await self.do_cancel(token, worker), queued_at  # no refresh on the way out
             called_at = time.monotonic()

@@ -88,7 +88,7 @@ end
 -- before it (and their wake lists).  The caller grants it and pushes "fence provisional" onto its
 -- wake list, which then outlives the waiter's lease by a minute.  Stops at `except` (may be nil:
 -- the caller itself), leaving it queued.  Returns its token, its wake list, what to grant it (ms)
--- and whether that is provisional (0 or 1), its holder info and the end of its lease; nil when
+-- and whether that is provisional (0 or 1), its holder info, the end of its lease and the lease; nil when
 -- nobody is left.  A long (or endless) hold goes to a waiter for two leases only, until it claims
 -- the rest: a waiter that died while queued stalls the queue for a bounded time.
 local function next_waiter(queue, waiters, wake_prefix, wake_suffix, now_ms, except)
@@ -113,13 +113,36 @@ local function next_waiter(queue, waiters, wake_prefix, wake_suffix, now_ms, exc
       local ttl, lease_until, lease, info = parse_waiter(data)
       if lease_until >= now_ms then
         if ttl == 0 or ttl > 2 * lease then
-          return head, wake, 2 * lease, 1, info, lease_until
+          return head, wake, 2 * lease, 1, info, lease_until, lease
         end
-        return head, wake, ttl, 0, info, lease_until
+        return head, wake, ttl, 0, info, lease_until, lease
       end
     end
     redis.call('DEL', wake)
   end
+end
+
+-- Called after a hand-off for `ttl` ms, shorter than a third of the new holder's waiter lease (a
+-- waiter refreshes at least that often).  The next waiter in line was told the previous holder's
+-- expiry and learns the new one only at its next refresh, which may come after `ttl` (its own
+-- lease says): then tell it ("expires <ms>" on its wake list), so that a new holder that dies at
+-- once is replaced when its TTL ends.
+local function warn_next(queue, waiters, wake_prefix, wake_suffix, ttl, now_ms)
+  local after = redis.call('ZRANGE', queue, 0, 0)[1]
+  if not after then
+    return
+  end
+  local data = redis.call('HGET', waiters, after)
+  if not data then
+    return
+  end
+  local _, lease_until, lease = parse_waiter(data)
+  if 3 * ttl >= lease or lease_until < now_ms then
+    return
+  end
+  local wake = wake_key(wake_prefix, after, wake_suffix)
+  redis.call('RPUSH', wake, 'expires ' .. int(ttl))
+  redis.call('PEXPIRE', wake, lease_until - now_ms + 60000)
 end
 
 -- Grant the lock to the first live queued waiter (next_waiter()) and wake it.  A provisional
@@ -127,8 +150,8 @@ end
 -- nil) is a token that must not be granted here (the caller itself).  Returns the granted token or nil.
 local function hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix,
                         now_ms, now_us, retention, except)
-  local head, wake, ttl, provisional, info, lease_until = next_waiter(queue, waiters, wake_prefix, wake_suffix,
-                                                                      now_ms, except)
+  local head, wake, ttl, provisional, info, lease_until, lease = next_waiter(queue, waiters, wake_prefix,
+                                                                             wake_suffix, now_ms, except)
   if not head then
     return nil
   end
@@ -136,5 +159,8 @@ local function hand_off(name, meta, queue, waiters, registry, member, wake_prefi
                            tostring(provisional), false)
   redis.call('RPUSH', wake, int(fence) .. ' ' .. provisional)
   redis.call('PEXPIRE', wake, math.max(lease_until - now_ms, 1) + 60000)
+  if ttl > 0 and 3 * ttl < lease then
+    warn_next(queue, waiters, wake_prefix, wake_suffix, ttl, now_ms)
+  end
   return head
 end
