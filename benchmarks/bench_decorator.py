@@ -29,7 +29,7 @@ import statistics
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -495,14 +495,19 @@ def _interleaved(paths: tuple[str, ...], count: int, round_index: int,
     changes at every turn because a request's cost also depends on the one before it (what it left
     in the caches): a fixed order would always give each path the same predecessor.
     """
+    samples: dict[str, list[float]] = {path: [] for path in paths}
+    for path in _turns(paths, count, round_index):
+        samples[path].extend(timed(path))
+    return samples
+
+
+def _turns(paths: tuple[str, ...], count: int, round_index: int) -> Iterator[str]:
+    """``count`` turns of ``paths``, each turn in a new random order (seeded by the round)."""
     rng = random.Random(round_index)
     order = list(paths)
-    samples: dict[str, list[float]] = {path: [] for path in paths}
     for _ in range(count):
         rng.shuffle(order)
-        for path in order:
-            samples[path].extend(timed(path))
-    return samples
+        yield from order
 
 
 def _added(medians: dict[str, list[float]], path: str) -> float:
@@ -531,17 +536,13 @@ async def _async_round(count: int, round_index: int) -> tuple[dict[str, float], 
     for path in ASYNC_PATHS:
         for _ in range(20):
             await client.get(path)
-    rng = random.Random(round_index)
-    order = list(ASYNC_PATHS)
     samples: dict[str, list[float]] = {path: [] for path in ASYNC_PATHS}
-    for _ in range(count):
-        rng.shuffle(order)
-        for path in order:
-            start = clock()
-            response = await client.get(path)
-            samples[path].append((clock() - start) / 1000.0)
-            if response.status_code != 200:
-                raise RuntimeError(f"{path} answered {response.status_code}")
+    for path in _turns(ASYNC_PATHS, count, round_index):
+        start = clock()
+        response = await client.get(path)
+        samples[path].append((clock() - start) / 1000.0)
+        if response.status_code != 200:
+            raise RuntimeError(f"{path} answered {response.status_code}")
     pings = []
     for _ in range(count):
         start = clock()
