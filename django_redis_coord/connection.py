@@ -201,22 +201,31 @@ def _for_asyncio(options: Mapping[str, Any]) -> dict[str, Any]:
             continue
         if key == "retry" and not isinstance(value, Retry):
             continue
-        if key in ("parser_class", "connection_pool", "redis_connect_func") or key not in _asyncio_options():
+        if key in ("parser_class", "connection_pool", "redis_connect_func") or key in _sync_only_options():
             continue
         kept[key] = value
     return kept
 
 
 @functools.cache
-def _asyncio_options() -> frozenset[str]:
-    """Every keyword argument redis-py's asyncio client, pool and connections take."""
+def _sync_only_options() -> frozenset[str]:
+    """The keyword arguments redis-py's sync client, pool and connections take and their asyncio
+    twins do not (client-side caching, OCSP checks, ...).  Options of neither (a Cluster's or a
+    Sentinel's own) are not among them: they go to those clients as given."""
+    import redis
     import redis.asyncio as aioredis
 
-    names: set[str] = set()
-    for cls in (aioredis.Redis, aioredis.ConnectionPool, aioredis.Connection, aioredis.SSLConnection,
-                aioredis.UnixDomainSocketConnection):
-        names |= _accepted(cls)
-    return frozenset(names)
+    def accepted(*classes: type) -> set[str]:
+        names: set[str] = set()
+        for cls in classes:
+            names |= _accepted(cls)
+        return names
+
+    sync = accepted(redis.Redis, redis.ConnectionPool, redis.Connection, redis.SSLConnection,
+                    redis.UnixDomainSocketConnection)
+    both = accepted(aioredis.Redis, aioredis.ConnectionPool, aioredis.Connection, aioredis.SSLConnection,
+                    aioredis.UnixDomainSocketConnection)
+    return frozenset(sync - both)
 
 
 #: Connection arguments that are objects of the sync library and cannot be handed to asyncio.

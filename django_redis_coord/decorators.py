@@ -304,6 +304,9 @@ class KeyTemplate:
         self.argument_roots: tuple[str, ...] = ()
         #: The names used whole, with no attribute or index after them (``{user}``, not ``{user.pk}``).
         self.bare_roots: frozenset[str] = frozenset()
+        #: Names every view offers (:data:`VIEW_NAMES`) that the decorated function takes as
+        #: arguments of its own: the template gets the argument (``def search(request, query)``).
+        self.shadowed: frozenset[str] = frozenset()
         #: The template's fields, parsed once (see :meth:`render`); ``None``: filled by the
         #: formatter as it parses.
         self._fields: Optional[list[_Field]] = None
@@ -366,6 +369,10 @@ class KeyTemplate:
         if self.callable is not None or self.signature is None:
             return
         params = self.signature.parameters
+        if view_names:
+            named = {n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+            self.shadowed = frozenset(self.roots & (VIEW_NAMES - {"request"}) & named)
+            self.argument_roots = tuple(sorted((self.roots - VIEW_NAMES) | self.shadowed))
         whole = sorted(name for name in self.bare_roots & _NAMED_VALUES if name not in params)
         if view_names and whole:
             raise KeyTemplateError(_whole_values_message(self.template, whole[0]))
@@ -1081,7 +1088,7 @@ class Locked:
         if namespace is None:
             namespace = dict(self.params)
             namespace.update(_bound_arguments(key.signature, args, kwargs))
-        roots = key.roots
+        roots = key.roots - key.shadowed  # the view's own arguments win
         if "user" in roots:
             if user is _DEFAULT:
                 if not hasattr(request, "user"):
@@ -1099,9 +1106,9 @@ class Locked:
         if "headers" in roots:
             namespace["headers"] = _RequestValues(request.headers, "header", key.template)
         namespace["request"] = request
-        namespace["args"] = args[index + 1 :]
-        namespace["kwargs"] = kwargs
-        namespace["view"] = key.default_name
+        for name, value in (("args", args[index + 1 :]), ("kwargs", kwargs), ("view", key.default_name)):
+            if name not in key.shadowed:
+                namespace[name] = value
         return namespace
 
     def _call_namespace(self, key: KeyTemplate, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -1137,7 +1144,7 @@ class Locked:
             return request, self._check_name(name, key)
         if request is not None:
             user = _DEFAULT
-            if "user" in key.roots and hasattr(request, "auser"):
+            if "user" in key.roots and "user" not in key.shadowed and hasattr(request, "auser"):
                 user = await request.auser()
             return request, key.render(self._view_namespace(func, key, request, index, args, kwargs, user))
         return None, key.render(self._call_namespace(key, args, kwargs))

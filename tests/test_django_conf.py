@@ -109,6 +109,18 @@ def test_options_only_the_sync_library_has_are_left_out_of_the_asyncio_client(re
         assert asyncio.run(ping()) is True
 
 
+def test_cluster_and_sentinel_options_reach_the_asyncio_clients():
+    from django_redis_coord.connection import _for_asyncio
+
+    def remap(address):
+        return address
+
+    options = {"read_from_replicas": True, "address_remap": remap, "require_full_coverage": False,
+               "min_other_sentinels": 1, "socket_timeout": 2, "cache_config": None}
+    kept = _for_asyncio(options)
+    assert kept == {key: value for key, value in options.items() if key != "cache_config"}
+
+
 def test_clients_of_closed_event_loops_are_let_go(redis_servers):
     """A WSGI server runs each async view in an event loop of its own: the clients (and Redis
     connections) of the loops that ended must not pile up."""

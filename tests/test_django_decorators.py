@@ -831,3 +831,47 @@ def test_the_limit_stored_in_redis_is_the_one_reported_and_a_different_one_is_lo
                 with later:
                     pass
     assert "limit 1" in caplog.text and "set_max_size" in caplog.text
+
+
+def test_a_view_argument_named_like_a_request_value_is_the_one_the_key_uses(redis_client):
+    from django.contrib.auth.models import AnonymousUser
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    seen = []
+
+    @locked("search:{query}", timeout=5)
+    def search(request, query):
+        seen.append(request.coord_lock.name)
+        return HttpResponse(b"ok")
+
+    @locked("profile:{user}", timeout=5)
+    def profile(request, user):
+        seen.append(request.coord_lock.name)
+        return HttpResponse(b"ok")
+
+    request = RequestFactory().get("/?query=other")
+    request.user = AnonymousUser()
+    search(request, query="shoes")
+    profile(request, user="ada")  # the URL's user, not the (anonymous) request.user
+    assert seen == ["search:shoes", "profile:ada"]
+
+
+def test_a_request_that_waited_in_vain_gets_the_holder_s_retry_after(redis_client):
+    from django_redis_coord import lock
+
+    holder = lock("waited-in-vain", timeout=30)
+    assert holder.acquire(blocking=False)
+    try:
+        with pytest.raises(LockContended) as refused:
+            with locked("waited-in-vain", timeout=5, wait=0.2):
+                pass
+        assert refused.value.retry_after == 30  # the holder's remaining TTL, not a guess of 1 s
+        first = locked("waited-permits", limit=1, timeout=30)
+        with first:
+            with pytest.raises(LockContended, match="all 1 permits") as refused:
+                with locked("waited-permits", limit=3, timeout=30, wait=0.2):
+                    pass
+            assert refused.value.retry_after == 30
+    finally:
+        holder.release()

@@ -2,7 +2,8 @@
 -- the meantime (or granted by an attempt whose reply was lost) it keeps it; if the caller was at
 -- the head of a free lock, the next waiter gets it.
 -- KEYS and ARGV as for lock_acquire.lua.
--- Returns {1, fence, pttl, provisional} when the caller holds the lock, else {0}.
+-- Returns {1, fence, pttl, provisional} when the caller holds the lock, else {0, holder pttl
+-- (-1: no expiry, -2: none)}, as lock_acquire.lua does.
 local name, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token, lease = ARGV[1], tonumber(ARGV[4])
 local member, wake_prefix, wake_suffix, retention = ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
@@ -20,4 +21,4 @@ end
 if redis.call('EXISTS', name) == 0 then
   hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, now_ms, now_us, retention, nil)
 end
-return {0}
+return {0, redis.call('PTTL', name)}

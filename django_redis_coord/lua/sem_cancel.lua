@@ -2,7 +2,8 @@
 -- meantime is kept (with its full lease); a free permit the caller was first in line for goes to
 -- the next waiter.
 -- KEYS and ARGV as for sem_acquire.lua.
--- Returns {1, fence, pttl, 0} when the caller holds a permit, else {0}.
+-- Returns {1, fence, pttl, 0} when the caller holds a permit, else {0, ms until the earliest lease
+-- ends (-1: none ends), the limit in force}, as sem_acquire.lua does.
 local permits, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local token, ttl, member, wake_prefix, wake_suffix = ARGV[1], tonumber(ARGV[2]), ARGV[6], ARGV[7], ARGV[8]
 local now_ms, now_us = server_now()
@@ -16,4 +17,7 @@ if redis.call('ZSCORE', permits, token) then
 end
 local limit = tonumber(redis.call('HGET', meta, 'limit') or '0')
 sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, limit, now_ms, now_us, nil)
-return {0}
+local earliest = redis.call('ZRANGE', permits, 0, 0, 'WITHSCORES')
+local wait_ms = -1
+if earliest[1] then wait_ms = sem_left(earliest[2], now_ms) or -1 end
+return {0, wait_ms, limit}
