@@ -565,3 +565,32 @@ def test_bad_identity_writes_nothing(redis_client, identity, error):
     with pytest.raises(InvalidLockArgument):
         semaphore.acquire("ok", blocking=True, blocking_timeout=-1)
     assert redis_client.dbsize() == 0
+
+
+def _permit_then_crash(url: str, name: str, timeout: float) -> None:
+    """Queue for a permit of ``name``, then die as soon as one is handed over (leased ``timeout``)."""
+    Semaphore(redis.Redis.from_url(url), name, limit=1, timeout=timeout).acquire("doomed", blocking=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_the_next_waiter_reuses_a_permit_handed_to_a_waiter_that_crashed(redis_client, redis_url):
+    # W0 is handed the permit with a 0.3 s lease and dies at once; W1, queued behind it, was told
+    # the first holder's 30 s and refreshes only every 2/3 s: it must still get the permit promptly.
+    holder = Semaphore(redis_client, "sem-crash-chain", limit=1, timeout=30)
+    assert holder.acquire("first")
+    doomed = CTX.Process(target=_permit_then_crash, args=(redis_url, "sem-crash-chain", 0.3))
+    doomed.start()
+    _wait_for(lambda: redis_client.zcard(holder.keys.queue) == 1)
+    waiter = Semaphore(redis_client, "sem-crash-chain", limit=1, timeout=30)
+    got = {}
+    thread = threading.Thread(target=lambda: got.update(ok=waiter.acquire("second", True, 10),
+                                                        at=time.monotonic()))
+    thread.start()
+    _wait_for(lambda: redis_client.zcard(holder.keys.queue) == 2)
+    released = time.monotonic()
+    assert holder.release("first")  # handed to W0, which dies holding it
+    thread.join(15)
+    doomed.join(10)
+    assert got["ok"]
+    assert got["at"] - released < 0.3 + 0.2, got["at"] - released
+    assert waiter.release("second")

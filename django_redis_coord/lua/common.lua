@@ -126,10 +126,11 @@ end
 -- waiter refreshes at least that often).  The next waiter in line was told the previous holder's
 -- expiry and learns the new one only at its next refresh, which may come after `ttl` (its own
 -- lease says): then tell it ("expires <ms>" on its wake list), so that a new holder that dies at
--- once is replaced when its TTL ends.
-local function warn_next(queue, waiters, wake_prefix, wake_suffix, ttl, now_ms)
+-- once is replaced when its TTL ends.  Not `except` (may be nil): the caller, which gets the
+-- expiry in its reply.
+local function warn_next(queue, waiters, wake_prefix, wake_suffix, ttl, now_ms, except)
   local after = redis.call('ZRANGE', queue, 0, 0)[1]
-  if not after then
+  if not after or after == except then
     return
   end
   local data = redis.call('HGET', waiters, after)
@@ -160,7 +161,7 @@ local function hand_off(name, meta, queue, waiters, registry, member, wake_prefi
   redis.call('RPUSH', wake, int(fence) .. ' ' .. provisional)
   redis.call('PEXPIRE', wake, math.max(lease_until - now_ms, 1) + 60000)
   if ttl > 0 and 3 * ttl < lease then
-    warn_next(queue, waiters, wake_prefix, wake_suffix, ttl, now_ms)
+    warn_next(queue, waiters, wake_prefix, wake_suffix, ttl, now_ms, except)
   end
   return head
 end

@@ -95,11 +95,14 @@ end
 local function sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, limit,
                             now_ms, now_us, except)
   local granted_any = false
+  local shortest  -- the shortest lease granted here under a third of its waiter lease (warn_next())
+  local free = false
   while redis.call('ZCARD', permits) < limit do
-    local head, wake, ttl, provisional, info, lease_until = next_waiter(queue, waiters, wake_prefix, wake_suffix,
-                                                                        now_ms, except)
+    local head, wake, ttl, provisional, info, lease_until, lease = next_waiter(queue, waiters, wake_prefix,
+                                                                               wake_suffix, now_ms, except)
     if not head then
-      return true, granted_any
+      free = true
+      break
     end
     local fence, expiry = sem_grant(permits, meta, head, ttl, provisional, info, now_ms, now_us,
                                     redis.call('HGET', meta, 'fence'))
@@ -107,6 +110,12 @@ local function sem_hand_off(permits, meta, queue, waiters, registry, member, wak
     redis.call('RPUSH', wake, int(fence) .. ' ' .. provisional)
     redis.call('PEXPIRE', wake, math.max(lease_until - now_ms, 1) + 60000)
     granted_any = true
+    if ttl > 0 and 3 * ttl < lease and (not shortest or ttl < shortest) then
+      shortest = ttl
+    end
   end
-  return false, granted_any
+  if shortest then
+    warn_next(queue, waiters, wake_prefix, wake_suffix, shortest, now_ms, except)
+  end
+  return free, granted_any
 end
