@@ -594,3 +594,26 @@ def test_the_next_waiter_reuses_a_permit_handed_to_a_waiter_that_crashed(redis_c
     assert got["ok"]
     assert got["at"] - released < 0.3 + 0.2, got["at"] - released
     assert waiter.release("second")
+
+
+def test_the_note_to_the_next_waiter_gives_the_earliest_lease_end(redis_client, redis_url):
+    # A permit handed to W0 for 0.5 s comes with a note to W1; another permit ends sooner (0.25 s):
+    # W1 must look again then, not when W0's lease ends.
+    holder = Semaphore(redis_client, "sem-earliest", limit=2, timeout=30)
+    assert holder.acquire("a") and holder.acquire("b")
+    doomed = CTX.Process(target=_permit_then_crash, args=(redis_url, "sem-earliest", 0.5))
+    doomed.start()
+    _wait_for(lambda: redis_client.zcard(holder.keys.queue) == 1)
+    waiter = Semaphore(redis_client, "sem-earliest", limit=2, timeout=30)
+    got = {}
+    thread = threading.Thread(target=lambda: got.update(ok=waiter.acquire("second", True, 10), at=time.monotonic()))
+    thread.start()
+    _wait_for(lambda: redis_client.zcard(holder.keys.queue) == 2)
+    assert holder.extend(0.25, replace_ttl=True, identity="a")  # "a" ends in 0.25 s, never released
+    released = time.monotonic()
+    assert holder.release("b")  # handed to W0 (0.5 s), which dies holding it
+    thread.join(15)
+    doomed.join(10)
+    assert got["ok"]
+    assert got["at"] - released < 0.25 + 0.15, got["at"] - released
+    assert waiter.release("second")

@@ -115,6 +115,10 @@ local function sem_hand_off(permits, meta, queue, waiters, registry, member, wak
     end
   end
   if shortest then
+    -- A waiter looks again when the earliest lease ends: tell it that one (no later than `shortest`).
+    local earliest = redis.call('ZRANGE', permits, 0, 0, 'WITHSCORES')
+    local left = earliest[1] and sem_left(earliest[2], now_ms)
+    if left and left < shortest then shortest = math.max(left, 0) end
     warn_next(queue, waiters, wake_prefix, wake_suffix, shortest, now_ms, except)
   end
   return free, granted_any
