@@ -223,7 +223,7 @@ def _url_problem(key: str, url: object, *, client: bool = True) -> Optional[Prob
 
 
 # -- redis-py client arguments -----------------------------------------------------------------
-def _parameters(cls: type, *, inherited: bool = False) -> set[str]:
+def init_parameters(cls: type, *, inherited: bool = False) -> set[str]:
     """The keyword arguments ``cls(...)`` takes; with ``inherited``, also those its ``**kwargs``
     hands on to the ``__init__`` of its base classes."""
     names: set[str] = set()
@@ -239,6 +239,15 @@ def _parameters(cls: type, *, inherited: bool = False) -> set[str]:
     return names
 
 
+def client_parameters(library: Any) -> set[str]:
+    """The keyword arguments a client of ``library`` (``redis`` or ``redis.asyncio``) takes for
+    itself, its pool and its connections (TCP, TLS, Unix socket)."""
+    names = init_parameters(library.Redis) | init_parameters(library.ConnectionPool)
+    for connection_class in (library.Connection, library.SSLConnection, library.UnixDomainSocketConnection):
+        names |= init_parameters(connection_class, inherited=True)
+    return names
+
+
 @functools.cache
 def _option_names(kind: str) -> frozenset[str]:
     """Every keyword argument the installed redis-py accepts for a client of ``kind``: "client"
@@ -248,16 +257,13 @@ def _option_names(kind: str) -> frozenset[str]:
     from redis.cluster import RedisCluster
     from redis.sentinel import Sentinel
 
-    names = _parameters(redis.Redis)
     if kind == "sentinel_kwargs":
-        return frozenset(names)
-    names |= _parameters(redis.ConnectionPool)
-    for connection_class in (redis.Connection, redis.SSLConnection, redis.UnixDomainSocketConnection):
-        names |= _parameters(connection_class, inherited=True)
+        return frozenset(init_parameters(redis.Redis))
+    names = client_parameters(redis)
     if kind == "cluster":
-        names |= _parameters(RedisCluster) - {"startup_nodes", "url"}
+        names |= init_parameters(RedisCluster) - {"startup_nodes", "url"}
     elif kind == "sentinel":
-        names |= _parameters(Sentinel) - {"sentinels", "sentinel_kwargs"}
+        names |= init_parameters(Sentinel) - {"sentinels", "sentinel_kwargs"}
     return frozenset(names)
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import threading
 import weakref
 from collections.abc import Mapping
@@ -215,37 +214,15 @@ def _sync_only_options() -> frozenset[str]:
     import redis
     import redis.asyncio as aioredis
 
-    def accepted(*classes: type) -> set[str]:
-        names: set[str] = set()
-        for cls in classes:
-            names |= _accepted(cls)
-        return names
-
-    sync = accepted(redis.Redis, redis.ConnectionPool, redis.Connection, redis.SSLConnection,
-                    redis.UnixDomainSocketConnection)
-    both = accepted(aioredis.Redis, aioredis.ConnectionPool, aioredis.Connection, aioredis.SSLConnection,
-                    aioredis.UnixDomainSocketConnection)
-    return frozenset(sync - both)
+    return frozenset(conf.client_parameters(redis) - conf.client_parameters(aioredis))
 
 
 #: Connection arguments that are objects of the sync library and cannot be handed to asyncio.
 _SYNC_ONLY = {"parser_class", "retry", "connection_pool", "redis_connect_func", "event_dispatcher", "command_packer"}
 
 
-def _accepted(cls: type) -> set[str]:
-    names: set[str] = set()
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        for param in inspect.signature(init).parameters.values():
-            if param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD) and param.name != "self":
-                names.add(param.name)
-    return names
-
-
 def _async_kwargs(kwargs: Mapping[str, Any], connection_class: type) -> dict[str, Any]:
-    accepted = _accepted(connection_class)
+    accepted = conf.init_parameters(connection_class, inherited=True)
     return {k: v for k, v in kwargs.items() if k in accepted and k not in _SYNC_ONLY}
 
 

@@ -373,9 +373,9 @@ class KeyTemplate:
             named = {n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
             self.shadowed = frozenset(self.roots & (VIEW_NAMES - {"request"}) & named)
             self.argument_roots = tuple(sorted((self.roots - VIEW_NAMES) | self.shadowed))
-        whole = sorted(name for name in self.bare_roots & _NAMED_VALUES if name not in params)
-        if view_names and whole:
-            raise KeyTemplateError(_whole_values_message(self.template, whole[0]))
+            whole = sorted(self.bare_roots & _NAMED_VALUES - set(params))
+            if whole:
+                raise KeyTemplateError(_whole_values_message(self.template, whole[0]))
         if any(p.kind is p.VAR_KEYWORD for p in params.values()):
             return
         known = set(params) | set(extra) | (VIEW_NAMES if view_names else set())
@@ -524,9 +524,9 @@ def _release_at_close(response: HttpResponseBase, request: HttpRequest, release:
     """Release when ``response`` is closed, or at the latest when Django closes ``request``.
 
     A middleware may answer with another response and never close the view's (Django's
-    ``ConditionalGetMiddleware`` turns it into a 304, ``CommonMiddleware`` a 404 into a redirect);
-    the handler adds ``request.close`` to the closers of the response it sends, whichever it is,
-    so the hold ends with that one.  A release runs once, whichever comes first."""
+    ``ConditionalGetMiddleware`` turns it into a 304); the handler adds ``request.close`` to the
+    closers of the response it sends, whichever it is, so the hold ends with that one.  A release
+    runs once, whichever comes first."""
     response._resource_closers.append(release)
     pending = request.__dict__.get("_coord_releases")
     if pending is None:
@@ -1164,14 +1164,7 @@ class Locked:
         else:
             request, name = self._name_sync(func, key, args, kwargs)
         settings = coord_settings()
-        if self._plain_lock:
-            made = self._made.get((name, label, False))  # as _make_lock, without the call
-            if made is not None and made[0] is settings:
-                primitive = made[1]._fresh(get_client())
-            else:
-                primitive = self._make_lock(name, label, settings, is_async=False)
-        else:
-            primitive = self._make(name, label, settings, is_async=False)
+        primitive = self._make(name, label, settings, is_async=False)
         started = _now()
         try:
             if self._plain_lock:
@@ -1223,10 +1216,7 @@ class Locked:
         else:
             request, name = await self._name_async(func, key, args, kwargs)
         settings = coord_settings()
-        if self._plain_lock:
-            primitive = self._make_lock(name, label, settings, is_async=True)
-        else:
-            primitive = self._make(name, label, settings, is_async=True)
+        primitive = self._make(name, label, settings, is_async=True)
         started = _now()
         try:
             acquired = await primitive.acquire(**self._acquire_kw)
