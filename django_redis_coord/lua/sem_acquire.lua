@@ -61,9 +61,7 @@ if free then
   return {1, fence, -1, 0}
 end
 
-local earliest = redis.call('ZRANGE', permits, 0, 0, 'WITHSCORES')
-local wait_ms = -1
-if earliest[1] then wait_ms = sem_left(earliest[2], now_ms) or -1 end
+local wait_ms = sem_next_end(permits, now_ms) or -1
 if not enqueue then
   return {0, wait_ms, limit}
 end

@@ -17,7 +17,5 @@ if redis.call('ZSCORE', permits, token) then
 end
 local limit = tonumber(redis.call('HGET', meta, 'limit') or '0')
 sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, limit, now_ms, now_us, nil)
-local earliest = redis.call('ZRANGE', permits, 0, 0, 'WITHSCORES')
-local wait_ms = -1
-if earliest[1] then wait_ms = sem_left(earliest[2], now_ms) or -1 end
+local wait_ms = sem_next_end(permits, now_ms) or -1
 return {0, wait_ms, limit}

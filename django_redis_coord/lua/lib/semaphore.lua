@@ -49,6 +49,12 @@ local function sem_left(score, now_ms)
   return tonumber(score) - now_ms
 end
 
+-- Remaining ms of the earliest lease (nil: no permit, or none ends).
+local function sem_next_end(permits, now_ms)
+  local earliest = redis.call('ZRANGE', permits, 0, 0, 'WITHSCORES')
+  return earliest[1] and sem_left(earliest[2], now_ms)
+end
+
 -- Keep the registry entry of the semaphore at its latest lease end: raise it to `expiry` (a new
 -- or renewed lease), or recompute it when `expiry` is nil (a permit left).
 local function sem_publish(permits, registry, member, expiry)
@@ -116,8 +122,7 @@ local function sem_hand_off(permits, meta, queue, waiters, registry, member, wak
   end
   if shortest then
     -- A waiter looks again when the earliest lease ends: tell it that one (no later than `shortest`).
-    local earliest = redis.call('ZRANGE', permits, 0, 0, 'WITHSCORES')
-    local left = earliest[1] and sem_left(earliest[2], now_ms)
+    local left = sem_next_end(permits, now_ms)
     if left and left < shortest then shortest = math.max(left, 0) end
     warn_next(queue, waiters, wake_prefix, wake_suffix, shortest, now_ms, except)
   end
