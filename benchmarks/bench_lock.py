@@ -7,9 +7,8 @@ Libraries compared (each on its own key of the one private redis-server):
 * ``redis-py`` — ``redis.lock.Lock`` (polls every ``sleep`` = 0.1 s; ``redis-py 1ms`` polls every 1 ms);
 * ``python-redis-lock`` — ``redis_lock.Lock`` (SET NX EX, waiters BLPOP a signal list pushed on release);
 * ``pottery`` — ``pottery.Redlock`` with one master (retries after a random 0–0.2 s);
-* ``ours`` — ``django_redis_coord.Lock`` (FIFO queue, server-side handoff to the head's wake list);
-* ``ours, raw socket`` (contention only) — the same Lua scripts and keys as ``ours``, driven over a
-  raw socket instead of redis-py: what this lock's protocol costs without any client library;
+* ``ours`` — ``django_redis_coord.Lock`` (FIFO queue, server-side handoff announced on the
+  waiting process's channel);
 * ``ceiling`` (contention only) — not a lock: one token passed around through one Redis list, ``BLPOP``
   to take it and ``RPUSH`` to give it back, over raw sockets with no client library.  No expiry,
   fence, holder record or queue state: the most held time any Redis-based lock can reach on the
@@ -47,9 +46,9 @@ from benchmarks.common import (
 )
 
 ALL = ("raw", "redis-py", "python-redis-lock", "pottery", "ours")
-CONTENDERS = ("raw", "redis-py", "redis-py 1ms", "python-redis-lock", "pottery", "ours", "ours, raw socket", "ceiling")
+CONTENDERS = ("raw", "redis-py", "redis-py 1ms", "python-redis-lock", "pottery", "ours", "ceiling")
 #: Contention references, not libraries: no uncontended, expiry or handoff runs.
-REFERENCES = ("ours, raw socket", "ceiling")
+REFERENCES = ("ceiling",)
 DESCRIPTIONS = {
     "raw": "SET NX PX + Lua compare-and-delete (polls 0.5 ms when contended)",
     "redis-py": "redis.lock.Lock, sleep=0.1 (default)",
@@ -57,7 +56,6 @@ DESCRIPTIONS = {
     "python-redis-lock": "redis_lock.Lock (BLPOP on a release signal)",
     "pottery": "pottery.Redlock, one master",
     "ours": "django_redis_coord.Lock",
-    "ours, raw socket": "django_redis_coord.Lock's scripts over a raw socket (no client library)",
     "ceiling": "one token in a Redis list, BLPOP / RPUSH over raw sockets (not a lock)",
 }
 
@@ -161,66 +159,6 @@ class TokenRing:
         self._call(self.give, 1)
 
 
-class RawSocketOurs:
-    """``django_redis_coord.Lock``'s own scripts and keys, sent over a raw socket and read with a
-    minimal RESP reader: the lock's protocol with the client library taken out (a reference for
-    the contention figures, not something to use)."""
-
-    def __init__(self, client: Any, name: str, ttl: float) -> None:
-        import socket
-
-        from benchmarks.common import record_request
-        from django_redis_coord import Lock
-        from django_redis_coord.scripts import encode, script_text
-
-        kwargs = client.connection_pool.connection_kwargs
-        self.sock = socket.create_connection((kwargs["host"], kwargs["port"]))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.reader = self.sock.makefile("rb")
-        self.lock = Lock(client, name, timeout=ttl)
-        self.encode, self.count = encode, record_request
-        self.sha = {}
-        for script in ("lock_acquire", "lock_release"):
-            self.sha[script] = self._call(encode("SCRIPT", "LOAD", script_text(script)), 3)
-        self.token = b""
-
-    def _read(self) -> Any:
-        line = self.reader.readline()
-        kind, rest = line[:1], line[1:-2]
-        if kind == b"*":
-            return [self._read() for _ in range(int(rest))]
-        if kind == b"$":
-            return None if int(rest) < 0 else self.reader.read(int(rest) + 2)[:-2]
-        if kind == b":":
-            return int(rest)
-        if kind == b"-":
-            raise RuntimeError(rest.decode(errors="replace"))
-        return rest
-
-    def _call(self, body: bytes, count: int) -> Any:
-        request = b"*%d\r\n" % count + body
-        self.sock.sendall(request)
-        self.count(request)
-        return self._read()
-
-    def _script(self, name: str, numkeys: int, count: int, encoded: bytes) -> Any:
-        return self._call(self.encode("EVALSHA", self.sha[name], numkeys) + encoded, count + 3)
-
-    def acquire(self, blocking: bool = True) -> bool:
-        from django_redis_coord._base import new_token
-
-        token = new_token()
-        reply = self._script("lock_acquire", 6, 15, self.lock.acquire_encoded(token, 1, "bench"))
-        if int(reply[0]) != 1 and self._call(self.encode("BLPOP", self.lock.keys.wake(token), 10), 3) is None:
-            raise RuntimeError("no handoff within 10 s")
-        self.token = token
-        return True
-
-    def release(self) -> None:
-        if self._script("lock_release", 5, 10, self.lock.release_encoded(self.token)) != 1:
-            raise RuntimeError("the raw-socket lock was not held at release")
-
-
 def reset_ring(client: Any, name: str) -> None:
     """Leave exactly one token in the ring ``name``."""
     pipe = client.pipeline(transaction=True)
@@ -249,8 +187,6 @@ def make_lock(lib: str, client: Any, name: str, ttl: float) -> Any:
         from django_redis_coord import Lock
 
         return Lock(client, name, timeout=ttl)
-    if lib == "ours, raw socket":
-        return RawSocketOurs(client, name, ttl)
     if lib == "ceiling":
         return TokenRing(client, name)
     raise ValueError(f"unknown library {lib!r}")

@@ -17,9 +17,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
 from types import SimpleNamespace
 from typing import Any, Optional, Union
+
+from redis.exceptions import ClusterDownError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .exceptions import (
     InvalidLockArgument,
@@ -30,7 +33,7 @@ from .exceptions import (
     NameKindConflict,
 )
 from .keys import KeySet, encode_name, keys_for
-from .scripts import encode, queue_script
+from .scripts import queue_script
 
 Number = Union[int, float]
 
@@ -44,10 +47,11 @@ DRIFT_FIXED = 0.002
 DRIFT_FACTOR = 0.01
 
 _HOSTNAME = socket.gethostname()
-_INFO_CACHE: dict[tuple, tuple[str, bytes]] = {}
+_INFO_CACHE: dict[tuple, str] = {}
+#: The ``reply_to`` of an acquire that does not wait (see :meth:`QueuedBase.acquire_args`).
+NO_REPLY = (b"", 0)
 #: Added to an acquire's mode when the library made the token for that very call (see lock_acquire.lua).
 OWN_TOKEN = 4
-_ENCODED_ENQUEUE = tuple(encode(mode) for mode in range(2 * OWN_TOKEN))
 
 
 #: The longest duration any argument may have (ten years): far below what PX / PEXPIRE accept.
@@ -184,48 +188,6 @@ class Grant:
         return cls(False, pttl=int(reply[1]), limit=int(reply[2]) if len(reply) > 2 else None)
 
 
-#: How many keys the acquire and the release scripts take (see QueuedBase.acquire_keys, release_keys).
-ACQUIRE_KEYS = 6
-RELEASE_KEYS = 5
-#: Names longer than this (bytes) get their encoded parts made afresh on each call, not cached.
-ENCODED_CACHE_MAX_NAME = 256
-
-
-@dataclass(frozen=True)
-class EncodedParts:
-    """The parts of a primitive's acquire and release calls that never change, encoded once
-    (see :func:`django_redis_coord.scripts.encode`); only the token and the holder info vary."""
-
-    #: The keys both scripts start with: name, meta, queue, waiters, registry.
-    keys: bytes
-    ttl: bytes
-    lease: bytes
-    #: The acquire script's last arguments: member, wake prefix and suffix, setting.
-    acquire_tail: bytes
-    #: The release script's arguments after the token: member, wake prefix and suffix, retention.
-    release_tail: bytes
-    #: How many keys and arguments each call carries (those of :meth:`QueuedBase.acquire_keys` and
-    #: :meth:`~QueuedBase.acquire_args`, of :meth:`~QueuedBase.release_keys` and
-    #: :meth:`~QueuedBase.release_args`).
-    acquire_count: int
-    release_count: int
-
-
-@lru_cache(maxsize=4096, typed=True)
-def encoded_parts(keys: KeySet, member: bytes, ttl_ms: int, lease_ms: int, setting: Any,
-                  retention: tuple) -> EncodedParts:
-    """The :class:`EncodedParts` of one primitive's settings (shared by all objects with them)."""
-    return EncodedParts(
-        keys=encode(keys.name, keys.meta, keys.queue, keys.waiters, keys.registry),
-        ttl=encode(ttl_ms),
-        lease=encode(lease_ms),
-        acquire_tail=encode(member, keys.wake_prefix, keys.wake_suffix, setting),
-        release_tail=encode(member, keys.wake_prefix, keys.wake_suffix, *retention),
-        acquire_count=ACQUIRE_KEYS + 9,
-        release_count=RELEASE_KEYS + 4 + len(retention),
-    )
-
-
 @dataclass(frozen=True)
 class HolderInfo:
     """A live holder of a named lock (see :func:`django_redis_coord.holders`)."""
@@ -301,8 +263,6 @@ class QueuedBase:
     retention_args: tuple = ()
     #: The last argument of the acquire scripts (a lock: metadata retention; a semaphore: its limit).
     acquire_setting: Any = ""
-    #: :meth:`encoded_parts`, once made.
-    _parts: Optional[EncodedParts] = None
 
     def __init__(
         self,
@@ -357,51 +317,24 @@ class QueuedBase:
         :data:`OWN_TOKEN` when the library made the token for this very call."""
         return enqueue + OWN_TOKEN if own else enqueue
 
-    def _holder_info(self, worker: str) -> tuple[str, bytes]:
-        """Holder metadata sent with each acquire, as JSON and encoded for the short path; cached
-        per label, process and worker."""
+    def holder_info(self, worker: str) -> str:
+        """Holder metadata sent with each acquire (JSON), cached per label, process and worker."""
         key = (self.label, os.getpid(), worker)
         info = _INFO_CACHE.get(key)
         if info is None:
             if len(_INFO_CACHE) > 4096:
                 _INFO_CACHE.clear()
-            text = json.dumps({**self._info_head, "pid": key[1], "thread": worker})
-            info = _INFO_CACHE[key] = (text, encode(text))
+            info = _INFO_CACHE[key] = json.dumps({**self._info_head, "pid": key[1], "thread": worker})
         return info
 
-    def holder_info(self, worker: str) -> str:
-        """Holder metadata sent with each acquire (JSON)."""
-        return self._holder_info(worker)[0]
-
-    def encoded_parts(self) -> EncodedParts:
-        """The constant parts of this object's script calls, encoded: made once per object (and
-        shared through a cache by objects with the same settings; a semaphore makes them again
-        when its limit changes)."""
-        parts = self._parts
-        if parts is None:
-            make = encoded_parts if len(self.keys.name) <= ENCODED_CACHE_MAX_NAME else encoded_parts.__wrapped__
-            parts = self._parts = make(self.keys, self.member, self._ttl_ms, self._lease_ms, self.acquire_setting,
-                                       self.retention_args)
-        return parts
-
-    def acquire_encoded(self, token: bytes, enqueue: int, worker: str) -> bytes:
-        """:meth:`acquire_keys` and :meth:`acquire_args`, encoded (the short path of FastScript)."""
-        parts = self.encoded_parts()
-        return b"".join((parts.keys, encode(self.keys.wake(token), token), parts.ttl, _ENCODED_ENQUEUE[enqueue],
-                         parts.lease, self._holder_info(worker)[1], parts.acquire_tail))
-
-    def release_encoded(self, token: bytes) -> bytes:
-        """:meth:`release_keys` and :meth:`release_args`, encoded."""
-        parts = self.encoded_parts()
-        return parts.keys + encode(token) + parts.release_tail
-
-    def acquire_keys(self, token: bytes) -> tuple:
+    def acquire_keys(self) -> tuple:
         k = self.keys
-        return (k.name, k.meta, k.queue, k.waiters, k.registry, k.wake(token))
+        return (k.name, k.meta, k.queue, k.waiters, k.registry)
 
-    def acquire_args(self, token: bytes, enqueue: int, worker: str) -> tuple:
-        """``enqueue``: 0 try only, 1 queue when busy, 2 queue and clean up an earlier attempt."""
-        k = self.keys
+    def acquire_args(self, token: bytes, enqueue: int, worker: str, reply_to: tuple[bytes, int] = NO_REPLY) -> tuple:
+        """``enqueue``: 0 try only, 1 queue when busy, 2 queue and clean up an earlier attempt (plus
+        :data:`OWN_TOKEN`, see :meth:`acquire_mode`).  ``reply_to``: where a queued caller is told
+        of its grant, its process's channel and its number there (see :mod:`.waiting`)."""
         return (
             token,
             self._ttl_ms,
@@ -409,8 +342,8 @@ class QueuedBase:
             self._lease_ms,
             self.holder_info(worker),
             self.member,
-            k.wake_prefix,
-            k.wake_suffix,
+            reply_to[0],
+            reply_to[1],
             self.acquire_setting,
         )
 
@@ -419,8 +352,7 @@ class QueuedBase:
         return (k.name, k.meta, k.queue, k.waiters, k.registry)
 
     def release_args(self, token: bytes) -> tuple:
-        k = self.keys
-        return (token, self.member, k.wake_prefix, k.wake_suffix, *self.retention_args)
+        return (token, self.member, *self.retention_args)
 
     def extend_keys(self) -> tuple:
         k = self.keys
@@ -558,6 +490,37 @@ class QueuedBase:
         return Grant(True, fence, pttl, provisional)
 
 
+#: How long a queued waiter keeps waiting while its refreshes cannot reach Redis (seconds in a
+#: row): long enough for a Sentinel or Cluster failover, after which it finds its place again
+#: (or the grant made meanwhile).  Its ``blocking_timeout`` still applies.
+OUTAGE_GRACE = 30.0
+#: The errors of a refresh that count as Redis being out of reach for a while (see :class:`Outage`).
+OUTAGE_ERRORS = (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError)
+
+
+class Outage:
+    """The refreshes of one waiter that could not reach Redis, in a row (see :data:`OUTAGE_GRACE`)."""
+
+    __slots__ = ("since",)
+
+    def __init__(self) -> None:
+        self.since: Optional[float] = None
+
+    def began(self, at: float) -> Grant:
+        """A refresh sent at ``at`` failed: re-raise the error once the outage lasted
+        :data:`OUTAGE_GRACE`, else the grant to wait on until the next refresh (a holder with no
+        expiry: the waiter looks again after its refresh period, or when woken).  Call it from the
+        ``except`` clause."""
+        if self.since is None:
+            self.since = at
+        if at - self.since >= OUTAGE_GRACE:
+            raise
+        return Grant(False, pttl=-1)
+
+    def ended(self) -> None:
+        self.since = None
+
+
 class ReleaseOnExit:
     """What the ``with`` blocks of the lock-like primitives share (as redis-py's Lock behaves)."""
 
@@ -646,8 +609,8 @@ class LockBase(ReleaseOnExit, QueuedBase):
         one's client).
 
         For callers that make one lock per use of the same name (``@locked`` makes one per
-        request): the arguments were checked and the keys and encoded arguments computed when this
-        one was made, so the copy costs a fraction of a new construction.  Only the hold state is new.
+        request): the arguments were checked and the keys computed when this one was made, so the
+        copy costs a fraction of a new construction.  Only the hold state is new.
         """
         twin = object.__new__(type(self))
         vars(twin).update(vars(self))
@@ -693,12 +656,6 @@ class LockBase(ReleaseOnExit, QueuedBase):
         release reached Redis, another thread may already have been handed the next hold and
         written it there (a new fence), and what the release does next must leave that alone."""
         return local.token == token and getattr(local, "fence", None) == fence
-
-    @staticmethod
-    def _unpin(local: Any) -> Any:
-        """Take the connection kept by the hold ``local`` (a ``Link`` or ``AsyncLink`` of the
-        flavour) off it: the caller releases on it, or gives it up."""
-        return vars(local).pop("link", None)
 
     @staticmethod
     def _forget_hold(local: Any) -> None:

@@ -211,7 +211,7 @@ class RedlockBase(ReleaseOnExit):
     # -- commands -----------------------------------------------------------------------------
     def acquire_command(self, token: bytes, worker: str) -> Command:
         node = self._node
-        return script_command("lock_acquire", node.acquire_keys(token), node.acquire_args(token, 0, worker))
+        return script_command("lock_acquire", node.acquire_keys(), node.acquire_args(token, 0, worker))
 
     def fence_command(self, token: bytes, fence: int) -> Command:
         keys = self._node.keys

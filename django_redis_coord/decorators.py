@@ -648,14 +648,8 @@ def _sync_twin(primitive: Any) -> Any:
         redlock.speak_for(primitive)
         return redlock
     twin = _twin_template(primitive)._fresh(get_client())
-    # The hold's state (token, fence, deadline, start); neither object is shared with a thread.  Not
-    # the asyncio connection the hold kept (an AsyncLink of its loop): the sync release goes
-    # through the sync client's pool, and that connection goes back to its pool from its loop.
-    state = vars(primitive._state())
-    link = state.pop("link", None)
-    if link is not None:
-        link.drop()
-    vars(twin._state()).update(state)
+    # The hold's state (token, fence, deadline, start); neither object is shared with a thread.
+    vars(twin._state()).update(vars(primitive._state()))
     twin.speak_for(primitive)
     return twin
 
@@ -676,7 +670,6 @@ def _twin_template(primitive: Any) -> Any:
     if template is None:
         template = SignallingLock(None, primitive.name, timeout=primitive.timeout, thread_local=False,
                                   app_name=primitive.app_name)
-        template.encoded_parts()  # made once, shared by the copies
         if len(_twin_templates) >= _MADE_LOCKS_MAX:
             _twin_templates.clear()
         _twin_templates[key] = template
@@ -914,7 +907,6 @@ class Locked:
             lock_class = AsyncSignallingLock if is_async else SignallingLock
             made_lock = lock_class(None, settings.prefixed(name), app_name=name, label=label, thread_local=False,
                                    **self._primitive_options(settings))
-            made_lock.encoded_parts()  # made once, shared by the copies
             if len(self._made) >= _MADE_LOCKS_MAX:
                 self._made.clear()
             made = self._made[(name, label, is_async)] = (settings, made_lock)

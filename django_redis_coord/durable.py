@@ -150,7 +150,7 @@ class DurableLock(Lock):
             return
         _watchdog.sync_watchdog().unregister(self, hold)
         try:
-            self.do_release(token, self._unpin(hold))
+            self.do_release(token)
         except Exception:
             pass
         hold.token = None

@@ -20,6 +20,7 @@ __all__ = [
     "NameKindConflict",
     "LockLostError",
     "LockAcquireTimeout",
+    "ConnectionPoolTooSmall",
     "SemaphoreLimitNotSet",
     "TransactionConflict",
     "StaleFenceError",
@@ -48,6 +49,11 @@ class NameKindConflict(InvalidLockArgument):
 
 class LockAcquireTimeout(CoordError):
     """A context manager could not acquire the lock within ``blocking_timeout``."""
+
+
+class ConnectionPoolTooSmall(CoordError, ValueError):
+    """A blocking acquire needs one connection of the client's pool for its process's waiting
+    connection (see :mod:`django_redis_coord.waiting`) and at least one more for its commands."""
 
 
 class LockLostError(CoordError, LockNotOwnedError):

@@ -1,7 +1,7 @@
 """Key layout: every key a primitive touches hashes to the Redis Cluster slot of its name.
 
 A primitive named ``name`` stores its main value at exactly ``name``.  Its side keys (metadata
-hash, wait queue, per-waiter wake lists) carry a hash tag equal to the part of ``name`` that
+hash, wait queue, waiter records) carry a hash tag equal to the part of ``name`` that
 Redis Cluster hashes, so they live in the same slot.  The per-slot registry of live holders is
 named with a canonical tag for that slot, which lets the listing service read every registry
 without scanning the keyspace.
@@ -116,14 +116,7 @@ class KeySet:
     meta: bytes
     queue: bytes
     waiters: bytes
-    wake_prefix: bytes
-    wake_suffix: bytes
     registry: bytes
-
-    def wake(self, token: bytes) -> bytes:
-        """The list a queued caller blocks on; a grant is pushed here.  The token is length-prefixed
-        (as in ``wake_key`` of lua/common.lua), so no token makes two names share a wake list."""
-        return b"%b%d:%b%b" % (self.wake_prefix, len(token), token, self.wake_suffix)
 
 
 @lru_cache(maxsize=4096)
@@ -142,7 +135,5 @@ def keys_for(name: bytes, kind: bytes = b"lock") -> KeySet:
         meta=base + b"meta" + suffix,
         queue=base + b"queue" + suffix,
         waiters=base + b"waiters" + suffix,
-        wake_prefix=base + b"wake:",
-        wake_suffix=suffix,
         registry=registry_key(slot),
     )

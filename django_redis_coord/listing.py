@@ -641,16 +641,10 @@ class HolderListing:
                 raise InvalidLockArgument("a semaphore permit is named by its fence: give expected_fence",
                                           lock_name=name)
             script = sync_scripts.get(self.client, "sem_force_release")
-            args: tuple = (member, keys.wake_prefix, keys.wake_suffix, str(expected_fence))
+            args: tuple = (member, str(expected_fence))
         else:
             script = sync_scripts.get(self.client, "force_release")
-            args = (
-                member,
-                keys.wake_prefix,
-                keys.wake_suffix,
-                META_RETENTION_MS,
-                "" if expected_fence is None else str(expected_fence),
-            )
+            args = (member, META_RETENTION_MS, "" if expected_fence is None else str(expected_fence))
         reply = script(all_keys, args, client=self.client)
         status = int(reply[0])
         return ForceReleaseResult(
@@ -692,16 +686,13 @@ def _parse_entries(reply: Sequence[Any], now_ms: int) -> Iterable[RegistryEntry]
 
 
 def _parse_waiter(position: int, token: bytes, record: Optional[bytes]) -> Waiter:
-    """A waiter record is ``"ttl lease_until [lease] info"`` (ms, ms, ms, JSON)."""
+    """A waiter record is ``"ttl lease_until lease channel id info"`` (ms, ms, ms, where its grant
+    is announced, JSON: see ``parse_waiter`` in lua/common.lua)."""
     if record is None:
         return Waiter(position=position, token=token, lease_until_ms=None)
-    parts = record.split(b" ", 3)
+    parts = record.split(b" ", 5)
     lease_until = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
-    if len(parts) == 4 and parts[2].isdigit():
-        info = parts[3]
-    else:
-        info = b" ".join(parts[2:])
-    meta = _split_info(info)
+    meta = _split_info(parts[5] if len(parts) == 6 else b"{}")
     return Waiter(
         position=position,
         token=token,

@@ -26,10 +26,10 @@ and so does the form with the limit and the lease given up front, waiting in lin
   neither over-issue permits nor evict live ones.  Expired permits are reclaimed inside acquire.
 * Every operation is one Lua script (``lua/sem_*.lua``).  Every grant carries a fence token,
   strictly greater than every fence issued before for the semaphore.
-* Waiting never polls: a blocking acquire joins a FIFO queue and blocks on its own wake list; a
-  release (or a reclaim, or a raised limit) grants the permit server-side to the head of the
-  queue.  A waiter also looks again when the earliest lease ends, so a crashed holder's permit
-  is reused promptly.
+* Waiting never polls: a blocking acquire joins a FIFO queue and sleeps until a release (or a
+  reclaim, or a raised limit) grants the permit server-side to the head of the queue and announces
+  it (see :mod:`django_redis_coord.waiting`).  A waiter also looks again when the earliest lease
+  ends, so a crashed holder's permit is reused promptly.
 * Optional watchdog renewal of each permit, with the same loss signal as :class:`Lock`.
 """
 
@@ -166,12 +166,10 @@ class SemaphoreBase(QueuedBase):
     def limit(self, value: Optional[int]) -> None:
         self._limit = value
         self.acquire_setting = value if value is not None else ""
-        self._parts = None  # the encoded acquire arguments hold the limit
 
     # -- arguments and replies of the scripts ------------------------------------------------
     def set_limit_args(self, size: int) -> tuple:
-        k = self.keys
-        return (size, self.member, k.wake_prefix, k.wake_suffix)
+        return (size, self.member)
 
     def checked_pttl(self, token: bytes, pttl: int) -> int:
         """The reply of ``sem_extend.lua``: the new lease, or an error (the permit marked lost)."""
@@ -363,10 +361,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         taken = self._take(token, blocking, stop_at, own=identity is None)
         if taken is None:
             return False
-        grant, sent_at, link = taken
-        if link is not None:
-            link.done()
-        self._own(token, grant, sent_at, anonymous=identity is None)
+        self._own(token, *taken, anonymous=identity is None)
         return True
 
     def release(self, identity: Optional[Identity] = None) -> bool:
@@ -420,8 +415,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
     # -- the only methods talking to Redis -------------------------------------------------------
     def do_release(self, token: bytes) -> bool:
         script = self.scripts.get(self.redis, "sem_release")
-        return int(script(self.release_keys(), self.release_args(token), client=self.redis,
-                          encoded=self.release_encoded(token))) == 1
+        return int(script(self.release_keys(), self.release_args(token), client=self.redis)) == 1
 
     def do_extend(self, token: bytes, ms: int, mode: str) -> int:
         script = self.scripts.get(self.redis, "sem_extend")

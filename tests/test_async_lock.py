@@ -378,10 +378,12 @@ if sys.version_info >= (3, 11):  # Task.cancelling(): the cancellation is still 
         import redis.asyncio.connection
 
         sent = redis.asyncio.connection.AbstractConnection.send_command
+        armed = {"once": True}
 
         async def send_then_swallow_a_cancel(self, *args, **kwargs):
             await sent(self, *args, **kwargs)
-            if args and args[0] == "BLPOP":
+            if args and args[0] == "EVALSHA" and armed["once"]:  # the waiter's queueing call
+                armed["once"] = False
                 asyncio.current_task().cancel()
                 try:
                     await asyncio.sleep(0)

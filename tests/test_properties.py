@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from redis.exceptions import LockError
 
 from django_redis_coord import InvalidLockArgument, InvalidLockArgumentType, Lock, Semaphore, lock_holder
-from django_redis_coord._base import new_token
 from django_redis_coord.conf import _apply_prefix, _strip_prefix
 from django_redis_coord.exceptions import NameKindConflict
 from django_redis_coord.keys import MARKER, MAX_NAME_BYTES, key_slot, keys_for
@@ -122,9 +121,9 @@ valid_raw = names.map(encoded).filter(acceptable)
 kinds = st.sampled_from([b"lock", b"sem"])
 
 
-def side_keys(raw: bytes, kind: bytes, tokens: list[bytes]) -> set[bytes]:
+def side_keys(raw: bytes, kind: bytes) -> set[bytes]:
     keys = keys_for(raw, kind)
-    return {keys.meta, keys.queue, keys.waiters, *(keys.wake(token) for token in tokens)}
+    return {keys.meta, keys.queue, keys.waiters}
 
 
 @PURE
@@ -134,8 +133,7 @@ def side_keys(raw: bytes, kind: bytes, tokens: list[bytes]) -> set[bytes]:
 @example(a=b"x", b=b"x", kind_a=b"lock", kind_b=b"sem")
 def test_distinct_names_never_share_a_key(a, b, kind_a, kind_b):
     assume((a, kind_a) != (b, kind_b))
-    tokens = [new_token() for _ in range(3)]  # the tokens the primitives generate
-    keys_a, keys_b = side_keys(a, kind_a, tokens), side_keys(b, kind_b, tokens)
+    keys_a, keys_b = side_keys(a, kind_a), side_keys(b, kind_b)
     assert not keys_a & keys_b
     # A name is never one of another primitive's side keys (side keys carry the marker).
     assert a not in keys_b and b not in keys_a
@@ -143,10 +141,6 @@ def test_distinct_names_never_share_a_key(a, b, kind_a, kind_b):
     for key in keys_a | {keys_for(a, kind_a).registry}:
         assert key_slot(key) == key_slot(a)
 
-
-def test_caller_chosen_tokens_never_make_two_names_share_a_wake_list():
-    assert keys_for(b"T").wake(b"x:{T}foo") != keys_for(b"{T}foo").wake(b"x")
-    assert keys_for(b"T", b"sem").wake(b"peter:{T}") != keys_for(b"{T}", b"sem").wake(b"peter")
 
 
 @pytest.mark.parametrize("blocking", [False, True])

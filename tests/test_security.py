@@ -73,7 +73,7 @@ def test_scripts_are_only_ever_the_shipped_files():
                 assert isinstance(text, ast.Attribute) and text.attr == "script", (
                     f"{where}: EVAL of a script text built in Python"
                 )
-            if name in ("register_script", "FastScript", "AsyncFastScript", "Script"):
+            if name in ("register_script", "AsyncScript", "Script"):
                 assert _is_script_text(call.args[-1]), f"{where}: script text not from script_text()"
                 checked += 1
             if name == "script_load":  # script_text(), or a registered Script's own text

@@ -104,13 +104,13 @@ class DurableLock(Lock):
             return
         self._detach(hold)
         try:
-            await run_to_completion(self._release_quietly(token, self._unpin(hold)))
+            await run_to_completion(self._release_quietly(token))
         finally:
             hold.token = None
             hold.count = 0
 
-    async def _release_quietly(self, token: bytes, link: Any = None) -> None:
+    async def _release_quietly(self, token: bytes) -> None:
         try:
-            await self.do_release(token, link)
+            await self.do_release(token)
         except Exception:  # not held any more, or Redis unreachable: the TTL ends it
             pass

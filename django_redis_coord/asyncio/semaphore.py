@@ -65,10 +65,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         taken = await self._take(token, blocking, stop_at, own=identity is None)
         if taken is None:
             return False
-        grant, sent_at, link = taken
-        self._own(token, grant, sent_at, anonymous=identity is None)
-        if link is not None:
-            link.done()
+        self._own(token, *taken, anonymous=identity is None)
         return True
 
     async def release(self, identity: Optional[Identity] = None) -> bool:
@@ -125,8 +122,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
     # -- the only methods talking to Redis -------------------------------------------------------
     async def do_release(self, token: bytes) -> bool:
         script = self.scripts.get(self.redis, "sem_release")
-        return int(await script(self.release_keys(), self.release_args(token), client=self.redis,
-                                encoded=self.release_encoded(token))) == 1
+        return int(await script(self.release_keys(), self.release_args(token), client=self.redis)) == 1
 
     async def do_extend(self, token: bytes, ms: int, mode: str) -> int:
         script = self.scripts.get(self.redis, "sem_extend")

@@ -57,41 +57,47 @@ local function grant_lock(name, meta, registry, member, token, ttl, info, now_ms
   return record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention, claim, prune)
 end
 
--- Parse a waiter record "ttl lease_until lease info" (ms, ms, ms, JSON).
+-- Parse a waiter record "ttl lease_until lease channel id info" (ms, ms, ms, the channel its
+-- process listens on, the waiter's number there, JSON).
 local function parse_waiter(data)
   local a = string.find(data, ' ', 1, true)
   local b = string.find(data, ' ', a + 1, true)
   local c = string.find(data, ' ', b + 1, true)
+  local d = string.find(data, ' ', c + 1, true)
+  local e = string.find(data, ' ', d + 1, true)
   return tonumber(string.sub(data, 1, a - 1)), tonumber(string.sub(data, a + 1, b - 1)),
-         tonumber(string.sub(data, b + 1, c - 1)), string.sub(data, c + 1)
+         tonumber(string.sub(data, b + 1, c - 1)), string.sub(data, c + 1, d - 1), string.sub(data, d + 1, e - 1),
+         string.sub(data, e + 1)
 end
 
 -- Put `token` in the FIFO queue (once: ZADD NX keeps its place; the arrival counter may skip
--- numbers) and (re)write its waiter record "ttl lease_until lease info"; the queue and the
--- records, always written together, outlive two leases without a refresh.
-local function queue_waiter(queue, waiters, meta, token, ttl, lease, info, now_ms)
+-- numbers) and (re)write its waiter record (see parse_waiter()): `channel` and `id` say where a
+-- grant is announced; the queue and the records, always written together, outlive two leases
+-- without a refresh.
+local function queue_waiter(queue, waiters, meta, token, ttl, lease, channel, id, info, now_ms)
   redis.call('ZADD', queue, 'NX', redis.call('HINCRBY', meta, 'seq', 1), token)
-  redis.call('HSET', waiters, token, int(ttl) .. ' ' .. int(now_ms + lease) .. ' ' .. int(lease) .. ' ' .. info)
+  redis.call('HSET', waiters, token,
+             int(ttl) .. ' ' .. int(now_ms + lease) .. ' ' .. int(lease) .. ' ' .. channel .. ' ' .. id .. ' ' .. info)
   if redis.call('PTTL', queue) < 2 * lease then
     redis.call('PEXPIRE', queue, 2 * lease)
     redis.call('PEXPIRE', waiters, 2 * lease)
   end
 end
 
--- The list a queued caller blocks on (keys.KeySet.wake): the token is length-prefixed so that
--- no token can make two names share a wake list.
-local function wake_key(prefix, token, suffix)
-  return prefix .. #token .. ':' .. token .. suffix
+-- Tell waiter `id` of the process listening on `channel` (see django_redis_coord/waiting.py):
+-- "<id> <fence> <provisional>" for a grant, "<id> expires <ms>" for a note.  Only a wake-up: what
+-- it announces is already written, and a waiter that misses it finds it at its next refresh.
+local function notify(channel, id, message)
+  redis.call('PUBLISH', channel, id .. ' ' .. message)
 end
 
 -- Take the first queued waiter whose lease is still running off the queue, dropping the dead ones
--- before it (and their wake lists).  The caller grants it and pushes "fence provisional" onto its
--- wake list, which then outlives the waiter's lease by a minute.  Stops at `except` (may be nil:
--- the caller itself), leaving it queued.  Returns its token, its wake list, what to grant it (ms)
--- and whether that is provisional (0 or 1), its holder info, the end of its lease and the lease; nil when
--- nobody is left.  A long (or endless) hold goes to a waiter for two leases only, until it claims
--- the rest: a waiter that died while queued stalls the queue for a bounded time.
-local function next_waiter(queue, waiters, wake_prefix, wake_suffix, now_ms, except)
+-- before it.  The caller grants it and announces the grant (notify()).  Stops at `except` (may be
+-- nil: the caller itself), leaving it queued.  Returns its token, its channel and id, what to
+-- grant it (ms) and whether that is provisional (0 or 1), its holder info, the end of its lease and
+-- the lease; nil when nobody is left.  A long (or endless) hold goes to a waiter for two leases
+-- only, until it claims the rest: a waiter that died while queued stalls the queue for a bounded time.
+local function next_waiter(queue, waiters, now_ms, except)
   while true do
     local head
     if except then  -- look before taking: the queue must not lose its expiry with its last entry
@@ -108,27 +114,24 @@ local function next_waiter(queue, waiters, wake_prefix, wake_suffix, now_ms, exc
     end
     local data = redis.call('HGET', waiters, head)
     redis.call('HDEL', waiters, head)
-    local wake = wake_key(wake_prefix, head, wake_suffix)
     if data then
-      local ttl, lease_until, lease, info = parse_waiter(data)
+      local ttl, lease_until, lease, channel, id, info = parse_waiter(data)
       if lease_until >= now_ms then
         if ttl == 0 or ttl > 2 * lease then
-          return head, wake, 2 * lease, 1, info, lease_until, lease
+          return head, channel, id, 2 * lease, 1, info, lease_until, lease
         end
-        return head, wake, ttl, 0, info, lease_until, lease
+        return head, channel, id, ttl, 0, info, lease_until, lease
       end
     end
-    redis.call('DEL', wake)
   end
 end
 
 -- Called after a hand-off for `ttl` ms, shorter than a third of the new holder's waiter lease (a
 -- waiter refreshes at least that often).  The next waiter in line was told the previous holder's
 -- expiry and learns the new one only at its next refresh, which may come after `ttl` (its own
--- lease says): then tell it ("expires <ms>" on its wake list), so that a new holder that dies at
--- once is replaced when its TTL ends.  Not `except` (may be nil): the caller, which gets the
--- expiry in its reply.
-local function warn_next(queue, waiters, wake_prefix, wake_suffix, ttl, now_ms, except)
+-- lease says): then tell it ("expires <ms>"), so that a new holder that dies at once is replaced
+-- when its TTL ends.  Not `except` (may be nil): the caller, which gets the expiry in its reply.
+local function warn_next(queue, waiters, ttl, now_ms, except)
   local after = redis.call('ZRANGE', queue, 0, 0)[1]
   if not after or after == except then
     return
@@ -137,31 +140,26 @@ local function warn_next(queue, waiters, wake_prefix, wake_suffix, ttl, now_ms, 
   if not data then
     return
   end
-  local _, lease_until, lease = parse_waiter(data)
+  local _, lease_until, lease, channel, id = parse_waiter(data)
   if 3 * ttl >= lease or lease_until < now_ms then
     return
   end
-  local wake = wake_key(wake_prefix, after, wake_suffix)
-  redis.call('RPUSH', wake, 'expires ' .. int(ttl))
-  redis.call('PEXPIRE', wake, lease_until - now_ms + 60000)
+  notify(channel, id, 'expires ' .. int(ttl))
 end
 
 -- Grant the lock to the first live queued waiter (next_waiter()) and wake it.  A provisional
 -- grant must be claimed by the waiter (lock_extend.lua) to get its full TTL.  `except` (may be
 -- nil) is a token that must not be granted here (the caller itself).  Returns the granted token or nil.
-local function hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix,
-                        now_ms, now_us, retention, except)
-  local head, wake, ttl, provisional, info, lease_until, lease = next_waiter(queue, waiters, wake_prefix,
-                                                                             wake_suffix, now_ms, except)
+local function hand_off(name, meta, queue, waiters, registry, member, now_ms, now_us, retention, except)
+  local head, channel, id, ttl, provisional, info, _, lease = next_waiter(queue, waiters, now_ms, except)
   if not head then
     return nil
   end
   local fence = grant_lock(name, meta, registry, member, head, ttl, info, now_ms, now_us, retention,
                            tostring(provisional), false)
-  redis.call('RPUSH', wake, int(fence) .. ' ' .. provisional)
-  redis.call('PEXPIRE', wake, math.max(lease_until - now_ms, 1) + 60000)
+  notify(channel, id, int(fence) .. ' ' .. provisional)
   if ttl > 0 and 3 * ttl < lease then
-    warn_next(queue, waiters, wake_prefix, wake_suffix, ttl, now_ms, except)
+    warn_next(queue, waiters, ttl, now_ms, except)
   end
   return head
 end

@@ -1,13 +1,12 @@
 -- Release a lock whoever holds it (an operator's action), fence its holder out and hand the lock
 -- to the first live waiter.
 -- KEYS[1] name   KEYS[2] meta hash   KEYS[3] queue zset   KEYS[4] waiters hash   KEYS[5] registry
--- ARGV[1] registry member   ARGV[2] wake key prefix   ARGV[3] wake key suffix
--- ARGV[4] metadata retention ms   ARGV[5] the holder's fence to release ("" = whoever holds it)
+-- ARGV[1] registry member   ARGV[2] metadata retention ms
+-- ARGV[3] the holder's fence to release ("" = whoever holds it)
 -- Returns {status, released holder's fence, fence counter after the bump, next holder's token or false}:
 -- status 1 released, 0 nobody held the lock, -1 held under another fence than ARGV[5] (unchanged).
 local name, meta, queue, waiters, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local member, wake_prefix, wake_suffix = ARGV[1], ARGV[2], ARGV[3]
-local retention, expected = tonumber(ARGV[4]), ARGV[5]
+local member, retention, expected = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local fence = redis.call('HGET', meta, 'fence') or '0'
 if not redis.call('GET', name) then
   redis.call('ZREM', registry, member)
@@ -24,6 +23,5 @@ redis.call('ZREM', registry, member)
 -- Move the counter past the released hold: every later grant, and every check against the
 -- lock's current fence, now refuses the old holder.
 local bumped = next_fence(meta, now_us)
-local heir = hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix,
-                      now_ms, now_us, retention, nil)
+local heir = hand_off(name, meta, queue, waiters, registry, member, now_ms, now_us, retention, nil)
 return {1, fence, int(bumped), heir or false}

@@ -1,21 +1,22 @@
 -- Acquire a lock, or join (and refresh a place in) its FIFO wait queue.
 -- KEYS[1] name (holds the raw token)   KEYS[2] meta hash   KEYS[3] queue zset (token -> arrival)
--- KEYS[4] waiters hash (token -> "ttl lease_until lease info")   KEYS[5] registry zset   KEYS[6] own wake list
+-- KEYS[4] waiters hash (token -> waiter record, see parse_waiter())   KEYS[5] registry zset
 -- ARGV[1] token   ARGV[2] ttl ms (0 = no expiry)   ARGV[3] "0" try only, "1" queue when busy,
 --   "2" queue when busy and the caller may already be queued (a retry: clean up its old state);
 --   plus 4 when the library made the token for this very acquire: a holder with that token can
 --   then only be this call, sent once more by a client that retries after a timeout
 -- ARGV[4] waiter lease ms   ARGV[5] holder info (JSON)   ARGV[6] registry member
--- ARGV[7] wake key prefix   ARGV[8] wake key suffix   ARGV[9] metadata retention ms
+-- ARGV[7] the channel the caller's process listens on   ARGV[8] the caller's number there
+-- ARGV[9] metadata retention ms
 -- Returns {1, fence, pttl, provisional} when the caller holds the lock (pttl -1: no expiry),
 -- else {0, holder pttl (-1: no expiry, -2: none)} (queued when asked to), and {-2}
 -- (nothing written) when the name holds another kind of value than a lock's token.
-local name, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local name, meta, queue, waiters, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local mode = tonumber(ARGV[3])
 local own = mode >= 4
 if own then mode = mode - 4 end
 local token, ttl, enqueue, retry, lease = ARGV[1], tonumber(ARGV[2]), mode ~= 0, mode == 2, tonumber(ARGV[4])
-local info, member, wake_prefix, wake_suffix, retention = ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
+local info, member, channel, id, retention = ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
 
 -- Fast path: a first attempt on a lock nobody waits for is one SET NX.
 if not retry and redis.call('EXISTS', queue) == 0 then
@@ -46,21 +47,15 @@ if type(current) == 'table' then
   return {-2}  -- the name holds another kind of value (a semaphore's permits): nothing written
 end
 if current == token and (own or (retry and not redis.call('ZSCORE', queue, token))) then
-  -- Ours: handed to us (which took us off the queue) while we were not blocked on our wake list,
-  -- or granted to this very call before (its token is its own).  A caller using the holder's
+  -- Ours: handed to us (which took us off the queue), whether or not its announcement reached
+  -- us, or granted to this very call before (its token is its own).  A caller using the holder's
   -- token that was not handed the lock waits in line like any other.
-  redis.call('DEL', own_wake)
   local provisional = 0
   if redis.call('HGET', meta, 'claim') == '1' then provisional = 1 end
   return {1, tonumber(redis.call('HGET', meta, 'fence')), redis.call('PTTL', name), provisional}
 end
--- Whatever waits on our wake list is not ours to take: a grant that expired before we came back
--- for it, or one made to an earlier caller with the same token that never took it.
-redis.call('DEL', own_wake)
-
 if not current then
-  local other = hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix,
-                         now_ms, now_us, retention, token)
+  local other = hand_off(name, meta, queue, waiters, registry, member, now_ms, now_us, retention, token)
   if not other then
     -- Granted: not waiting any more, also when this token was queued by another call (a resend, an
     -- explicit token): its place would later be handed the lock it already holds.
@@ -76,5 +71,5 @@ end
 if not enqueue then
   return {0, redis.call('PTTL', name)}
 end
-queue_waiter(queue, waiters, meta, token, ttl, lease, info, now_ms)
+queue_waiter(queue, waiters, meta, token, ttl, lease, channel, id, info, now_ms)
 return {0, redis.call('PTTL', name)}

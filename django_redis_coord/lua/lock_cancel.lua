@@ -4,21 +4,19 @@
 -- KEYS and ARGV as for lock_acquire.lua.
 -- Returns {1, fence, pttl, provisional} when the caller holds the lock, else {0, holder pttl
 -- (-1: no expiry, -2: none)}, as lock_acquire.lua does.
-local name, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local token, lease = ARGV[1], tonumber(ARGV[4])
-local member, wake_prefix, wake_suffix, retention = ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
+local name, meta, queue, waiters, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local token, member, retention = ARGV[1], ARGV[6], tonumber(ARGV[9])
 local now_ms, now_us = server_now()
 
 -- Still queued: whoever holds the lock with this token was not handed it as this caller.
 local queued = redis.call('ZREM', queue, token) == 1
 redis.call('HDEL', waiters, token)
-redis.call('DEL', own_wake)
 if not queued and redis.call('GET', name) == token then
   local provisional = 0
   if redis.call('HGET', meta, 'claim') == '1' then provisional = 1 end
   return {1, tonumber(redis.call('HGET', meta, 'fence')), redis.call('PTTL', name), provisional}
 end
 if redis.call('EXISTS', name) == 0 then
-  hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, now_ms, now_us, retention, nil)
+  hand_off(name, meta, queue, waiters, registry, member, now_ms, now_us, retention, nil)
 end
 return {0, redis.call('PTTL', name)}

@@ -1,10 +1,9 @@
 -- Release a lock held with ARGV[1] and hand it to the first live waiter, if any.
 -- KEYS[1] name   KEYS[2] meta hash   KEYS[3] queue zset   KEYS[4] waiters hash   KEYS[5] registry
--- ARGV[1] token   ARGV[2] registry member   ARGV[3] wake key prefix   ARGV[4] wake key suffix
--- ARGV[5] metadata retention ms
+-- ARGV[1] token   ARGV[2] registry member   ARGV[3] metadata retention ms
 -- Returns 1 when released, 0 when someone else holds the lock, -1 when nobody does.
 local name, meta, queue, waiters, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local token, member, wake_prefix, wake_suffix, retention = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local token, member, retention = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local current = redis.call('GET', name)
 if not current then
   return -1
@@ -15,8 +14,7 @@ end
 if redis.call('EXISTS', queue) == 1 then
   -- A hand-off overwrites the name, the holder fields of the meta hash and the registry entry.
   local now_ms, now_us = server_now()
-  if hand_off(name, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, now_ms, now_us, retention,
-              nil) then
+  if hand_off(name, meta, queue, waiters, registry, member, now_ms, now_us, retention, nil) then
     return 1
   end
 end

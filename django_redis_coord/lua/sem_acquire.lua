@@ -1,19 +1,20 @@
 -- Take a permit of a semaphore, or join (and refresh a place in) its FIFO wait queue.
 -- KEYS[1] permits zset at the name (token -> lease end ms)   KEYS[2] meta hash   KEYS[3] queue zset
--- KEYS[4] waiters hash (token -> "ttl lease_until lease info")   KEYS[5] registry   KEYS[6] own wake list
+-- KEYS[4] waiters hash (token -> waiter record, see parse_waiter())   KEYS[5] registry
 -- ARGV[1] token   ARGV[2] lease ms (0 = no expiry)   ARGV[3] "0" try only, "1" queue when full,
 --   "2" queue when full and the caller may already be queued (a retry: clean up its old state)
 -- ARGV[4] waiter lease ms   ARGV[5] holder info (JSON)   ARGV[6] registry member
--- ARGV[7] wake key prefix   ARGV[8] wake key suffix   ARGV[9] limit to store when none is ("" = none)
+-- ARGV[7] the channel the caller's process listens on   ARGV[8] the caller's number there
+-- ARGV[9] limit to store when none is ("" = none)
 -- Returns {1, fence, pttl, 0} when the caller holds a permit (pttl -1: no expiry), {0, ms until the
 -- earliest lease ends (-1: none ends), the limit in force} when it does not (queued when asked
 -- to), and {-1}
 -- (nothing written) when the semaphore has no limit, {-2} (nothing written) when the name holds
 -- another kind of value (a lock's token).
-local permits, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local permits, meta, queue, waiters, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local mode = tonumber(ARGV[3]) % 4  -- + 4: the library made the token (a permit held with it is ours anyway)
 local token, ttl, enqueue, retry, lease = ARGV[1], tonumber(ARGV[2]), mode ~= 0, mode == 2, tonumber(ARGV[4])
-local info, member, wake_prefix, wake_suffix = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local info, member, channel, id = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 
 local state = redis.call('HMGET', meta, 'limit', 'fence')
 local limit = tonumber(state[1])
@@ -33,21 +34,15 @@ if not sem_reclaim(permits, meta, now_ms) then
 end
 
 if redis.call('ZSCORE', permits, token) then
-  -- Already held: handed to us while we were not blocked on the wake list, or an identity
+  -- Already held: handed to us (whether or not its announcement reached us), or an identity
   -- acquiring again.  The caller is alive, so it gets its full lease now (a provisional
   -- hand-off is claimed here).
-  redis.call('DEL', own_wake)
   redis.call('ZREM', queue, token)
   redis.call('HDEL', waiters, token)
   local fence, pttl = sem_claim(permits, meta, registry, member, token, ttl, now_ms)
   return {1, fence, pttl, 0}
 end
--- Whatever waits on our wake list is not ours to take: a grant whose lease ended before we came
--- back for it, or one made to an earlier caller with the same identity that never took it.
-redis.call('DEL', own_wake)
-
-local free, granted = sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix,
-                                   limit, now_ms, now_us, token)
+local free, granted = sem_hand_off(permits, meta, queue, waiters, registry, member, limit, now_ms, now_us, token)
 if free then
   -- Granted: not waiting any more, also when this identity was queued by another call.
   redis.call('ZREM', queue, token)
@@ -66,5 +61,5 @@ if not enqueue then
   return {0, wait_ms, limit}
 end
 prune_registry(registry, now_ms)
-queue_waiter(queue, waiters, meta, token, ttl, lease, info, now_ms)
+queue_waiter(queue, waiters, meta, token, ttl, lease, channel, id, info, now_ms)
 return {0, wait_ms, limit}

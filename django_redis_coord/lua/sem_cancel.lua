@@ -4,18 +4,17 @@
 -- KEYS and ARGV as for sem_acquire.lua.
 -- Returns {1, fence, pttl, 0} when the caller holds a permit, else {0, ms until the earliest lease
 -- ends (-1: none ends), the limit in force}, as sem_acquire.lua does.
-local permits, meta, queue, waiters, registry, own_wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local token, ttl, member, wake_prefix, wake_suffix = ARGV[1], tonumber(ARGV[2]), ARGV[6], ARGV[7], ARGV[8]
+local permits, meta, queue, waiters, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local token, ttl, member = ARGV[1], tonumber(ARGV[2]), ARGV[6]
 local now_ms, now_us = server_now()
 redis.call('ZREM', queue, token)
 redis.call('HDEL', waiters, token)
-redis.call('DEL', own_wake)
 sem_reclaim(permits, meta, now_ms)
 if redis.call('ZSCORE', permits, token) then
   local fence, pttl = sem_claim(permits, meta, registry, member, token, ttl, now_ms)
   return {1, fence, pttl, 0}
 end
 local limit = tonumber(redis.call('HGET', meta, 'limit') or '0')
-sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, limit, now_ms, now_us, nil)
+sem_hand_off(permits, meta, queue, waiters, registry, member, limit, now_ms, now_us, nil)
 local wait_ms = sem_next_end(permits, now_ms) or -1
 return {0, wait_ms, limit}

@@ -2,11 +2,11 @@
 -- out and hand free permits to the first live waiters.  The permit is named by its fence: an
 -- operator confirms a particular grant, and never sees the holder's token.
 -- KEYS[1] permits zset   KEYS[2] meta hash   KEYS[3] queue zset   KEYS[4] waiters hash   KEYS[5] registry
--- ARGV[1] registry member   ARGV[2] wake key prefix   ARGV[3] wake key suffix   ARGV[4] the permit's fence
+-- ARGV[1] registry member   ARGV[2] the permit's fence
 -- Returns {status, released permit's fence, fence counter after the bump, whether a waiter got a permit}:
 -- status 1 released, 0 no live permit has that fence.
 local permits, meta, queue, waiters, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local member, wake_prefix, wake_suffix, expected = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local member, expected = ARGV[1], tonumber(ARGV[2])
 local now_ms, now_us = server_now()
 local last = redis.call('HGET', meta, 'fence') or '0'
 local victim = nil
@@ -18,17 +18,16 @@ for _, token in ipairs(redis.call('ZRANGEBYSCORE', permits, '(' .. int(now_ms), 
   end
 end
 if not victim then
-  return {0, ARGV[4], last, false}
+  return {0, ARGV[2], last, false}
 end
 redis.call('ZREM', permits, victim)
 redis.call('HDEL', meta, 'p:' .. victim)
-redis.call('HSET', meta, 'forced_at', int(now_ms), 'forced_fence', ARGV[4])
+redis.call('HSET', meta, 'forced_at', int(now_ms), 'forced_fence', ARGV[2])
 -- Move the counter past the released permit: every later grant is above it.
 local bumped = next_fence(meta, now_us)
 sem_reclaim(permits, meta, now_ms)
 local limit = tonumber(redis.call('HGET', meta, 'limit') or '0')
 -- Whether a waiter was granted a permit (dead waiters dropped from the queue on the way do not count).
-local _, heir = sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, limit,
-                             now_ms, now_us, nil)
+local _, heir = sem_hand_off(permits, meta, queue, waiters, registry, member, limit, now_ms, now_us, nil)
 sem_publish(permits, registry, member, nil)
-return {1, ARGV[4], int(bumped), heir}
+return {1, ARGV[2], int(bumped), heir}

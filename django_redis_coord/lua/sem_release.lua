@@ -1,9 +1,9 @@
 -- Return the permit held with ARGV[1] and hand free permits to the first live waiters.
 -- KEYS[1] permits zset   KEYS[2] meta hash   KEYS[3] queue zset   KEYS[4] waiters hash   KEYS[5] registry
--- ARGV[1] token   ARGV[2] registry member   ARGV[3] wake key prefix   ARGV[4] wake key suffix
+-- ARGV[1] token   ARGV[2] registry member
 -- Returns 1 when released, 0 when the token holds no live permit (never had one, or its lease ended).
 local permits, meta, queue, waiters, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local token, member, wake_prefix, wake_suffix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local token, member = ARGV[1], ARGV[2]
 local now_ms, now_us = server_now()
 local released = 0
 local score = redis.call('ZSCORE', permits, token)
@@ -16,7 +16,7 @@ end
 if redis.call('EXISTS', queue) == 1 then
   sem_reclaim(permits, meta, now_ms)
   local limit = tonumber(redis.call('HGET', meta, 'limit') or '0')
-  sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, limit, now_ms, now_us, nil)
+  sem_hand_off(permits, meta, queue, waiters, registry, member, limit, now_ms, now_us, nil)
 end
 if score then
   -- The registry lists the latest lease end: recompute it only if it may have been this one.

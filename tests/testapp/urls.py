@@ -16,6 +16,7 @@ urlpatterns = [
     path("limited/<str:name>/", views.limited),
     path("alimited/<str:name>/", views.alimited),
     path("wait/<str:name>/", views.waiting),
+    path("await/<str:name>/", views.await_turn),
     path("user/", views.per_user),
     path("auser/", views.aper_user),
     path("query/", views.by_query),

@@ -145,6 +145,21 @@ def waiting(request, name):
     return describe(request)
 
 
+@locked("await:{name}", timeout=30, wait=60)
+async def await_turn(request, name):
+    """Served under an ASGI server by the wait-hub test: says whether another request was inside
+    at the same time, and the hold's fence and token (the test checks their order)."""
+    client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+    try:
+        inside = await client.incr(f"inside:{name}")
+        await asyncio.sleep(0.001)
+        await client.decr(f"inside:{name}")
+    finally:
+        await client.aclose()
+    held = request.coord_lock
+    return HttpResponse(f"{inside} {held.fence} {held.local.token.decode()}")
+
+
 @locked("user:{user.pk}")
 def per_user(request):
     return describe(request)

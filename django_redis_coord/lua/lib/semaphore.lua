@@ -40,8 +40,14 @@ local function sem_foreign(permits)
   return kind ~= 'zset' and kind ~= 'none'
 end
 
--- Parse a permit record: fence, since ms, claim flag (numbers), info.  Same layout as a waiter record.
-local sem_record = parse_waiter
+-- Parse a permit record "fence since claim info": fence, since ms, claim flag (numbers), info.
+local function sem_record(data)
+  local a = string.find(data, ' ', 1, true)
+  local b = string.find(data, ' ', a + 1, true)
+  local c = string.find(data, ' ', b + 1, true)
+  return tonumber(string.sub(data, 1, a - 1)), tonumber(string.sub(data, a + 1, b - 1)),
+         tonumber(string.sub(data, b + 1, c - 1)), string.sub(data, c + 1)
+end
 
 -- Remaining ms of a lease ending at `score` (nil: no expiry).
 local function sem_left(score, now_ms)
@@ -98,14 +104,12 @@ end
 -- Serve the FIFO queue while permits are free: each live waiter at the head (next_waiter()) gets a
 -- permit and is woken, as for locks.  Stops at `except` (the caller, may be nil).  Returns whether
 -- a permit is free with nobody queued ahead of `except`, and whether anyone was granted one here.
-local function sem_hand_off(permits, meta, queue, waiters, registry, member, wake_prefix, wake_suffix, limit,
-                            now_ms, now_us, except)
+local function sem_hand_off(permits, meta, queue, waiters, registry, member, limit, now_ms, now_us, except)
   local granted_any = false
   local shortest  -- the shortest lease granted here under a third of its waiter lease (warn_next())
   local free = false
   while redis.call('ZCARD', permits) < limit do
-    local head, wake, ttl, provisional, info, lease_until, lease = next_waiter(queue, waiters, wake_prefix,
-                                                                               wake_suffix, now_ms, except)
+    local head, channel, id, ttl, provisional, info, _, lease = next_waiter(queue, waiters, now_ms, except)
     if not head then
       free = true
       break
@@ -113,8 +117,7 @@ local function sem_hand_off(permits, meta, queue, waiters, registry, member, wak
     local fence, expiry = sem_grant(permits, meta, head, ttl, provisional, info, now_ms, now_us,
                                     redis.call('HGET', meta, 'fence'))
     sem_publish(permits, registry, member, expiry)
-    redis.call('RPUSH', wake, int(fence) .. ' ' .. provisional)
-    redis.call('PEXPIRE', wake, math.max(lease_until - now_ms, 1) + 60000)
+    notify(channel, id, int(fence) .. ' ' .. provisional)
     granted_any = true
     if ttl > 0 and 3 * ttl < lease and (not shortest or ttl < shortest) then
       shortest = ttl
@@ -124,7 +127,7 @@ local function sem_hand_off(permits, meta, queue, waiters, registry, member, wak
     -- A waiter looks again when the earliest lease ends: tell it that one (no later than `shortest`).
     local left = sem_next_end(permits, now_ms)
     if left and left < shortest then shortest = math.max(left, 0) end
-    warn_next(queue, waiters, wake_prefix, wake_suffix, shortest, now_ms, except)
+    warn_next(queue, waiters, shortest, now_ms, except)
   end
   return free, granted_any
 end

@@ -1,0 +1,92 @@
+"""What the sync and asyncio waiting hubs share (see :mod:`django_redis_coord.waiting`).
+
+A queued waiter is told of its grant by a message on its process's channel: ``"<id> <fence>
+<provisional>"``, or ``"<id> expires <ms>"`` (a note), published by the script that made the grant
+(``notify`` in ``lua/common.lua``).  The hub of the process reads the channel on one connection and
+hands each message to waiter ``id``.  A message is only a wake-up: the grant is written in Redis
+before it is announced, so a waiter that misses one (its hub's connection dropped, a failover)
+finds the grant at its next refresh.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any, Optional
+
+from .exceptions import ConnectionPoolTooSmall
+
+logger = logging.getLogger("django_redis_coord")
+
+#: The start of every hub's channel; the rest is random, one per hub (a process has one hub per
+#: connection pool, or per cluster client).
+CHANNEL_PREFIX = b"dcoord:wait:"
+#: A hub with nobody waiting gives its connection back after this many seconds.
+IDLE_SECONDS = 10.0
+#: How long one read of the channel waits for a message (the hub checks for idleness between reads).
+READ_SECONDS = 1.0
+#: What a hub hands its waiters after its connection came back: a message may have been lost
+#: meanwhile, so each looks again in Redis at once.
+RECHECK = b""
+#: The first and the longest pause between two attempts of a hub to (re)subscribe.
+RETRY_FIRST = 0.05
+RETRY_MAX = 1.0
+
+
+def new_channel() -> bytes:
+    """A channel name of a new hub: no other hub (in any process) picks the same."""
+    return CHANNEL_PREFIX + secrets.token_hex(12).encode()
+
+
+def hub_key(client: Any) -> Any:
+    """What one hub serves: the client's connection pool, or (a cluster client) the client."""
+    pool = getattr(client, "connection_pool", None)
+    return pool if pool is not None else client
+
+
+def check_pool(client: Any) -> None:
+    """Refuse a client whose pool cannot hold the hub's connection and one command beside it."""
+    pool = getattr(client, "connection_pool", None)
+    size = getattr(pool, "max_connections", None)
+    if isinstance(size, int) and size < 2:
+        raise ConnectionPoolTooSmall(
+            f"the connection pool allows {size} connection(s): a blocking acquire needs one for its "
+            "process's waiting connection and at least one more for its commands. Raise the pool's "
+            "max_connections (with django-redis: CACHES[...]['OPTIONS']['CONNECTION_POOL_KWARGS']"
+            "['max_connections']) to 2 or more, or acquire with blocking=False."
+        )
+
+
+def command_slots(client: Any) -> int:
+    """How many calls the waiters of one hub may have under way at once: half of what the pool
+    allows beside the hub's own connection (and 32 for clients without a pool size, as a cluster
+    client).  Without a bound, the refreshes of a thousand waiters that queued together would ask
+    for a thousand connections at once, more than redis-py's pools allow (they raise
+    ``MaxConnectionsError``, or wait for a free connection while holders wait to release)."""
+    size = getattr(getattr(client, "connection_pool", None), "max_connections", None)
+    if not isinstance(size, int):
+        return 32
+    return max(1, (size - 1) // 2)
+
+
+def parse_message(data: Any) -> Optional[tuple[int, bytes]]:
+    """The waiter id and the rest of a message of the channel, or ``None`` if it is not one of ours."""
+    if isinstance(data, str):
+        data = data.encode()
+    head, _, rest = bytes(data).partition(b" ")
+    try:
+        return int(head), rest
+    except ValueError:
+        return None
+
+
+def retry_pause(failures: int) -> float:
+    """The pause before the next attempt to subscribe after ``failures`` failed ones in a row."""
+    return float(min(RETRY_MAX, RETRY_FIRST * 2 ** max(0, failures - 1)))
+
+
+def log_failure(failures: int, exc: BaseException) -> None:
+    """Log a lost waiting connection: a warning the first time in a row, then at debug level."""
+    level = logging.WARNING if failures == 1 else logging.DEBUG
+    logger.log(level, "The waiting connection of django_redis_coord failed (%s: %s); waiters look again in "
+               "Redis and it reconnects", type(exc).__name__, exc)

@@ -1,0 +1,415 @@
+"""Waiting that scales: every waiter of a process shares one waiting connection per server.
+
+Each test runs against a private redis-server (so that ``CLIENT LIST`` shows only its own
+connections), queues many waiters of one process on one lock or semaphore, then checks that:
+all were served, in the order of the queue in Redis (fences follow the queue snapshot), with no
+error, no overlapping hold and no hold lost (a release raises if its hold was lost), while the
+connections given over to waiting (blocked, or subscribed) stayed at or under 4.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+
+from django_redis_coord import Lock, Semaphore
+from django_redis_coord.asyncio import Lock as AsyncLock
+from django_redis_coord.asyncio import Semaphore as AsyncSemaphore
+from django_redis_coord.exceptions import ConnectionPoolTooSmall
+
+#: Connections given over to waiting may be at most this many (the issue's bound).
+MAX_WAITING_CONNECTIONS = 4
+
+
+def waiting_connections(server: Any) -> int:
+    """Connections blocked in a command, or subscribed to a channel, as ``CLIENT LIST`` shows them."""
+    admin = server.client()
+    try:
+        clients = admin.client_list()
+    finally:
+        admin.close()
+    return sum(
+        1 for c in clients
+        if "b" in c["flags"] or "P" in c["flags"] or int(c.get("sub", 0)) > 0 or int(c.get("psub", 0)) > 0
+    )
+
+
+class Record:
+    """What the waiters did: grants as (fence, token), holds at once, errors."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.grants: list[tuple[int, bytes]] = []
+        self.inside = 0
+        self.overlaps = 0
+        self.guard = threading.Lock()
+
+    def enter(self, fence: int, token: bytes) -> None:
+        with self.guard:
+            self.grants.append((fence, token))
+            self.inside += 1
+            if self.inside > self.limit:
+                self.overlaps += 1
+
+    def leave(self) -> None:
+        with self.guard:
+            self.inside -= 1
+
+    def order(self) -> list[bytes]:
+        return [token for _, token in sorted(self.grants)]
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+# -- threads ---------------------------------------------------------------------------------------
+def _threads_on(kind: str, client: redis.Redis, server: Any, count: int) -> None:
+    limit = 4 if kind == "semaphore" else 1
+    record = Record(limit)
+    errors: list[BaseException] = []
+
+    def make() -> Any:
+        if kind == "semaphore":
+            return Semaphore(client, "hot", limit=limit, timeout=60)
+        return Lock(client, "hot", timeout=60)
+
+    holders = [make() for _ in range(limit)]
+    for holder in holders:
+        assert holder.acquire(blocking=False)
+    queue_key = holders[0].keys.queue
+
+    def one() -> None:
+        primitive = make()
+        try:
+            assert primitive.acquire(blocking=True, blocking_timeout=120)
+            token = primitive.permit().token if kind == "semaphore" else primitive.local.token
+            record.enter(primitive.fence, token)
+            time.sleep(0.0005)
+            record.leave()
+            released = primitive.release()
+            assert released is not False  # a semaphore says False for a permit it no longer held
+        except BaseException as exc:  # noqa: B902 - reported below
+            errors.append(exc)
+
+    threads = []
+    for _ in range(count):
+        thread = threading.Thread(target=one)
+        thread.start()
+        threads.append(thread)
+    wait_for(lambda: client.zcard(queue_key) == count, 60, "every thread queued")
+    queue = client.zrange(queue_key, 0, -1)
+    waiting = waiting_connections(server)
+    for holder in holders:
+        holder.release()
+    for thread in threads:
+        thread.join(180)
+    assert not errors, errors[:3]
+    assert len(record.grants) == count
+    assert record.overlaps == 0
+    assert record.order() == queue, "not served in the order of the queue"
+    assert waiting <= MAX_WAITING_CONNECTIONS, waiting
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_300_threads_through_a_blocking_pool_of_16_are_served_in_order(redis_servers, kind):
+    (server,) = redis_servers(1)
+    pool = redis.BlockingConnectionPool(host=server.host, port=server.port, max_connections=16, timeout=20)
+    client = redis.Redis(connection_pool=pool)
+    try:
+        _threads_on(kind, client, server, 300)
+    finally:
+        client.close()
+        pool.disconnect()
+
+
+# -- asyncio tasks ---------------------------------------------------------------------------------
+async def _tasks_on(kind: str, client: Any, server: Any, count: int) -> None:
+    limit = 4 if kind == "semaphore" else 1
+    record = Record(limit)
+
+    def make() -> Any:
+        if kind == "semaphore":
+            return AsyncSemaphore(client, "hot", limit=limit, timeout=60)
+        return AsyncLock(client, "hot", timeout=60)
+
+    holders = [make() for _ in range(limit)]
+    for holder in holders:
+        assert await holder.acquire(blocking=False)
+    queue_key = holders[0].keys.queue
+
+    async def one() -> None:
+        primitive = make()
+        assert await primitive.acquire(blocking=True, blocking_timeout=120)
+        token = primitive.permit().token if kind == "semaphore" else primitive.local.token
+        record.enter(primitive.fence, token)
+        await asyncio.sleep(0)
+        record.leave()
+        assert await primitive.release() is not False
+
+    tasks = []
+    for _ in range(count):  # as requests arrive: each task starts after the last one yielded once
+        tasks.append(asyncio.create_task(one()))
+        await asyncio.sleep(0)
+    deadline = time.monotonic() + 60
+    while await client.zcard(queue_key) < count:
+        assert time.monotonic() < deadline, "not every task queued"
+        await asyncio.sleep(0.05)
+    queue = await client.zrange(queue_key, 0, -1)
+    waiting = await asyncio.to_thread(waiting_connections, server)
+    for holder in holders:
+        await holder.release()
+    results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 180)
+    errors = [result for result in results if isinstance(result, BaseException)]
+    assert not errors, errors[:3]
+    assert len(record.grants) == count
+    assert record.overlaps == 0
+    assert record.order() == queue, "not served in the order of the queue"
+    assert waiting <= MAX_WAITING_CONNECTIONS, waiting
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+@pytest.mark.parametrize("pool", ["default", "blocking16"])
+def test_1000_asyncio_tasks_are_served_in_order_on_one_waiting_connection(redis_servers, kind, pool):
+    (server,) = redis_servers(1)
+
+    async def main() -> None:
+        if pool == "default":
+            client = redis.asyncio.Redis(host=server.host, port=server.port)
+        else:
+            client = redis.asyncio.Redis(connection_pool=redis.asyncio.BlockingConnectionPool(
+                host=server.host, port=server.port, max_connections=16, timeout=20))
+        try:
+            await _tasks_on(kind, client, server, 1000)
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+# -- the waiting connection lost ------------------------------------------------------------------
+def test_a_killed_waiting_connection_loses_no_grant(redis_servers):
+    """The hub's connection is killed while 20 threads wait: each is still served, the first
+    within its refresh period of the release."""
+    (server,) = redis_servers(1)
+    client = server.client()
+    holder = Lock(client, "hot", timeout=60)
+    assert holder.acquire(blocking=False)
+    served: list[float] = []
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        lock = Lock(client, "hot", timeout=60, waiter_lease=1.5)  # refreshes every 0.5 s
+        try:
+            assert lock.acquire(blocking_timeout=60)
+            served.append(time.monotonic())
+            lock.release()
+        except BaseException as exc:  # noqa: B902 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    wait_for(lambda: client.zcard(holder.keys.queue) == 20, 20, "every thread queued")
+    admin = server.client()
+    assert admin.client_kill_filter(_type="pubsub") >= 1
+    released_at = time.monotonic()
+    holder.release()  # announced while nobody listens, or just after the hub is back
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors[:3]
+    assert len(served) == 20
+    assert min(served) - released_at < 0.5 + 0.5  # its refresh period, and a margin for a busy machine
+    admin.close()
+    client.close()
+
+
+def test_a_pool_too_small_for_the_waiting_connection_gets_a_clear_error(redis_client, redis_server):
+    pool = redis.BlockingConnectionPool(host=redis_server.host, port=redis_server.port, max_connections=1)
+    client = redis.Redis(connection_pool=pool)
+    holder = Lock(redis_client, "busy", timeout=10)
+    assert holder.acquire(blocking=False)
+    try:
+        assert Lock(client, "busy", timeout=10).acquire(blocking=False) is False  # needs no waiting
+        with pytest.raises(ConnectionPoolTooSmall, match="max_connections"):
+            Lock(client, "busy", timeout=10).acquire(blocking_timeout=1)
+    finally:
+        holder.release()
+        pool.disconnect()
+
+
+def test_an_idle_hub_gives_its_connection_back(redis_servers, monkeypatch):
+    from django_redis_coord import _waiting_base
+
+    monkeypatch.setattr(_waiting_base, "IDLE_SECONDS", 0.3)
+    monkeypatch.setattr("django_redis_coord.waiting.IDLE_SECONDS", 0.3)
+    (server,) = redis_servers(1)
+    client = server.client()
+    holder = Lock(client, "hot", timeout=0.2)
+    assert holder.acquire(blocking=False)
+    assert Lock(client, "hot", timeout=5).acquire(blocking_timeout=5)  # waits for the TTL
+    assert waiting_connections(server) == 1
+    wait_for(lambda: waiting_connections(server) == 0, 5, "the hub to give its connection back")
+    client.close()
+
+
+# -- failovers -----------------------------------------------------------------------------------
+def _queue_threads(client: Any, name: str, count: int) -> tuple[list[threading.Thread], list[float], list]:
+    served: list[float] = []
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        lock = Lock(client, name, timeout=60, waiter_lease=1.5)  # refreshes every 0.5 s
+        try:
+            assert lock.acquire(blocking_timeout=90)
+            served.append(time.monotonic())
+            lock.release()
+        except BaseException as exc:  # noqa: B902 - reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads, served, errors
+
+
+def _eventually(call: Any, timeout: float = 30.0) -> Any:
+    """``call()`` once Redis answers again (a client reconnects after a failover)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                redis.exceptions.ClusterDownError, redis.exceptions.ReadOnlyError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_waiters_ride_out_a_sentinel_failover():
+    """The primary dies while 10 threads wait through Sentinel: the waiting connection follows the
+    failover, and every waiter is served once the holder releases on the new primary."""
+    from .cluster import LocalSentinel, wait_until
+
+    with LocalSentinel() as deployment:
+        client = deployment.sentinel().master_for(deployment.service, socket_timeout=1.0,
+                                                 socket_connect_timeout=1.0)
+        holder = Lock(client, "hot", timeout=120)
+        assert holder.acquire(blocking=False)
+        threads, served, errors = _queue_threads(client, "hot", 10)
+        wait_for(lambda: client.zcard(holder.keys.queue) == 10, 20, "every thread queued")
+        assert client.execute_command("WAIT", 1, 2000) == 1  # the queue is on the replica too
+        old_port = deployment.current_primary_port()
+        deployment.server_on(old_port).kill()
+        wait_until(lambda: deployment.current_primary_port() != old_port, 30, what="a new primary")
+        _eventually(holder.release)
+        released_at = time.monotonic()
+        for thread in threads:
+            thread.join(90)
+        assert not errors, errors[:3]
+        assert len(served) == 10
+        assert min(served) - released_at < 0.5 + 1.0  # a refresh period and a reconnection
+        client.close()
+
+
+def test_waiters_ride_out_a_cluster_failover():
+    """The primary serving the lock's slot dies while 10 threads wait on a Redis Cluster: the
+    grant is published across the cluster bus, and every waiter is served."""
+    from .cluster import LocalCluster
+
+    with LocalCluster(primaries=3, replicas_per_primary=1) as cluster:
+        client = cluster.client(socket_timeout=1.0, socket_connect_timeout=1.0)
+        name = "{hot}:lock"
+        holder = Lock(client, name, timeout=120)
+        assert holder.acquire(blocking=False)
+        threads, served, errors = _queue_threads(client, name, 10)
+        wait_for(lambda: client.zcard(holder.keys.queue) == 10, 20, "every thread queued")
+        primary = client.get_node_from_key(name)
+        assert client.get_redis_connection(primary).execute_command("WAIT", 1, 2000) == 1
+        next(node for node in cluster.nodes if node.port == primary.port).kill()
+        _eventually(holder.release, 60)
+        released_at = time.monotonic()
+        for thread in threads:
+            thread.join(90)
+        assert not errors, errors[:3]
+        assert len(served) == 10
+        assert min(served) - released_at < 0.5 + 1.0
+        client.close()
+
+
+# -- @locked(wait=...) behind an ASGI server ---------------------------------------------------------
+async def _get(port: int, path: str) -> tuple[int, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
+    await writer.drain()
+    response = await reader.read()
+    writer.close()
+    head, _, body = response.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+def test_300_concurrent_requests_to_an_async_locked_view_under_uvicorn(redis_servers):
+    """An async view with ``@locked(wait=...)`` served by uvicorn (one worker process): 300
+    requests queued behind a holder are all answered 200, one at a time, in queue order, while the
+    worker gives at most 4 connections over to waiting."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    (server,) = redis_servers(1)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "DCOORD_TEST_REDIS_URL": server.url, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "tests.asgi:application", "--port", str(port), "--log-level", "warning",
+         "--limit-concurrency", "1000", "--backlog", "1024"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    client = server.client()
+    try:
+        def up() -> bool:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return True
+            except OSError:
+                return False
+
+        wait_for(up, 30, "uvicorn to listen")
+        holder = Lock(client, "await:x", timeout=60)
+        assert holder.acquire(blocking=False)
+
+        async def main() -> tuple[list, list, int]:
+            requests = [asyncio.create_task(_get(port, "/t/await/x/")) for _ in range(300)]
+            deadline = time.monotonic() + 60
+            while client.zcard(holder.keys.queue) < 300:
+                assert time.monotonic() < deadline, "not every request queued"
+                await asyncio.sleep(0.05)
+            queue = client.zrange(holder.keys.queue, 0, -1)
+            waiting = waiting_connections(server)
+            holder.release()
+            return await asyncio.gather(*requests), queue, waiting
+
+        responses, queue, waiting = asyncio.run(main())
+        assert [status for status, _ in responses] == [200] * 300, {status for status, _ in responses}
+        rows = [body.split() for _, body in responses]
+        assert {row[0] for row in rows} == {b"1"}, "two requests were inside at once"
+        served = [token for _, token in sorted((int(row[1]), row[2]) for row in rows)]
+        assert served == queue, "not served in the order of the queue"
+        assert waiting <= MAX_WAITING_CONNECTIONS, waiting
+    finally:
+        worker.terminate()
+        output = worker.communicate(timeout=30)[0]
+        client.close()
+    assert b"Traceback" not in output, output.decode(errors="replace")[-3000:]
