@@ -260,8 +260,10 @@ class QueuedBase:
     cancel_script = "lock_cancel"
     extend_script = "lock_extend"
     #: Arguments the release and extend scripts take after the common ones.
-    retention_args: tuple = ()
-    #: The last argument of the acquire scripts (a lock: metadata retention; a semaphore: its limit).
+    retention_args: tuple = (META_RETENTION_MS,)
+    #: Arguments the acquire scripts take after :attr:`acquire_setting`.
+    acquire_tail: tuple = ()
+    #: The 9th argument of the acquire scripts (a lock: metadata retention; a semaphore: its limit).
     acquire_setting: Any = ""
 
     def __init__(
@@ -345,6 +347,7 @@ class QueuedBase:
             reply_to[0],
             reply_to[1],
             self.acquire_setting,
+            *self.acquire_tail,
         )
 
     def release_keys(self) -> tuple:
@@ -549,7 +552,6 @@ class LockBase(ReleaseOnExit, QueuedBase):
     key_kind = b"lock"
     #: The hold state (see :meth:`_new_local`), set by each flavour.
     local: Any
-    retention_args = (META_RETENTION_MS,)
     acquire_setting = META_RETENTION_MS
 
     def __init__(

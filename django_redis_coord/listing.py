@@ -641,7 +641,7 @@ class HolderListing:
                 raise InvalidLockArgument("a semaphore permit is named by its fence: give expected_fence",
                                           lock_name=name)
             script = sync_scripts.get(self.client, "sem_force_release")
-            args: tuple = (member, str(expected_fence))
+            args: tuple = (member, str(expected_fence), META_RETENTION_MS)
         else:
             script = sync_scripts.get(self.client, "force_release")
             args = (member, META_RETENTION_MS, "" if expected_fence is None else str(expected_fence))

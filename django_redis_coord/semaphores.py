@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Optional, Union
 
-from ._base import DEFAULT_WAITER_LEASE, Grant, Number, QueuedBase, check_number, new_token, to_ms
+from ._base import DEFAULT_WAITER_LEASE, META_RETENTION_MS, Grant, Number, QueuedBase, check_number, new_token, to_ms
 from .exceptions import (
     InvalidLockArgument,
     InvalidLockArgumentType,
@@ -121,6 +121,7 @@ class SemaphoreBase(QueuedBase):
     acquire_script = "sem_acquire"
     cancel_script = "sem_cancel"
     extend_script = "sem_extend"
+    acquire_tail = (META_RETENTION_MS,)
 
     def __init__(
         self,
@@ -169,7 +170,7 @@ class SemaphoreBase(QueuedBase):
 
     # -- arguments and replies of the scripts ------------------------------------------------
     def set_limit_args(self, size: int) -> tuple:
-        return (size, self.member)
+        return (size, self.member, *self.retention_args)
 
     def checked_pttl(self, token: bytes, pttl: int) -> int:
         """The reply of ``sem_extend.lua``: the new lease, or an error (the permit marked lost)."""

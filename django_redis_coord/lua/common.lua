@@ -25,6 +25,20 @@ local function prune_registry(registry, now_ms)
   redis.call('ZREMRANGEBYSCORE', registry, '-inf', '(' .. int(now_ms))
 end
 
+-- A slot's registry lives as long as its latest entry, and a minute more (for ever while an entry
+-- has no expiry): every script that adds or removes an entry ends with this.
+local function registry_expire(registry, now_ms)
+  local last = redis.call('ZRANGE', registry, -1, -1, 'WITHSCORES')
+  if not last[1] then
+    return
+  end
+  if string.find(last[2], 'inf', 1, true) then
+    redis.call('PERSIST', registry)
+  else
+    redis.call('PEXPIRE', registry, math.max(tonumber(last[2]) - now_ms, 0) + 60000)
+  end
+end
+
 -- Record that `token` now holds `name` for `ttl` ms (0 = no expiry): the next fence (next_fence()
 -- inlined into the same HSET: this is the hot path), who holds it, whether the hold is
 -- provisional (`claim` '1'), and its registry entry.  `prune` drops the slot's entries of holds
@@ -44,6 +58,7 @@ local function record_grant(meta, registry, member, token, ttl, info, now_ms, no
     redis.call('ZADD', registry, '+inf', member)
     redis.call('PERSIST', meta)
   end
+  registry_expire(registry, now_ms)
   return fence
 end
 

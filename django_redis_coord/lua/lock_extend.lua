@@ -25,6 +25,7 @@ if mode == 'persist' then
   redis.call('PERSIST', meta)
   redis.call('HSET', meta, 'ttl', '0')
   redis.call('ZADD', registry, '+inf', member)
+  registry_expire(registry, now_ms)
   return -1
 end
 local new_ttl = ms
@@ -38,4 +39,5 @@ end
 redis.call('PEXPIRE', name, new_ttl)
 redis.call('PEXPIRE', meta, new_ttl + retention)
 redis.call('ZADD', registry, int(now_ms + new_ttl), member)
+registry_expire(registry, now_ms)
 return new_ttl

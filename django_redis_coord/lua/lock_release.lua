@@ -20,8 +20,9 @@ if redis.call('EXISTS', queue) == 1 then
 end
 redis.call('DEL', name)
 redis.call('ZREM', registry, member)
--- The holder fields of the meta hash stay until the next grant: readers check them against the
--- token at `name`, so they describe nobody once it is gone.  The metadata (the fence counter) is
--- kept for the retention period, also after a hold with no expiry.
+registry_expire(registry, server_now())
+-- Only the fence counter (and the arrival counter of the queue) stays, for the retention period,
+-- also after a hold with no expiry: the holder fields describe nobody once `name` is gone.
+redis.call('HDEL', meta, 'token', 'info', 'since', 'ttl', 'claim')
 redis.call('PEXPIRE', meta, retention)
 return 1

@@ -5,7 +5,7 @@
 --   "2" queue when full and the caller may already be queued (a retry: clean up its old state)
 -- ARGV[4] waiter lease ms   ARGV[5] holder info (JSON)   ARGV[6] registry member
 -- ARGV[7] the channel the caller's process listens on   ARGV[8] the caller's number there
--- ARGV[9] limit to store when none is ("" = none)
+-- ARGV[9] limit to store when none is ("" = none)   ARGV[10] metadata retention ms (see sem_expire())
 -- Returns {1, fence, pttl, 0} when the caller holds a permit (pttl -1: no expiry), {0, ms until the
 -- earliest lease ends (-1: none ends), the limit in force} when it does not (queued when asked
 -- to), and {-1}
@@ -14,7 +14,7 @@
 local permits, meta, queue, waiters, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local mode = tonumber(ARGV[3]) % 4  -- + 4: the library made the token (a permit held with it is ours anyway)
 local token, ttl, enqueue, retry, lease = ARGV[1], tonumber(ARGV[2]), mode ~= 0, mode == 2, tonumber(ARGV[4])
-local info, member, channel, id = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local info, member, channel, id, retention = ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[10])
 
 local state = redis.call('HMGET', meta, 'limit', 'fence')
 local limit = tonumber(state[1])
@@ -40,6 +40,7 @@ if redis.call('ZSCORE', permits, token) then
   redis.call('ZREM', queue, token)
   redis.call('HDEL', waiters, token)
   local fence, pttl = sem_claim(permits, meta, registry, member, token, ttl, now_ms)
+  sem_expire(permits, meta, retention, now_ms)
   return {1, fence, pttl, 0}
 end
 local free, granted = sem_hand_off(permits, meta, queue, waiters, registry, member, limit, now_ms, now_us, token)
@@ -52,11 +53,13 @@ if free then
   local fence, expiry = sem_grant(permits, meta, token, ttl, 0, info, now_ms, now_us, last)
   prune_registry(registry, now_ms)  -- holds of this slot that ended without a release
   sem_publish(permits, registry, member, expiry)
+  sem_expire(permits, meta, retention, now_ms)
   if ttl > 0 then return {1, fence, ttl, 0} end
   return {1, fence, -1, 0}
 end
 
 local wait_ms = sem_next_end(permits, now_ms) or -1
+sem_expire(permits, meta, retention, now_ms)
 if not enqueue then
   return {0, wait_ms, limit}
 end

@@ -5,16 +5,18 @@
 -- Returns {1, fence, pttl, 0} when the caller holds a permit, else {0, ms until the earliest lease
 -- ends (-1: none ends), the limit in force}, as sem_acquire.lua does.
 local permits, meta, queue, waiters, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local token, ttl, member = ARGV[1], tonumber(ARGV[2]), ARGV[6]
+local token, ttl, member, retention = ARGV[1], tonumber(ARGV[2]), ARGV[6], tonumber(ARGV[10])
 local now_ms, now_us = server_now()
 redis.call('ZREM', queue, token)
 redis.call('HDEL', waiters, token)
 sem_reclaim(permits, meta, now_ms)
 if redis.call('ZSCORE', permits, token) then
   local fence, pttl = sem_claim(permits, meta, registry, member, token, ttl, now_ms)
+  sem_expire(permits, meta, retention, now_ms)
   return {1, fence, pttl, 0}
 end
 local limit = tonumber(redis.call('HGET', meta, 'limit') or '0')
 sem_hand_off(permits, meta, queue, waiters, registry, member, limit, now_ms, now_us, nil)
 local wait_ms = sem_next_end(permits, now_ms) or -1
+sem_expire(permits, meta, retention, now_ms)
 return {0, wait_ms, limit}

@@ -3,10 +3,11 @@
 -- ARGV[1] token   ARGV[2] milliseconds   ARGV[3] "add" (to the remaining time), "replace",
 -- "persist" (no expiry) or "claim" (of a provisional hand-off: "replace", or "persist" when ARGV[2]
 -- is 0; nothing changes once the permit was claimed or extended)   ARGV[4] registry member
+-- ARGV[5] metadata retention ms (see sem_expire())
 -- Returns the new remaining time in ms (-1: no expiry), -2 when the token holds no live permit,
 -- -3 when asked to add time to a permit that has no expiry.
 local permits, meta, registry = KEYS[1], KEYS[2], KEYS[3]
-local token, ms, mode, member = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local token, ms, mode, member, retention = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5])
 local now_ms = server_now()
 local score = redis.call('ZSCORE', permits, token)
 if not score then
@@ -17,6 +18,7 @@ if left and left <= 0 then
   -- The lease ended: the permit is gone even though nobody reclaimed it yet.
   sem_reclaim(permits, meta, now_ms)
   sem_publish(permits, registry, member, nil)
+  sem_expire(permits, meta, retention, now_ms)
   return -2
 end
 if mode == 'claim' then
@@ -36,4 +38,5 @@ elseif mode == 'add' then
   new_ttl = left + ms
 end
 local _, pttl = sem_claim(permits, meta, registry, member, token, new_ttl, now_ms)
+sem_expire(permits, meta, retention, now_ms)
 return pttl

@@ -1,9 +1,9 @@
 -- Return the permit held with ARGV[1] and hand free permits to the first live waiters.
 -- KEYS[1] permits zset   KEYS[2] meta hash   KEYS[3] queue zset   KEYS[4] waiters hash   KEYS[5] registry
--- ARGV[1] token   ARGV[2] registry member
+-- ARGV[1] token   ARGV[2] registry member   ARGV[3] metadata retention ms (see sem_expire())
 -- Returns 1 when released, 0 when the token holds no live permit (never had one, or its lease ended).
 local permits, meta, queue, waiters, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local token, member = ARGV[1], ARGV[2]
+local token, member, retention = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local now_ms, now_us = server_now()
 local released = 0
 local score = redis.call('ZSCORE', permits, token)
@@ -22,8 +22,10 @@ if score then
   -- The registry lists the latest lease end: recompute it only if it may have been this one.
   if redis.call('ZCARD', permits) == 0 then
     redis.call('ZREM', registry, member)
+    registry_expire(registry, now_ms)
   elseif redis.call('ZSCORE', registry, member) == score then
     sem_publish(permits, registry, member, nil)
   end
 end
+sem_expire(permits, meta, retention, now_ms)
 return released

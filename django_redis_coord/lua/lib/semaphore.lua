@@ -72,6 +72,7 @@ local function sem_publish(permits, registry, member, expiry)
     end
     if raise then
       redis.call('ZADD', registry, expiry, member)
+      registry_expire(registry, server_now())
     end
     return
   end
@@ -81,6 +82,27 @@ local function sem_publish(permits, registry, member, expiry)
   else
     redis.call('ZREM', registry, member)
   end
+  registry_expire(registry, server_now())
+end
+
+-- Keep the keys of a semaphore only while they are used: the permits set until its last lease
+-- ends, the meta hash (limit, fence counter, permit records) `retention` ms longer; both for
+-- ever while a permit has no expiry.  Called by every script that writes them, last.
+local function sem_expire(permits, meta, retention, now_ms)
+  local last = redis.call('ZRANGE', permits, -1, -1, 'WITHSCORES')
+  if not last[1] then
+    redis.call('PEXPIRE', meta, retention)
+    return
+  end
+  local left = sem_left(last[2], now_ms)
+  if not left then
+    redis.call('PERSIST', permits)
+    redis.call('PERSIST', meta)
+    return
+  end
+  left = math.max(left, 1)
+  redis.call('PEXPIRE', permits, left)
+  redis.call('PEXPIRE', meta, left + retention)
 end
 
 -- Give the permit held by `token` a full lease of `ttl` ms from now (0: no expiry) and clear its
