@@ -10,8 +10,11 @@ finds the grant at its next refresh.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import secrets
+import threading
+from collections import deque
 from typing import Any, Optional
 
 from .exceptions import ConnectionPoolTooSmall
@@ -90,3 +93,80 @@ def log_failure(failures: int, exc: BaseException) -> None:
     level = logging.WARNING if failures == 1 else logging.DEBUG
     logger.log(level, "The waiting connection of django_redis_coord failed (%s: %s); waiters look again in "
                "Redis and it reconnects", type(exc).__name__, exc)
+
+
+class WaiterBase:
+    """One waiting call: the messages its hub handed it, and an event to sleep on (a
+    ``threading.Event`` or an ``asyncio.Event``).
+
+    ``reply_to`` is what its queueing calls send (its hub's channel and its number there);
+    ``gate`` is the hub's bound on the calls its waiters have under way at once (see
+    :func:`command_slots`): every call of a waiter passes it.
+    """
+
+    __slots__ = ("id", "event", "messages", "reply_to", "gate")
+
+    def __init__(self, number: int, channel: bytes, gate: Any, event: Any) -> None:
+        self.id = number
+        self.event = event
+        self.messages: deque = deque()
+        self.reply_to = (channel, number)
+        self.gate = gate
+
+    def deliver(self, message: bytes) -> None:
+        self.messages.append(message)
+        self.event.set()
+
+
+class HubBase:
+    """What the sync and asyncio hubs keep: their channel, their waiters by number, and what a
+    message read from the channel does."""
+
+    def __init__(self) -> None:
+        self.channel = new_channel()
+        #: Guards ``_waiters`` (the sync hub's thread and the waiting threads; never contended
+        #: under asyncio, where one loop runs the hub and its waiters).
+        self._lock = threading.Lock()
+        self._waiters: dict[int, WaiterBase] = {}
+        self._numbers = itertools.count(1)
+        #: Whether the running thread (task) of the hub saw its subscription confirmed already.
+        self._subscribed = False
+
+    def _next_number(self) -> int:
+        return next(self._numbers)
+
+    def _add(self, waiter: WaiterBase) -> None:
+        with self._lock:
+            self._waiters[waiter.id] = waiter
+
+    def unregister(self, waiter: WaiterBase) -> None:
+        with self._lock:
+            self._waiters.pop(waiter.id, None)
+
+    def _recheck_all(self) -> None:
+        """Make every waiter look again in Redis now (a message may have been lost)."""
+        with self._lock:
+            waiters = list(self._waiters.values())
+        for waiter in waiters:
+            waiter.deliver(RECHECK)
+
+    def _handle(self, message: Optional[dict]) -> bool:
+        """Act on what one read of the channel gave; True when it confirms the subscription."""
+        if message is None:
+            return False
+        if message["type"] == "message":
+            parsed = parse_message(message["data"])
+            if parsed is not None:
+                with self._lock:
+                    waiter = self._waiters.get(parsed[0])
+                if waiter is not None:
+                    waiter.deliver(parsed[1])
+            return False
+        if message["type"] != "subscribe":
+            return False
+        # The first subscription of this run, or redis-py's own after a reconnection: then a
+        # message may have been lost meanwhile.
+        if self._subscribed:
+            self._recheck_all()
+        self._subscribed = True
+        return True

@@ -17,50 +17,31 @@ again at once.  The asyncio twin is :mod:`django_redis_coord.asyncio.waiting`.
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 import time
 import weakref
-from collections import deque
 from typing import Any, Optional
 
 from ._waiting_base import (
     IDLE_SECONDS,
     READ_SECONDS,
-    RECHECK,
+    HubBase,
+    WaiterBase,
     check_pool,
     command_slots,
     hub_key,
     log_failure,
-    new_channel,
-    parse_message,
     retry_pause,
 )
 
 __all__ = ["WaitHub", "Waiter", "hub_for"]
 
 
-class Waiter:
-    """One waiting call: the messages its hub handed it, and an event to sleep on.
+class Waiter(WaiterBase):
+    """One waiting thread (see :class:`~django_redis_coord._waiting_base.WaiterBase`)."""
 
-    ``reply_to`` is what its queueing calls send (its hub's channel and its number there);
-    ``gate`` is the hub's bound on the calls its waiters have under way at once (see
-    :func:`~django_redis_coord._waiting_base.command_slots`): every call of a waiter passes it.
-    """
-
-    __slots__ = ("id", "event", "messages", "reply_to", "gate")
-
-    def __init__(self, number: int, channel: bytes, gate: threading.BoundedSemaphore) -> None:
-        self.id = number
-        self.event = threading.Event()
-        self.messages: deque = deque()
-        self.reply_to = (channel, number)
-        self.gate = gate
-
-    def deliver(self, message: bytes) -> None:
-        self.messages.append(message)
-        self.event.set()
+    __slots__ = ()
 
     def wait(self, timeout: float) -> Optional[bytes]:
         """The next message (``RECHECK``: look again in Redis now), or ``None`` after ``timeout`` s."""
@@ -76,14 +57,11 @@ class Waiter:
             return None
 
 
-class WaitHub:
+class WaitHub(HubBase):
     """The waiting connection of one process for one connection pool (or cluster client)."""
 
     def __init__(self) -> None:
-        self.channel = new_channel()
-        self._lock = threading.Lock()
-        self._waiters: dict[int, Waiter] = {}
-        self._numbers = itertools.count(1)
+        super().__init__()
         self._gate: Optional[threading.BoundedSemaphore] = None
         self._thread: Optional[threading.Thread] = None
         #: Set while the channel is subscribed.
@@ -97,7 +75,7 @@ class WaitHub:
         with self._lock:
             if self._gate is None:
                 self._gate = threading.BoundedSemaphore(command_slots(client))
-            waiter = Waiter(next(self._numbers), self.channel, self._gate)
+            waiter = Waiter(self._next_number(), self.channel, self._gate, threading.Event())
             self._waiters[waiter.id] = waiter
             if self._thread is None:
                 self._ready.clear()
@@ -106,25 +84,6 @@ class WaitHub:
                 self._thread.start()
         self._ready.wait(ready_within)
         return waiter
-
-    def unregister(self, waiter: Waiter) -> None:
-        with self._lock:
-            self._waiters.pop(waiter.id, None)
-
-    def _recheck_all(self) -> None:
-        with self._lock:
-            waiters = list(self._waiters.values())
-        for waiter in waiters:
-            waiter.deliver(RECHECK)
-
-    def _dispatch(self, data: Any) -> None:
-        parsed = parse_message(data)
-        if parsed is None:
-            return
-        with self._lock:
-            waiter = self._waiters.get(parsed[0])
-        if waiter is not None:
-            waiter.deliver(parsed[1])
 
     def _idle_out(self, idle_since: Optional[float]) -> tuple[bool, Optional[float]]:
         """Whether the thread stops now (nobody waited for :data:`IDLE_SECONDS`), and since when idle."""
@@ -143,7 +102,7 @@ class WaitHub:
     def _run(self, client: Any) -> None:
         pubsub = None
         failures = 0
-        subscribed_before = False
+        self._subscribed = False
         idle_since: Optional[float] = None
         try:
             while True:
@@ -164,18 +123,9 @@ class WaitHub:
                     self._recheck_all()  # a grant may have been announced while nobody listened
                     time.sleep(retry_pause(failures))
                     continue
-                if message is None:
-                    continue
-                if message["type"] == "message":
-                    self._dispatch(message["data"])
-                elif message["type"] == "subscribe":
-                    # The first subscription, or redis-py's own after a reconnection: then a
-                    # message may have been lost meanwhile.
+                if self._handle(message):
                     failures = 0
                     self._ready.set()
-                    if subscribed_before:
-                        self._recheck_all()
-                    subscribed_before = True
         finally:
             with self._lock:
                 if self._thread is threading.current_thread():

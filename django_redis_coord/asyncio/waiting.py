@@ -5,44 +5,29 @@ client), read by a task of that loop, and waiters that are tasks."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import weakref
-from collections import deque
 from typing import Any, Optional
 
 from .._tasks import drop_closed_loops, in_background
 from .._waiting_base import (
     IDLE_SECONDS,
     READ_SECONDS,
-    RECHECK,
+    HubBase,
+    WaiterBase,
     check_pool,
     command_slots,
     hub_key,
     log_failure,
-    new_channel,
-    parse_message,
     retry_pause,
 )
 
 __all__ = ["AsyncWaitHub", "AsyncWaiter", "hub_for"]
 
 
-class AsyncWaiter:
-    """One waiting task: the messages its hub handed it, and an event to sleep on; ``reply_to``
-    and ``gate`` as for :class:`django_redis_coord.waiting.Waiter`."""
+class AsyncWaiter(WaiterBase):
+    """One waiting task (see :class:`~django_redis_coord._waiting_base.WaiterBase`)."""
 
-    __slots__ = ("id", "event", "messages", "reply_to", "gate")
-
-    def __init__(self, number: int, channel: bytes, gate: asyncio.Semaphore) -> None:
-        self.id = number
-        self.event = asyncio.Event()
-        self.messages: deque = deque()
-        self.reply_to = (channel, number)
-        self.gate = gate
-
-    def deliver(self, message: bytes) -> None:
-        self.messages.append(message)
-        self.event.set()
+    __slots__ = ()
 
     async def wait(self, timeout: float) -> Optional[bytes]:
         """The next message (``RECHECK``: look again in Redis now), or ``None`` after ``timeout`` s."""
@@ -58,13 +43,11 @@ class AsyncWaiter:
             return None
 
 
-class AsyncWaitHub:
+class AsyncWaitHub(HubBase):
     """The waiting connection of one event loop for one connection pool (or cluster client)."""
 
     def __init__(self) -> None:
-        self.channel = new_channel()
-        self._waiters: dict[int, AsyncWaiter] = {}
-        self._numbers = itertools.count(1)
+        super().__init__()
         self._gate: Optional[asyncio.Semaphore] = None
         self._task: Optional[asyncio.Future] = None
         #: Set while the channel is subscribed.
@@ -76,8 +59,8 @@ class AsyncWaitHub:
         check_pool(client)
         if self._gate is None:
             self._gate = asyncio.Semaphore(command_slots(client))
-        waiter = AsyncWaiter(next(self._numbers), self.channel, self._gate)
-        self._waiters[waiter.id] = waiter
+        waiter = AsyncWaiter(self._next_number(), self.channel, self._gate, asyncio.Event())
+        self._add(waiter)
         if self._task is None:
             self._ready.clear()
             self._task = in_background(self._run(client))
@@ -91,24 +74,10 @@ class AsyncWaitHub:
                 raise
         return waiter
 
-    def unregister(self, waiter: AsyncWaiter) -> None:
-        self._waiters.pop(waiter.id, None)
-
-    def _recheck_all(self) -> None:
-        for waiter in list(self._waiters.values()):
-            waiter.deliver(RECHECK)
-
-    def _dispatch(self, data: Any) -> None:
-        parsed = parse_message(data)
-        if parsed is not None:
-            waiter = self._waiters.get(parsed[0])
-            if waiter is not None:
-                waiter.deliver(parsed[1])
-
     async def _run(self, client: Any) -> None:
         pubsub = None
         failures = 0
-        subscribed_before = False
+        self._subscribed = False
         idle_since: Optional[float] = None
         loop = asyncio.get_running_loop()
         try:
@@ -135,16 +104,9 @@ class AsyncWaitHub:
                     self._recheck_all()  # a grant may have been announced while nobody listened
                     await asyncio.sleep(retry_pause(failures))
                     continue
-                if message is None:
-                    continue
-                if message["type"] == "message":
-                    self._dispatch(message["data"])
-                elif message["type"] == "subscribe":
+                if self._handle(message):
                     failures = 0
                     self._ready.set()
-                    if subscribed_before:
-                        self._recheck_all()
-                    subscribed_before = True
         finally:
             if self._task is not None and self._task is asyncio.current_task():
                 self._task = None
