@@ -4,9 +4,9 @@ Both locks use the same three private redis-server processes (started for this m
 
 * ``pottery`` — ``pottery.Redlock(key=..., masters=...)``: one thread pool per call, the masters
   are asked through their clients;
-* ``ours`` — ``django_redis_coord.Redlock``: each round goes out to all masters before any reply
-  is read (dedicated connections, one thread), plus one round that records the fence on the
-  masters of the quorum;
+* ``ours`` — ``django_redis_coord.Redlock``: each round goes to all masters in parallel (one
+  redis-py pipeline per master, on a per-process thread pool), plus one round that records the
+  fence on the masters of the quorum;
 * ``ours asyncio`` — ``django_redis_coord.asyncio.Redlock`` (``asyncio.gather`` over the masters).
 
 Also measured for ``ours``: the time an acquire takes to fail when 2 of 3 masters are down (one
@@ -27,7 +27,7 @@ from benchmarks.common import PAIR_SLICE, Context, Section, interleaved_blocks, 
 LIBS = ("pottery", "ours", "ours asyncio")
 DESCRIPTIONS = {
     "pottery": "pottery.Redlock (thread pool per call)",
-    "ours": "django_redis_coord.Redlock (all masters at once, one thread)",
+    "ours": "django_redis_coord.Redlock (a pipeline per master, in parallel)",
     "ours asyncio": "django_redis_coord.asyncio.Redlock (asyncio.gather)",
 }
 #: Target (issue text): ours >= 2x pottery with the same 3 masters.
@@ -159,7 +159,7 @@ def run(ctx: Context, sizes: Sizes | None = None) -> Section:
         f"{sizes.rounds} rounds; in each, the libraries take turns in {PAIR_SLICE * 1000:.0f} ms slices (order "
         f"rotating) for {sizes.pair_seconds:g} s each, so that all see the same background load. The ratio is "
         "the median of the per-round ratios. A pair of ours is three rounds to the masters (grant, fence record, "
-        "release), each sent to all masters before any reply is read; pottery's is two, each through a new "
+        "release), each sent to all masters in parallel (a pipeline per master); pottery's is two, each through a new "
         "thread pool."
     )
     faults = measure_failures(ctx, servers, sizes)

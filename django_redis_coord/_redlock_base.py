@@ -1,7 +1,8 @@
 """What the sync and asyncio Redlocks share: arguments, per-master commands and quorum arithmetic.
 
 Nothing in here talks to Redis; :mod:`django_redis_coord.redlock` and
-:mod:`django_redis_coord.asyncio.redlock` send the commands built here to every master at once.
+:mod:`django_redis_coord.asyncio.redlock` send the commands built here to every master at once,
+one redis-py pipeline per master (see :func:`queue_commands`).
 
 Each master runs the ordinary lock scripts (``lua/lock_*.lua``) on the same keys a
 :class:`~django_redis_coord.Lock` of the same name uses, so a Redlock hold on a master shows up in
@@ -10,16 +11,15 @@ its holder registry and the listing tools like any lock.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from types import SimpleNamespace
 from typing import Any, NamedTuple, Optional, Union
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
 
 from ._base import (
     Grant,
@@ -43,9 +43,8 @@ from .exceptions import (
     LockLostError,
     LockNotOwnedError,
 )
-from .scripts import script_text
 
-__all__ = ["QuorumUnavailable", "RedlockBase", "Command", "DEFAULT_TIMEOUT", "DEFAULT_RETRY_DELAY", "pack"]
+__all__ = ["QuorumUnavailable", "RedlockBase", "Command", "ScriptCall", "DEFAULT_TIMEOUT", "DEFAULT_RETRY_DELAY"]
 
 
 #: Lease of a Redlock hold when none is given (seconds).
@@ -73,58 +72,49 @@ class QuorumUnavailable(CoordError, RedisConnectionError):
         self.failures: dict[str, BaseException] = dict(failures or {})
 
 
-class NoBackoff:
-    """No pause between retries (the dedicated connections to masters never retry anyway)."""
+class ScriptCall(NamedTuple):
+    """A call of the static script ``name`` (``lua/<name>.lua``) for one master: the fan-outs
+    send it as EVALSHA on a redis-py pipeline and load the script after a NOSCRIPT reply."""
 
-    def compute(self, failures: int) -> float:
-        return 0.0
-
-    def reset(self) -> None:
-        pass
-
-
-def _encode(value: Any) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    if isinstance(value, int):
-        return b"%d" % value
-    return repr(value).encode()
-
-
-def pack(commands: Sequence[tuple]) -> bytes:
-    """RESP encoding of ``commands`` (the same bytes go to every master)."""
-    out = []
-    for args in commands:
-        out.append(b"*%d\r\n" % len(args))
-        for arg in args:
-            data = _encode(arg)
-            out.append(b"$%d\r\n" % len(data))
-            out.append(data)
-            out.append(b"\r\n")
-    return b"".join(out)
-
-
-
-class Command(NamedTuple):
-    """One command for one master; ``fallback`` replaces it when the master answers NOSCRIPT."""
-
+    name: str
+    keys: tuple
     args: tuple
-    fallback: Optional[tuple] = None
 
 
-@cache
-def _script(name: str) -> tuple[str, str]:
-    text = script_text(name)
-    return hashlib.sha1(text.encode("utf-8")).hexdigest(), text
+#: One command for one master: a plain command tuple (``("GET", key)``) or a :class:`ScriptCall`.
+Command = Union[tuple, ScriptCall]
 
 
-def script_command(name: str, keys: Sequence[Any], args: Sequence[Any]) -> Command:
-    """EVALSHA of the static script ``name``, with EVAL of its text as the NOSCRIPT fallback."""
-    sha, text = _script(name)
-    rest = (len(keys), *keys, *args)
-    return Command(("EVALSHA", sha, *rest), ("EVAL", text, *rest))
+def script_command(name: str, keys: Sequence[Any], args: Sequence[Any]) -> ScriptCall:
+    """A call of the static script ``name`` with ``keys`` and ``args``."""
+    return ScriptCall(name, tuple(keys), tuple(args))
+
+
+def queue_commands(pipe: Any, scripts: Any, client: Any, batch: Sequence[Command], load: bool = False) -> int:
+    """Queue ``batch`` on the redis-py pipeline ``pipe`` (of ``client``); ``scripts`` is the
+    script registry of that kind of client (sync or asyncio).  With ``load``, SCRIPT LOAD of the
+    batch's scripts goes first, in the same round trip (after a NOSCRIPT reply).  Returns how
+    many replies those loads add at the front."""
+    loaded = 0
+    if load:
+        for name in dict.fromkeys(command.name for command in batch if isinstance(command, ScriptCall)):
+            pipe.script_load(scripts.get(client, name).script)
+            loaded += 1
+    for command in batch:
+        if isinstance(command, ScriptCall):
+            pipe.evalsha(scripts.get(client, command.name).sha, len(command.keys), *command.keys, *command.args)
+        else:
+            pipe.execute_command(*command)
+    return loaded
+
+
+def missing_scripts(batch: Sequence[Command], replies: Sequence[Any]) -> list[int]:
+    """The script calls of ``batch`` that a master answered with NOSCRIPT (nothing ran)."""
+    return [
+        index
+        for index, (command, reply) in enumerate(zip(batch, replies))
+        if isinstance(command, ScriptCall) and isinstance(reply, NoScriptError)
+    ]
 
 
 def kth_largest(values: Iterable[int], k: int) -> int:
@@ -226,7 +216,7 @@ class RedlockBase(ReleaseOnExit):
         return script_command("lock_extend", node.extend_keys(), node.extend_args(token, ms, mode))
 
     def get_command(self) -> Command:
-        return Command(("GET", self._node.keys.name))
+        return ("GET", self._node.keys.name)
 
     def only(self, nodes: Iterable[int], commands: list[Command]) -> list[list[Command]]:
         """Per-master batches: ``commands`` for the masters in ``nodes``, nothing for the others."""

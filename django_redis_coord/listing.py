@@ -6,9 +6,10 @@ every grant records its holder in the registry of its Redis Cluster slot (see
 :func:`django_redis_coord.keys.registry_key`), so listing reads those 16384 small sorted sets and
 nothing else.
 
-* On a standalone server the registries are read by one static script that declares all of
-  them (``lua/registry_live.lua``); the command is packed once per process.  On a Redis Cluster,
-  each primary is asked for the registries of the slots it serves, in one pipeline per primary.
+* On a standalone server the registries are read by one ``ZUNION`` (with ``TIME``, in one
+  ``MULTI``/``EXEC`` pipeline); a server without ZUNION gets one static script that declares
+  all of them (``lua/registry_live.lua``).  On a Redis Cluster, each primary is asked for the
+  registries of the slots it serves, in one pipeline per primary.
 * The details of the live entries (holder metadata, fence, remaining TTL, waiters) are then
   fetched in one more round trip, each entry by its kind's read-only inspect script.
 * Expiry is judged by the server's clock, twice: the registry entry must not have expired, and
@@ -32,6 +33,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cache
 from typing import Any, Optional, Union
 
 from redis.exceptions import NoScriptError, ResponseError
@@ -39,7 +41,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from ._base import META_RETENTION_MS, as_bytes
 from .exceptions import InvalidLockArgument
 from .keys import SLOTS, encode_name, key_slot, keys_for, registry_key
-from .scripts import script_text, sync_scripts
+from .scripts import sync_scripts
 
 __all__ = [
     "KINDS",
@@ -422,8 +424,7 @@ class HolderListing:
     restricts everything to names starting with it (e.g. a Django site's ``KEY_PREFIX``).
     """
 
-    _packed_union: Optional[list[bytes]] = None
-    _packed_live: Optional[bytes] = None
+    #: The server has no ZUNION (before Redis 6.2): the registries are read by a script.
     _union_missing = False
 
     def __init__(self, client: Any, *, prefix: Union[str, bytes] = b"") -> None:
@@ -458,29 +459,24 @@ class HolderListing:
     def _read_registries(self) -> list[RegistryEntry]:
         """The server's clock and the union of the 16384 registries, in one round trip.
 
-        ``MULTI``, ``TIME``, ``ZUNION <all registries> WITHSCORES``, ``EXEC``, packed once per
-        process.  A server without ZUNION (before Redis 6.2) gets one static script instead.
+        ``TIME`` and ``ZUNION <all registries> WITHSCORES`` in one ``MULTI``/``EXEC`` pipeline.
+        A server without ZUNION (before Redis 6.2) gets one static script instead.
         """
+        keys = _registry_keys()
         cls = type(self)
-        if cls._packed_union is None:
-            keys = [registry_key(s) for s in range(SLOTS)]
-            cls._packed_union = [
-                _pack([b"MULTI"]),
-                _pack([b"TIME"]),
-                _pack([b"ZUNION", str(SLOTS).encode(), *keys, b"WITHSCORES"]),
-                _pack([b"EXEC"]),
-            ]
-            cls._packed_live = _pack_evalsha(sync_scripts.get(self.client, _LIVE_SCRIPT).sha, keys)
         if not cls._union_missing:
-            replies = _send_packed(self.client, cls._packed_union)
-            if not any(isinstance(reply, Exception) for reply in replies):
-                (seconds, micros), flat = replies[3]
-                return list(_parse_entries(flat, int(seconds) * 1000 + int(micros) // 1000))
-            if not any("unknown command" in str(reply).lower() for reply in replies):
-                raise next(reply for reply in replies if isinstance(reply, Exception))
-            cls._union_missing = True
-        assert cls._packed_live is not None
-        [reply] = self._send_with_scripts(self.client, [cls._packed_live], [_LIVE_SCRIPT])
+            pipe = self.client.pipeline(transaction=True)
+            pipe.time()
+            pipe.zunion(keys, withscores=True, score_cast_func=_score)
+            try:
+                (seconds, micros), pairs = pipe.execute()
+            except ResponseError as error:
+                if "unknown command" not in str(error).lower():
+                    raise
+                cls._union_missing = True
+            else:
+                return list(_parse_entries(pairs, int(seconds) * 1000 + int(micros) // 1000))
+        [reply] = self._send_with_scripts(self.client, [(_LIVE_SCRIPT, keys)])
         return list(_parse_entries(reply[1:], int(reply[0])))
 
     def _read_cluster_registries(self) -> list[RegistryEntry]:
@@ -539,10 +535,8 @@ class HolderListing:
 
     def _run_scripts(self, calls: Sequence[tuple[str, Sequence[bytes]]]) -> list[Any]:
         """EVALSHA each ``(script name, keys)`` call: one round trip (per primary on a cluster)."""
-        packed = [_pack_evalsha(sync_scripts.get(self.client, name).sha, keys) for name, keys in calls]
-        names = [name for name, _ in calls]
         if not _is_cluster(self.client):
-            return self._send_with_scripts(self.client, packed, names)
+            return self._send_with_scripts(self.client, calls)
         by_node: dict[str, tuple[Any, list[int]]] = {}
         for index, (_, keys) in enumerate(calls):
             node = self.client.get_node_from_key(keys[0])
@@ -550,21 +544,26 @@ class HolderListing:
         replies: list[Any] = [None] * len(calls)
         for node, indexes in by_node.values():
             node_client = self.client.get_redis_connection(node)
-            answers = self._send_with_scripts(node_client, [packed[i] for i in indexes], [names[i] for i in indexes])
+            answers = self._send_with_scripts(node_client, [calls[i] for i in indexes])
             for index, answer in zip(indexes, answers):
                 replies[index] = answer
         return replies
 
     @staticmethod
-    def _send_with_scripts(client: Any, packed: Sequence[bytes], names: Sequence[str]) -> list[Any]:
-        """Send packed EVALSHA commands in one write; load missing scripts and resend once."""
+    def _send_with_scripts(client: Any, calls: Sequence[tuple[str, Sequence[bytes]]]) -> list[Any]:
+        """EVALSHA the ``(script name, keys)`` calls in one pipeline; load the scripts the server
+        lacks (NOSCRIPT: nothing ran) and send the calls once more; raise the first error."""
+        scripts = [sync_scripts.get(client, name) for name, _ in calls]
         for attempt in range(2):
-            replies = _send_packed(client, packed)
-            missing = {names[i] for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)}
+            pipe = client.pipeline(transaction=False)
+            for script, (_, keys) in zip(scripts, calls):
+                pipe.evalsha(script.sha, len(keys), *keys)
+            replies = pipe.execute(raise_on_error=False)
+            missing = {id(s): s for s, reply in zip(scripts, replies) if isinstance(reply, NoScriptError)}
             if not missing or attempt:
                 break
-            for name in missing:
-                client.script_load(script_text(name))
+            for script in missing.values():
+                client.script_load(script.script)
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
@@ -705,40 +704,7 @@ def _parse_waiter(position: int, token: bytes, record: Optional[bytes]) -> Waite
     )
 
 
-def _pack(args: Sequence[bytes]) -> bytes:
-    """RESP encoding of one command (built once for the registry read: 16384 keys are costly to pack)."""
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
-    return b"".join(out)
-
-
-def _pack_evalsha(sha: str, keys: Sequence[bytes]) -> bytes:
-    return _pack([b"EVALSHA", sha.encode(), str(len(keys)).encode(), *keys])
-
-
-def _send_packed(client: Any, packed: Sequence[bytes]) -> list[Any]:
-    """Send already packed commands in one write on one of ``client``'s connections; read every reply.
-
-    An error reply is returned in place (the connection stays in step), any other failure drops
-    the connection and propagates.
-    """
-    pool = client.connection_pool
-    try:
-        conn = pool.get_connection()
-    except TypeError:  # redis-py < 6 needs a command name
-        conn = pool.get_connection("EVALSHA")
-    try:
-        conn.send_packed_command(list(packed))
-        replies = []
-        for _ in packed:
-            try:
-                replies.append(conn.read_response())
-            except ResponseError as error:
-                replies.append(error)
-        return replies
-    except BaseException:
-        conn.disconnect()
-        raise
-    finally:
-        pool.release(conn)
+@cache
+def _registry_keys() -> list[bytes]:
+    """The keys of the 16384 registries (made once: the registry read names them all)."""
+    return [registry_key(slot) for slot in range(SLOTS)]

@@ -9,9 +9,9 @@
 
 The algorithm (see docs/redlock.md for what it does and does not guarantee):
 
-1. Note the monotonic time, then send the lock script to **all** masters at once: every request
-   goes out before any reply is awaited, so one attempt costs the slowest master's round trip,
-   and each master gets ``node_timeout`` (much smaller than the TTL) to answer.
+1. Note the monotonic time, then send the lock script to **all** masters at once (in parallel),
+   so one attempt costs the slowest master's round trip, and each master gets ``node_timeout``
+   (much smaller than the TTL) to answer.
 2. The lock is held when a quorum (``N // 2 + 1``) granted it and the validity time
    ``TTL - elapsed - drift`` (``drift = 1% of the TTL + 2 ms``) is still positive.
 3. Otherwise the attempt is undone on every master that may have granted it, and a blocking
@@ -19,27 +19,26 @@ The algorithm (see docs/redlock.md for what it does and does not guarantee):
 4. ``release`` goes to all masters; ``extend`` (and the watchdog's renewal) needs a quorum.
 
 Each master runs the ordinary lock scripts on the keys a :class:`~django_redis_coord.Lock` of the
-same name uses.  Replies are read on dedicated connections to each master (built from the
-client's own connection settings, without retries), so an unreachable master costs at most
-``node_timeout`` instead of redis-py's reconnect back-off.
+same name uses.  Each master's batch of commands is one redis-py pipeline on a client of its own
+(the master client's connection settings, socket timeouts of ``node_timeout``, no retries), run
+on a small per-process thread pool so that all masters are asked at once; an unreachable master
+costs at most ``node_timeout`` instead of redis-py's reconnect back-off.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import select
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import ThreadPoolExecutor, wait
 from types import SimpleNamespace, TracebackType
 from typing import Any, Optional, Union
 
-from redis.exceptions import NoScriptError, ResponseError
+import redis
+from redis.backoff import NoBackoff
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -49,13 +48,14 @@ from ._redlock_base import (
     DEFAULT_RETRY_DELAY,
     DEFAULT_TIMEOUT,
     Command,
-    NoBackoff,
     QuorumUnavailable,
     RedlockBase,
     SharedHold,
-    pack,
+    missing_scripts,
+    queue_commands,
 )
 from .exceptions import LockError
+from .scripts import sync_scripts
 
 __all__ = ["Redlock", "QuorumUnavailable", "DEFAULT_TIMEOUT", "DEFAULT_RETRY_DELAY"]
 
@@ -63,229 +63,109 @@ logger = logging.getLogger("django_redis_coord")
 
 
 # -- talking to all masters at once -----------------------------------------------------------
-class _Link:
-    """Dedicated connections to one master, built from its client's connection settings with
-    no retries and socket timeouts of ``node_timeout``; idle ones are kept for reuse."""
-
-    def __init__(self, pool: Any, node_timeout: float) -> None:
-        self.connection_class = pool.connection_class
-        kwargs = dict(pool.connection_kwargs)
-        kwargs["retry"] = Retry(NoBackoff(), 0)  # type: ignore[arg-type]
-        kwargs["socket_timeout"] = node_timeout
-        if "host" in kwargs or "service_name" in kwargs or "connection_pool" in kwargs:
-            kwargs["socket_connect_timeout"] = node_timeout
-        self.kwargs = kwargs
-        self.pid = os.getpid()
-        self.idle: deque[Any] = deque()
-        self.connecting = 0
-        self.failing = False
-
-    def take(self) -> Optional[Any]:
-        """An idle connection that is still usable, or None."""
-        if self.pid != os.getpid():  # forked: the idle sockets belong to the parent
-            self.idle = deque()
-            self.pid = os.getpid()
-            self.connecting = 0
-        while True:
-            try:
-                conn = self.idle.pop()
-            except IndexError:
-                return None
-            try:
-                if not _readable(conn):
-                    return conn
-            except Exception:
-                pass
-            conn.disconnect()  # closed by the server (restart, timeout) or out of step
-
-    def open(self) -> Any:
-        conn = self.connection_class(**self.kwargs)
-        conn.connect()
-        return conn
-
-    def give(self, conn: Any) -> None:
-        self.idle.append(conn)
+_clients: weakref.WeakKeyDictionary[Any, dict[float, redis.Redis]] = weakref.WeakKeyDictionary()
+_clients_lock = threading.Lock()
 
 
-def _readable(conn: Any) -> bool:
-    """True when an idle connection has something to read: the server closed it, or it is out of
-    step.  One ``select`` on its socket (redis-py's ``can_read`` costs three system calls)."""
-    if not hasattr(conn, "_sock"):
-        return bool(conn.can_read(timeout=0))
-    if conn._sock is None:
-        return True  # disconnected: not reusable as it is
-    return bool(select.select([conn._sock], [], [], 0)[0])
+def _client_for(pool: Any, node_timeout: float) -> redis.Redis:
+    """A client of its own for the master of ``pool``: the same connection settings, but socket
+    timeouts of ``node_timeout`` and no retries (redis-py's reconnect back-off would make a dead
+    master cost seconds), on a connection pool of its own."""
+    kwargs = dict(pool.connection_kwargs)
+    kwargs["retry"] = Retry(NoBackoff(), 0)
+    kwargs["socket_timeout"] = node_timeout
+    if "host" in kwargs or "service_name" in kwargs or "connection_pool" in kwargs:
+        kwargs["socket_connect_timeout"] = node_timeout
+    own_pool = redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    return redis.Redis(connection_pool=own_pool)
 
 
-_links: weakref.WeakKeyDictionary[Any, dict[float, _Link]] = weakref.WeakKeyDictionary()
-_links_lock = threading.Lock()
-
-
-def _links_for(masters: Sequence[Any], node_timeout: float) -> list[_Link]:
-    links = []
-    with _links_lock:
+def clients_for(masters: Sequence[Any], node_timeout: float) -> list[redis.Redis]:
+    """The Redlock clients of ``masters`` (one per master pool and ``node_timeout``, made once)."""
+    clients = []
+    with _clients_lock:
         for master in masters:
-            pool = master.connection_pool
-            by_timeout = _links.get(pool)
-            if by_timeout is None:
-                by_timeout = _links[pool] = {}
-            link = by_timeout.get(node_timeout)
-            if link is None:
-                link = by_timeout[node_timeout] = _Link(pool, node_timeout)
-            links.append(link)
-    return links
+            by_timeout = _clients.setdefault(master.connection_pool, {})
+            client = by_timeout.get(node_timeout)
+            if client is None:
+                client = by_timeout[node_timeout] = _client_for(master.connection_pool, node_timeout)
+            clients.append(client)
+    return clients
 
 
-class _Connector:
-    """The per-process threads that open new connections, so that several masters are dialled at
-    once and a master that does not answer a connection attempt never holds up the caller."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dcoord-redlock")
+_executor: Optional[tuple[int, ThreadPoolExecutor]] = None
+_executor_lock = threading.Lock()
 
 
-_connector: Optional[_Connector] = None
-_connector_lock = threading.Lock()
+def executor() -> ThreadPoolExecutor:
+    """The threads that talk to the masters (one per process: a forked child makes its own)."""
+    global _executor
+    current = _executor
+    if current is None or current[0] != os.getpid():
+        with _executor_lock:
+            current = _executor
+            if current is None or current[0] != os.getpid():
+                pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dcoord-redlock")
+                current = _executor = (os.getpid(), pool)
+    return current[1]
 
 
-def _executor() -> ThreadPoolExecutor:
-    global _connector
-    connector = _connector
-    if connector is None or connector.pid != os.getpid():
-        with _connector_lock:
-            connector = _connector
-            if connector is None or connector.pid != os.getpid():
-                connector = _connector = _Connector()
-    return connector.executor
+def _exchange(client: redis.Redis, batch: Sequence[Command], load: bool) -> list[Any]:
+    """One pipeline to one master: a reply per command, error replies in place."""
+    pipe = client.pipeline(transaction=False)
+    skip = queue_commands(pipe, sync_scripts, client, batch, load)
+    return pipe.execute(raise_on_error=False)[skip:]
 
 
-def _send(conn: Any, packed: bytes) -> None:
-    conn.send_packed_command([packed], check_health=False)
-
-
-def _connect_and_send(link: _Link, packed: bytes, deadline: float) -> Any:
-    try:
-        conn = link.open()
-    except BaseException:
-        link.failing = True
-        raise
-    finally:
-        link.connecting = max(0, link.connecting - 1)
-    link.failing = False
-    if time.monotonic() >= deadline:
-        link.give(conn)
-        raise RedisTimeoutError("connected too late")
-    try:
-        _send(conn, packed)
-    except BaseException:
-        conn.disconnect()
-        raise
-    return conn
-
-
-def _drop_late(future: Future) -> None:
-    """A connection whose requests were given up on: its replies will never be read."""
-    try:
-        conn = future.result()
-    except BaseException:
-        return
-    conn.disconnect()
-
-
-def _read(
-    link: _Link, conn: Any, batch: Sequence[Command], deadline: float, budget: float, where: str
-) -> list[Any]:
-    """Read one reply per command (errors become exception values) before ``deadline``."""
-    replies: list[Any] = []
-    retry: list[int] = []
-    try:
-        for index in range(len(batch)):
-            replies.append(_read_one(conn, deadline, where))
-            if isinstance(replies[-1], NoScriptError) and batch[index].fallback is not None:
-                retry.append(index)
-        if retry:
-            # The script cache was flushed: one more round trip, with its own budget.
-            _send(conn, pack([batch[i].fallback for i in retry]))  # type: ignore[misc]
-            deadline = time.monotonic() + budget
-            for index in retry:
-                replies[index] = _read_one(conn, deadline, where)
-    except BaseException as exc:
-        conn.disconnect()
-        if not isinstance(exc, Exception):
-            raise
-        replies.extend([exc] * (len(batch) - len(replies)))
-        for index in retry:
-            if isinstance(replies[index], NoScriptError):
-                replies[index] = exc
-        return replies
-    link.give(conn)
-    return replies
-
-
-def _read_one(conn: Any, deadline: float, where: str) -> Any:
-    # A reply that is already there counts even when the budget ran out while other masters
-    # were read: it was sent in time.
-    if not conn.can_read(timeout=max(0.0, deadline - time.monotonic())):
-        raise RedisTimeoutError(f"{where} did not answer in time")
-    try:
-        return conn.read_response()
-    except ResponseError as exc:  # an error reply: the connection stays in step
-        return exc
+def _round(
+    clients: Sequence[redis.Redis],
+    batches: Sequence[Sequence[Command]],
+    node_timeout: float,
+    names: Sequence[str],
+    load: bool,
+) -> list[list[Any]]:
+    """Send each master its batch, all masters in parallel; wait at most ``node_timeout``."""
+    work = executor()
+    futures = {
+        index: work.submit(_exchange, client, batch, load)
+        for index, (client, batch) in enumerate(zip(clients, batches))
+        if batch
+    }
+    wait(futures.values(), timeout=node_timeout)
+    results: list[list[Any]] = [[] for _ in clients]
+    for index, future in futures.items():
+        if future.cancel():  # still queued (every thread busy): nothing was sent
+            error: Optional[BaseException] = RedisTimeoutError(f"{names[index]} was not asked in time")
+        elif not future.done():  # its socket timeout closes the connection; the reply is dropped
+            error = RedisTimeoutError(f"{names[index]} did not answer in time")
+        else:
+            error = future.exception()
+            if error is None:
+                results[index] = future.result()
+                continue
+        results[index] = [error] * len(batches[index])
+    return results
 
 
 def fan_out(
-    links: Sequence[_Link], batches: Sequence[Sequence[Command]], node_timeout: float, names: Sequence[str]
+    clients: Sequence[redis.Redis], batches: Sequence[Sequence[Command]], node_timeout: float, names: Sequence[str]
 ) -> tuple[float, list[list[Any]]]:
-    """Send ``batches[i]`` (pipelined) to master ``i`` for every master before reading any reply.
+    """Send ``batches[i]`` (as one pipeline) to master ``i``, all masters in parallel.
 
     Returns the instant before the first send and, per master, one reply per command; a master
     that fails or does not answer within ``node_timeout`` gets the error as each of its replies.
+    Script calls answered with NOSCRIPT (a restarted master) are sent again, after loading
+    their scripts, in one more round with its own budget.
     """
     started = time.monotonic()
-    deadline = started + node_timeout
-    results: list[list[Any]] = [[] for _ in links]
-    ready: list[tuple[int, Any]] = []
-    dialling: list[tuple[int, Future]] = []
-    packed: dict[int, bytes] = {}
-    for index, (link, batch) in enumerate(zip(links, batches)):
-        if not batch:
-            continue
-        conn = link.take()
-        if conn is not None:
-            data = packed.get(id(batch))
-            if data is None:
-                data = packed[id(batch)] = pack([command.args for command in batch])
-            try:
-                _send(conn, data)
-                ready.append((index, conn))
-                continue
-            except Exception:
-                conn.disconnect()
-        if link.failing and link.connecting > 0:
-            # The last attempt to reach this master failed and another one is still under way.
-            error = RedisTimeoutError(f"{names[index]} is unreachable (a connection attempt is under way)")
-            results[index] = [error] * len(batch)
-            continue
-        # A new connection may reach a new (or restarted) server: send the scripts' text, which
-        # also caches them there, instead of their SHA1 digests.
-        text = pack([command.fallback or command.args for command in batch])
-        link.connecting += 1
-        dialling.append((index, _executor().submit(_connect_and_send, link, text, deadline)))
-    for index, conn in ready:
-        results[index] = _read(links[index], conn, batches[index], deadline, node_timeout, names[index])
-    for index, future in dialling:
-        batch = batches[index]
-        try:
-            conn = future.result(timeout=max(0.0, deadline - time.monotonic()))
-        except FutureTimeout:
-            future.add_done_callback(_drop_late)
-            results[index] = [RedisTimeoutError(f"{names[index]} did not accept a connection in time")] * len(batch)
-            continue
-        except Exception as exc:
-            results[index] = [exc] * len(batch)
-            continue
-        results[index] = _read(links[index], conn, batch, deadline, node_timeout, names[index])
+    results = _round(clients, batches, node_timeout, names, load=False)
+    retry = [missing_scripts(batch, replies) for batch, replies in zip(batches, results)]
+    if any(retry):
+        again = _round(clients, [[batch[i] for i in indexes] for batch, indexes in zip(batches, retry)],
+                       node_timeout, names, load=True)
+        for replies, indexes, answers in zip(results, retry, again):
+            for index, answer in zip(indexes, answers):
+                replies[index] = answer
     return started, results
 
 
@@ -339,13 +219,13 @@ class Redlock(RedlockBase):
     def __init__(self, masters: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(masters, name, *args, **kwargs)
         self.local: Any = _ThreadHold() if self.thread_local else SharedHold()
-        self._links = _links_for(self.masters, self.node_timeout)
+        self._clients = clients_for(self.masters, self.node_timeout)
         self._names = [self.describe(index) for index in range(len(self.masters))]
         #: What the watchdog talks to (see :class:`_QuorumClient`).
         self.redis = _QuorumClient(self)
 
     def _fan_out(self, batches: Sequence[Sequence[Command]]) -> tuple[float, list[list[Any]]]:
-        return fan_out(self._links, batches, self.node_timeout, self._names)
+        return fan_out(self._clients, batches, self.node_timeout, self._names)
 
     def _everywhere(self, command: Command) -> tuple[float, list[Any]]:
         started, replies = self._fan_out(self.everywhere(command))

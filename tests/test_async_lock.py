@@ -313,7 +313,7 @@ def test_event_loops_that_ended_are_let_go(redis_client, redis_url):
         asyncio.run(once())
     gc.collect()
     assert len(watchdog._async_watchdogs) <= 1
-    assert len(async_redlock._links) <= 1
+    assert len(async_redlock._clients) <= 1
 
 
 def test_a_task_that_ends_holding_its_own_lock_is_reported_and_no_longer_renewed(async_redis, caplog):

@@ -375,6 +375,80 @@ def test_loss_is_signalled_when_the_quorum_cannot_be_renewed(redis_servers):
     servers[1].resume()
 
 
+@pytest.fixture
+def silent_master():
+    """A master that accepts TCP connections (the kernel does) and never answers anything."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    clients = []
+
+    def make(async_client: bool = False):
+        module = redis.asyncio if async_client else redis
+        client = module.Redis(host="127.0.0.1", port=listener.getsockname()[1])
+        clients.append(client)
+        return client
+
+    yield make
+    listener.close()
+
+
+def test_a_master_that_never_answers_counts_as_failed_within_node_timeout(redis_servers, silent_master):
+    servers = redis_servers(2)
+    live = [server.client() for server in servers]
+    silent = silent_master()
+    lock = Redlock([silent, *live], "silent", timeout=5, node_timeout=0.2)
+    started = time.monotonic()
+    assert lock.acquire(blocking=False)  # the two live masters are a quorum
+    assert time.monotonic() - started < 0.2 + 0.5
+    assert holders_of(live, "silent") == [lock.local.token] * 2
+    lock.release()
+    lonely = Redlock([silent_master(), silent_master(), live[0]], "silent", timeout=5, node_timeout=0.2)
+    started = time.monotonic()
+    with pytest.raises(QuorumUnavailable) as info:
+        lonely.acquire(blocking=False)
+    assert time.monotonic() - started < 2 * 0.2 + 0.5  # the attempt and its undo
+    assert "only 1 of 3 masters answered" in str(info.value)
+    assert live[0].get("silent") is None  # undone
+
+
+def test_scripts_flushed_on_the_masters_are_loaded_again(masters):
+    three = masters[:3]
+    lock = Redlock(three, "flushed", timeout=10)
+    assert lock.acquire(blocking=False)
+    for client in three:
+        client.script_flush()
+    assert lock.extend(5)  # NOSCRIPT everywhere: loaded, then run, in one more round
+    assert lock.owned()
+    lock.release()
+    assert holders_of(three, "flushed") == [None] * 3
+    three[1].script_flush()
+    assert lock.acquire(blocking=False)  # one master without the scripts
+    assert holders_of(three, "flushed") == [lock.local.token] * 3
+    lock.release()
+
+
+def _use_inherited(lock: Redlock) -> tuple[bool, bool]:
+    """In a forked child: the parent's Redlock instance, clients and connections."""
+    acquired = lock.acquire(blocking_timeout=5)
+    owned = lock.owned()
+    lock.release()
+    return acquired, owned
+
+
+def test_a_forked_child_uses_the_parents_redlock(masters):
+    three = masters[:3]
+    lock = Redlock(three, "forked", timeout=10, node_timeout=0.5)
+    with lock:  # the parent's connections and threads exist before the fork
+        pass
+    assert run_processes(_use_inherited, [(lock,)] * 2, timeout=60) == [(True, True)] * 2
+    with lock:  # and the parent goes on with its own
+        assert holders_of(three, "forked") == [lock.local.token] * 3
+    assert holders_of(three, "forked") == [None] * 3
+
+
 # -- several processes --------------------------------------------------------------------------
 def _contend(urls: list[str], counter_url: str, rounds: int) -> list[tuple[int, int, int]]:
     clients = [redis.Redis.from_url(url) for url in urls]
@@ -476,6 +550,33 @@ def test_asyncio_failures(redis_servers):
         assert time.monotonic() - started < 2 * 0.2 + 0.8
         servers[1].resume()
         for client in clients:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_asyncio_masters_that_never_answer_and_flushed_scripts(redis_servers, silent_master):
+    servers = redis_servers(2)
+
+    async def main() -> None:
+        live = [server.async_client() for server in servers]
+        lock = AsyncRedlock([silent_master(async_client=True), *live], "aio-silent", timeout=5, node_timeout=0.2)
+        started = time.monotonic()
+        assert await lock.acquire(blocking=False)
+        assert time.monotonic() - started < 0.2 + 0.5
+        for client in live:
+            await client.script_flush()
+        assert await lock.extend(5)  # NOSCRIPT: loaded again, then run
+        assert [await client.get("aio-silent") for client in live] == [lock.local.hold.token] * 2
+        await lock.release()
+        lonely = AsyncRedlock([silent_master(async_client=True), silent_master(async_client=True), live[0]],
+                              "aio-silent", timeout=5, node_timeout=0.2)
+        started = time.monotonic()
+        with pytest.raises(QuorumUnavailable):
+            await lonely.acquire(blocking=False)
+        assert time.monotonic() - started < 2 * 0.2 + 0.5
+        assert await live[0].get("aio-silent") is None
+        for client in live:
             await client.aclose()
 
     asyncio.run(main())

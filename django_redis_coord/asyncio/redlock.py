@@ -17,115 +17,76 @@ import asyncio
 import logging
 import time
 import weakref
-from collections import deque
 from collections.abc import Sequence
 from types import SimpleNamespace, TracebackType
 from typing import Any, Optional, Union
 
-from redis.exceptions import NoScriptError, ResponseError
+import redis.asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
 from .. import watchdog as _watchdog
 from .._base import Number
-from .._redlock_base import Command, NoBackoff, QuorumUnavailable, RedlockBase, SharedHold, pack
+from .._redlock_base import Command, QuorumUnavailable, RedlockBase, SharedHold, missing_scripts, queue_commands
 from .._tasks import drop_closed_loops, in_background, run_to_completion
 from ..exceptions import LockError
+from ..scripts import async_scripts
 
 __all__ = ["Redlock", "QuorumUnavailable"]
 
 logger = logging.getLogger("django_redis_coord")
 
 
-class _Link:
-    """Dedicated asyncio connections to one master (for one event loop), no retries."""
-
-    def __init__(self, pool: Any, node_timeout: float) -> None:
-        self.connection_class = pool.connection_class
-        kwargs = dict(pool.connection_kwargs)
-        kwargs["retry"] = Retry(NoBackoff(), 0)  # type: ignore[arg-type]
-        # Every exchange runs under asyncio.wait_for(node_timeout): no per-socket timers needed.
-        kwargs["socket_timeout"] = None
-        if "host" in kwargs or "connection_pool" in kwargs:
-            kwargs["socket_connect_timeout"] = node_timeout
-        self.kwargs = kwargs
-        self.idle: deque[Any] = deque()
-
-    async def take(self) -> Optional[Any]:
-        while self.idle:
-            conn = self.idle.pop()
-            check = conn.can_read if hasattr(conn, "can_read") else conn.can_read_destructive
-            try:
-                if not await check():
-                    return conn
-            except Exception:
-                pass
-            await conn.disconnect(nowait=True)
-        return None
-
-    async def open(self) -> Any:
-        conn = self.connection_class(**self.kwargs)
-        await conn.connect()
-        return conn
-
-
-_links: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, dict[float, _Link]]] = (
+_clients: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, dict[float, redis.asyncio.Redis]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def _links_for(masters: Sequence[Any], node_timeout: float) -> list[_Link]:
+def _client_for(pool: Any, node_timeout: float) -> redis.asyncio.Redis:
+    """A client of its own for the master of ``pool`` (for one event loop): the same connection
+    settings, but no retries and a connection timeout of ``node_timeout``; every exchange runs
+    under ``asyncio.wait_for(node_timeout)``."""
+    kwargs = dict(pool.connection_kwargs)
+    kwargs["retry"] = Retry(NoBackoff(), 0)
+    kwargs["socket_timeout"] = None  # the exchange's wait_for bounds it: no per-read timers
+    if "host" in kwargs or "connection_pool" in kwargs:
+        kwargs["socket_connect_timeout"] = node_timeout
+    own_pool = redis.asyncio.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    return redis.asyncio.Redis(connection_pool=own_pool)
+
+
+def clients_for(masters: Sequence[Any], node_timeout: float) -> list[redis.asyncio.Redis]:
+    """The Redlock clients of ``masters`` in the running event loop (one per master pool and
+    ``node_timeout``); those of event loops that ended are let go."""
     loop = asyncio.get_running_loop()
-    by_pool = _links.get(loop)
+    by_pool = _clients.get(loop)
     if by_pool is None:
-        drop_closed_loops(_links)  # a new event loop: let go of the links of the loops that ended
-        by_pool = _links[loop] = weakref.WeakKeyDictionary()
-    links = []
+        drop_closed_loops(_clients)
+        by_pool = _clients[loop] = weakref.WeakKeyDictionary()
+    clients = []
     for master in masters:
-        pool = master.connection_pool
-        by_timeout = by_pool.get(pool)
-        if by_timeout is None:
-            by_timeout = by_pool[pool] = {}
-        link = by_timeout.get(node_timeout)
-        if link is None:
-            link = by_timeout[node_timeout] = _Link(pool, node_timeout)
-        links.append(link)
-    return links
+        by_timeout = by_pool.setdefault(master.connection_pool, {})
+        client = by_timeout.get(node_timeout)
+        if client is None:
+            client = by_timeout[node_timeout] = _client_for(master.connection_pool, node_timeout)
+        clients.append(client)
+    return clients
 
 
-async def _exchange(link: _Link, batch: Sequence[Command], packed: bytes) -> list[Any]:
-    conn = await link.take()
-    if conn is None:
-        # A new connection may reach a new (or restarted) server: send the scripts' text, which
-        # also caches them there, instead of their SHA1 digests.
-        packed = pack([command.fallback or command.args for command in batch])
-        conn = await link.open()
+async def _exchange(client: redis.asyncio.Redis, batch: Sequence[Command], load: bool) -> list[Any]:
+    """One pipeline to one master: a reply per command, error replies in place."""
+    pipe = client.pipeline(transaction=False)
+    skip = queue_commands(pipe, async_scripts, client, batch, load)
+    return (await pipe.execute(raise_on_error=False))[skip:]
+
+
+async def _one_master(client: redis.asyncio.Redis, batch: Sequence[Command], timeout: float, where: str,
+                      load: bool) -> list[Any]:
+    if not batch:
+        return []
     try:
-        await conn.send_packed_command([packed], check_health=False)
-        replies: list[Any] = []
-        for _ in batch:
-            try:
-                replies.append(await conn.read_response())
-            except ResponseError as exc:
-                replies.append(exc)
-        retry = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError) and batch[i].fallback]
-        if retry:
-            await conn.send_packed_command([pack([batch[i].fallback for i in retry])], check_health=False)  # type: ignore[misc]
-            for index in retry:
-                try:
-                    replies[index] = await conn.read_response()
-                except ResponseError as exc:
-                    replies[index] = exc
-    except BaseException:
-        await conn.disconnect(nowait=True)
-        raise
-    link.idle.append(conn)
-    return replies
-
-
-async def _one_master(link: _Link, batch: Sequence[Command], packed: bytes, deadline: float, where: str) -> list[Any]:
-    try:
-        return await asyncio.wait_for(_exchange(link, batch, packed), max(0.0, deadline - time.monotonic()))
+        return await asyncio.wait_for(_exchange(client, batch, load), timeout)
     except asyncio.TimeoutError:
         return [RedisTimeoutError(f"{where} did not answer in time")] * len(batch)
     except Exception as exc:
@@ -133,26 +94,26 @@ async def _one_master(link: _Link, batch: Sequence[Command], packed: bytes, dead
 
 
 async def fan_out(
-    links: Sequence[_Link], batches: Sequence[Sequence[Command]], node_timeout: float, names: Sequence[str]
+    clients: Sequence[redis.asyncio.Redis],
+    batches: Sequence[Sequence[Command]],
+    node_timeout: float,
+    names: Sequence[str],
 ) -> tuple[float, list[list[Any]]]:
     """Send ``batches[i]`` to master ``i`` for all masters at once; see the sync ``fan_out``."""
     started = time.monotonic()
-    deadline = started + node_timeout
-    packed: dict[int, bytes] = {}
-    calls = []
-    for link, batch, where in zip(links, batches, names):
-        if not batch:
-            calls.append(_nothing())
-            continue
-        data = packed.get(id(batch))
-        if data is None:
-            data = packed[id(batch)] = pack([command.args for command in batch])
-        calls.append(_one_master(link, batch, data, deadline, where))
-    return started, list(await asyncio.gather(*calls))
-
-
-async def _nothing() -> list[Any]:
-    return []
+    results = list(await asyncio.gather(*(
+        _one_master(client, batch, node_timeout, where, False) for client, batch, where in zip(clients, batches, names)
+    )))
+    retry = [missing_scripts(batch, replies) for batch, replies in zip(batches, results)]
+    if any(retry):
+        again = await asyncio.gather(*(
+            _one_master(client, [batch[i] for i in indexes], node_timeout, where, True)
+            for client, batch, indexes, where in zip(clients, batches, retry, names)
+        ))
+        for replies, indexes, answers in zip(results, retry, again):
+            for index, answer in zip(indexes, answers):
+                replies[index] = answer
+    return started, results
 
 
 class _TaskHold:
@@ -212,8 +173,8 @@ class Redlock(RedlockBase):
         self.redis = _QuorumClient(self)
 
     async def _fan_out(self, batches: Sequence[Sequence[Command]]) -> tuple[float, list[list[Any]]]:
-        links = _links_for(self.masters, self.node_timeout)
-        return await fan_out(links, batches, self.node_timeout, self._names)
+        clients = clients_for(self.masters, self.node_timeout)
+        return await fan_out(clients, batches, self.node_timeout, self._names)
 
     async def _everywhere(self, command: Command) -> tuple[float, list[Any]]:
         started, replies = await self._fan_out(self.everywhere(command))
