@@ -19,7 +19,9 @@ The key
     ``{request}`` and ``{view}``; a plain function's template sees its arguments by name.
     Interpolated values are percent-encoded (``:``, ``/``, ``{``, ``}``, ``%``, spaces and any
     character of the template's text between two fields), and two fields need text between them,
-    so two different sets of values never give the same key.  A name the function cannot provide is an
+    so two different sets of values never give the same key.  An encoded value longer than 128
+    characters is replaced by its SHA-256 digest (:mod:`django_redis_coord.key_values`); a key
+    callable's name longer than 32 KiB answers 400 (:class:`KeyTooLong`).  A name the function cannot provide is an
     error when decorating; a value missing from a request (absent query parameter or header, a
     ``None`` or empty value) answers 400 Bad Request (:class:`MissingKeyValue`); a template that
     cannot be filled for another reason raises :class:`KeyTemplateError`.  Never a shared key.
@@ -91,6 +93,7 @@ from ._base import check_number
 from .conf import CoordSettings, coord_settings
 from .connection import get_async_client, get_async_redlock_masters, get_client, get_redlock_masters
 from .exceptions import CoordError, InvalidLockArgument, InvalidLockArgumentType, LockError, LockLostError
+from .key_values import check_key_length, shortened
 from .semaphores import encode_identity
 from .shortcuts import (
     AsyncSignallingLock,
@@ -108,6 +111,7 @@ __all__ = [
     "Contention",
     "KeyTemplateError",
     "MissingKeyValue",
+    "KeyTooLong",
     "LockContended",
     "current_lock",
 ]
@@ -180,6 +184,10 @@ class KeyTemplateError(InvalidLockArgument):
 
 class MissingKeyValue(KeyTemplateError, BadRequest):
     """A value the key template needs is missing from the request (a 400 Bad Request in views)."""
+
+
+class KeyTooLong(KeyTemplateError, BadRequest):
+    """A key callable gave a name longer than a lock name may be (a 400 Bad Request in views)."""
 
 
 class LockContended(CoordError):
@@ -274,7 +282,7 @@ class _Formatter(string.Formatter):
         text = quote(text, safe=self.safe)
         for char in self.also_encoded:
             text = text.replace(char, f"%{ord(char):02X}")
-        return text
+        return shortened(text)
 
 
 #: A part of a parsed template: literal text, then the field (or ``None``), its first name, the
@@ -1155,7 +1163,7 @@ class Locked:
             raise MissingKeyValue(f"The lock key callable {key.callable!r} returned {name!r}.")
         if not isinstance(name, (str, bytes)):
             raise KeyTemplateError(f"The lock key callable {key.callable!r} returned a {type(name).__name__}.")
-        return name.decode() if isinstance(name, bytes) else name
+        return check_key_length(name.decode() if isinstance(name, bytes) else name, KeyTooLong)
 
     # -- sync calls ------------------------------------------------------------------------------
     def _call_sync(self, func: Callable[..., Any], key: KeyTemplate, label: str, args: tuple, kwargs: dict) -> Any:
