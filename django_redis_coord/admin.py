@@ -8,19 +8,29 @@ CSRF, no caching):
   pagination, remaining TTL, semaphore usage, auto-refresh; needs the ``view_holder`` permission;
 * a detail page per holder (metadata, fence, waiters), same permission;
 * a force-release confirmation page, which needs ``force_release_holder`` as well; only its POST
-  (with the CSRF token and the fence the operator confirmed) changes anything.
+  (with the CSRF token and the identity of the hold the operator confirmed: its fence and a digest
+  of its token) changes anything.  A POST without both is a 400 and releases nothing; one whose
+  hold has changed meanwhile releases nothing either.
 
-Tokens are never sent to the browser, only their first characters.
+Tokens are never sent to the browser, only their first characters and a digest (:func:`hold_digest`).
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Optional
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.http import urlencode
@@ -33,6 +43,13 @@ from .listing import KINDS, HolderListing, LiveHolder, format_ms, parse_holder_i
 from .models import Holder
 
 FORCE_RELEASE_PERMISSION = "django_redis_coord.force_release_holder"
+
+
+def hold_digest(token: bytes) -> str:
+    """What the confirmation form carries to name one hold besides its fence: a digest of its
+    token (which cannot be recovered from it), so a fence issued again (see docs/safety.md)
+    cannot stand for another hold."""
+    return hashlib.sha256(b"django_redis_coord hold:" + token).hexdigest()[:32]
 
 
 class HolderView:
@@ -62,6 +79,7 @@ class HolderView:
         self.used = holder.used
         self.limit = holder.limit
         self.masked_token = holder.masked_token
+        self.digest = hold_digest(holder.token)
 
 
 @admin.register(Holder)
@@ -236,9 +254,15 @@ class HolderAdmin(admin.ModelAdmin):
         detail_url = self.url("detail", holder_id)
         source = request.POST if request.method == "POST" else request.GET
         try:
-            fence = int(source.get("fence", ""))
+            fence: Optional[int] = int(source.get("fence", ""))
         except ValueError:
             fence = None
+        digest = source.get("hold", "")
+        if request.method == "POST" and (fence is None or not digest):
+            return HttpResponseBadRequest(
+                "Name the hold to release: its fence and its digest, as the confirmation page's form does.\n",
+                content_type="text/plain; charset=utf-8",
+            )
         context = self.base_context(request, "Force release")
         prefix = coord_settings().key_prefix
         try:
@@ -248,17 +272,16 @@ class HolderAdmin(admin.ModelAdmin):
             return self.unavailable(request, context, error)
         if fence is None and len(holders) == 1:
             fence = holders[0].fence
-        target = next((h for h in holders if h.fence == fence), None)
+        target = next((h for h in holders if h.fence == fence and (not digest or hold_digest(h.token) == digest)),
+                      None)
         if request.method == "POST":
-            if fence is None:
-                messages.error(request, "Choose the hold to release (its fence).")
-                return HttpResponseRedirect(detail_url)
+            name = HolderView(target, prefix).name if target else raw.decode("utf-8", "replace")
             try:
-                result = listing.force_release(raw, kind, expected_fence=fence)
+                # The fence is checked again by the script, atomically with the release.
+                result = listing.force_release(raw, kind, expected_fence=fence) if target else None
             except RedisError as error:
                 return self.unavailable(request, context, error)
-            name = HolderView(target, prefix).name if target else raw.decode("utf-8", "replace")
-            if result.released:
+            if result is not None and result.released:
                 follow = "it went to the next waiter" if result.handed_off else "nobody was waiting"
                 messages.success(
                     request,
