@@ -39,6 +39,7 @@ from redis.exceptions import RedisError
 from .conf import coord_settings
 from .connection import describe_connection, get_client
 from .exceptions import InvalidLockArgument
+from .keys import encode_name
 from .listing import KINDS, HolderListing, LiveHolder, format_ms, parse_holder_id
 from .models import Holder
 
@@ -202,10 +203,14 @@ class HolderAdmin(admin.ModelAdmin):
 
     # -- one holder ----------------------------------------------------------------------------
     def resolve(self, holder_id: str) -> tuple[str, bytes]:
+        """The kind and name an id stands for; 404 for an id no primitive can have (garbage, a
+        name that is refused, such as one with the reserved marker or over the size limit)."""
         try:
-            return parse_holder_id(holder_id)
+            kind, raw = parse_holder_id(holder_id)
+            encode_name(raw)
         except InvalidLockArgument:
             raise Http404("No such holder")
+        return kind, raw
 
     def detail_view(self, request: HttpRequest, holder_id: str) -> HttpResponse:
         self.check_view(request)
@@ -217,10 +222,10 @@ class HolderAdmin(admin.ModelAdmin):
             holders = listing.holder(raw, kind)
             waiters = listing.waiters(raw, kind)
             now_ms = holders[0].server_now_ms if holders else listing.server_time_ms()
+        except InvalidLockArgument:  # a RedisError too: before it
+            raise Http404("No such holder")
         except RedisError as error:
             return self.unavailable(request, context, error)
-        except InvalidLockArgument:
-            raise Http404("No such holder")
         views = [HolderView(h, prefix) for h in holders]
         shown = raw.decode("utf-8", "replace")
         head = prefix + ":" if prefix else ""

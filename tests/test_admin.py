@@ -372,3 +372,13 @@ def test_force_release_needs_the_confirmed_holds_identity(users, redis_client):
     assert lock.owned()
     client.post(release_url("identity"), form)
     assert not lock.owned()
+
+
+def test_ids_of_names_no_primitive_may_have_are_not_found(users, redis_client):
+    client = client_for(users["superuser"])
+    for name in (b"a:dcoord:lock:meta", b"x" * (64 * 1024 + 1)):
+        for view in ("detail", "release"):
+            url = reverse(f"admin:django_redis_coord_holder_{view}", args=[holder_id("lock", name)])
+            assert client.get(url).status_code == 404, (view, name[:20])
+        url = reverse("admin:django_redis_coord_holder_release", args=[holder_id("lock", name)])
+        assert client.post(url, {"fence": "1", "hold": "0" * 32}).status_code == 404
