@@ -29,7 +29,7 @@ from .exceptions import (
     LockLostError,
     NameKindConflict,
 )
-from .keys import KeySet, encode_name, keys_for
+from .keys import KeySet, cacheable, encode_name, keys_for
 from .scripts import encode, queue_script
 
 Number = Union[int, float]
@@ -366,7 +366,9 @@ class QueuedBase:
             if len(_INFO_CACHE) > 4096:
                 _INFO_CACHE.clear()
             text = json.dumps({**self._info_head, "pid": key[1], "thread": worker})
-            info = _INFO_CACHE[key] = (text, encode(text))
+            info = (text, encode(text))
+            if cacheable(self.label) and cacheable(worker):  # no long label kept (see keys.CACHED_NAME_MAX)
+                _INFO_CACHE[key] = info
         return info
 
     def holder_info(self, worker: str) -> str:

@@ -60,6 +60,7 @@ import _string
 import asyncio
 import contextvars
 import functools
+import hashlib
 import inspect
 import logging
 import re
@@ -94,6 +95,7 @@ from .conf import CoordSettings, coord_settings
 from .connection import get_async_client, get_async_redlock_masters, get_client, get_redlock_masters
 from .exceptions import CoordError, InvalidLockArgument, InvalidLockArgumentType, LockError, LockLostError
 from .key_values import check_key_length, shortened
+from .keys import cacheable
 from .semaphores import encode_identity
 from .shortcuts import (
     AsyncSignallingLock,
@@ -685,9 +687,10 @@ def _twin_template(primitive: Any) -> Any:
         template = SignallingLock(None, primitive.name, timeout=primitive.timeout, thread_local=False,
                                   app_name=primitive.app_name)
         template.encoded_parts()  # made once, shared by the copies
-        if len(_twin_templates) >= _MADE_LOCKS_MAX:
-            _twin_templates.clear()
-        _twin_templates[key] = template
+        if cacheable(primitive.name):
+            if len(_twin_templates) >= _MADE_LOCKS_MAX:
+                _twin_templates.clear()
+            _twin_templates[key] = template
     return template
 
 
@@ -923,9 +926,11 @@ class Locked:
             made_lock = lock_class(None, settings.prefixed(name), app_name=name, label=label, thread_local=False,
                                    **self._primitive_options(settings))
             made_lock.encoded_parts()  # made once, shared by the copies
-            if len(self._made) >= _MADE_LOCKS_MAX:
-                self._made.clear()
-            made = self._made[(name, label, is_async)] = (settings, made_lock)
+            made = (settings, made_lock)
+            if cacheable(name) and cacheable(label):  # long names are not kept (see keys.CACHED_NAME_MAX)
+                if len(self._made) >= _MADE_LOCKS_MAX:
+                    self._made.clear()
+                self._made[(name, label, is_async)] = made
         return made[1]._fresh(client)
 
     def _fails_open(self, settings: CoordSettings) -> bool:
@@ -936,10 +941,11 @@ class Locked:
         limit = self.limit
         if limit is not None:
             limit = primitive.limit or limit
-            if limit != self.limit and name not in _warned_limits:
+            seen = name if cacheable(name) else hashlib.sha256(name.encode()).hexdigest()
+            if limit != self.limit and seen not in _warned_limits:
                 if len(_warned_limits) >= _MADE_LOCKS_MAX:
                     _warned_limits.clear()
-                _warned_limits.add(name)
+                _warned_limits.add(seen)
                 logger.warning(
                     "@locked(%r, limit=%d): Redis holds the limit %d for this key, stored by an earlier "
                     "acquire, and that one is in force; change it with Semaphore.set_max_size()",
