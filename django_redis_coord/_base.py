@@ -303,6 +303,8 @@ class QueuedBase:
     acquire_setting: Any = ""
     #: :meth:`encoded_parts`, once made.
     _parts: Optional[EncodedParts] = None
+    #: The view the holder info names (``@locked`` sets the view's dotted path).
+    view: Optional[str] = None
 
     def __init__(
         self,
@@ -360,14 +362,15 @@ class QueuedBase:
     def _holder_info(self, worker: str) -> tuple[str, bytes]:
         """Holder metadata sent with each acquire, as JSON and encoded for the short path; cached
         per label, process and worker."""
-        key = (self.label, os.getpid(), worker)
+        key = (self.label, self.view, os.getpid(), worker)
         info = _INFO_CACHE.get(key)
         if info is None:
             if len(_INFO_CACHE) > 4096:
                 _INFO_CACHE.clear()
-            text = json.dumps({**self._info_head, "pid": key[1], "thread": worker})
+            head = {**self._info_head, "view": self.view} if self.view else self._info_head
+            text = json.dumps({**head, "pid": key[2], "thread": worker})
             info = (text, encode(text))
-            if cacheable(self.label) and cacheable(worker):  # no long label kept (see keys.CACHED_NAME_MAX)
+            if cacheable(self.label) and cacheable(self.view) and cacheable(worker):  # see keys.CACHED_NAME_MAX
                 _INFO_CACHE[key] = info
         return info
 

@@ -860,7 +860,7 @@ class Locked:
         # One lock made per name, label and flavour (with the settings it was made from, and no
         # client): each use takes a fresh copy of it on the current client (Lock._fresh) instead of
         # checking and computing it all again.
-        self._made: dict[tuple[str, Optional[str], bool], tuple[CoordSettings, Any]] = {}
+        self._made: dict[tuple[str, Optional[str], Optional[str], bool], tuple[CoordSettings, Any]] = {}
 
     # -- primitives ------------------------------------------------------------------------------
     def _check_redlock_settings(self, settings: Optional[CoordSettings] = None) -> None:
@@ -897,40 +897,48 @@ class Locked:
             auto_renew = settings.auto_renew and timeout is not None
         return {"timeout": timeout, "auto_renew": bool(auto_renew)}
 
-    def _make(self, name: str, label: Optional[str], settings: CoordSettings, *, is_async: bool) -> Any:
+    def _make(self, name: str, label: Optional[str], settings: CoordSettings, *, is_async: bool,
+              view: Optional[str] = None) -> Any:
+        """The primitive of one use; ``view``: the dotted path of the view it guards (holder info)."""
         if self._plain_lock:
-            return self._make_lock(name, label, settings, is_async=is_async)
+            return self._make_lock(name, label, settings, is_async=is_async, view=view)
         options = self._primitive_options(settings)
         key = settings.prefixed(name)
         if self.redlock:
             self._check_redlock_settings(settings)
             options.update(redlock_node_timeout(options["timeout"]))
             if is_async:
-                return AsyncSignallingRedlock(
+                redlock: Any = AsyncSignallingRedlock(
                     get_async_redlock_masters(), key, app_name=name, label=label, thread_local=False, **options
                 )
-            return SignallingRedlock(get_redlock_masters(), key, app_name=name, label=label, thread_local=False,
-                                     **options)
+            else:
+                redlock = SignallingRedlock(get_redlock_masters(), key, app_name=name, label=label,
+                                            thread_local=False, **options)
+            redlock.name_view(view)
+            return redlock
         assert self.limit is not None  # neither a Redlock nor a lock: a semaphore
         semaphore = make_semaphore(name, self.limit, options["timeout"], asyncio=is_async, label=label,
                                    auto_renew=options["auto_renew"])
+        semaphore.name_view(view)
         return _AsyncPermitHold(semaphore) if is_async else _PermitHold(semaphore)
 
-    def _make_lock(self, name: str, label: Optional[str], settings: CoordSettings, *, is_async: bool) -> Any:
+    def _make_lock(self, name: str, label: Optional[str], settings: CoordSettings, *, is_async: bool,
+                   view: Optional[str]) -> Any:
         """A signalling lock on the current client: a copy of the one made for this name, label,
-        flavour and settings (made here the first time)."""
+        view, flavour and settings (made here the first time)."""
         client = get_async_client() if is_async else get_client()
-        made = self._made.get((name, label, is_async))
+        made = self._made.get((name, label, view, is_async))
         if made is None or made[0] is not settings:
             lock_class = AsyncSignallingLock if is_async else SignallingLock
             made_lock = lock_class(None, settings.prefixed(name), app_name=name, label=label, thread_local=False,
                                    **self._primitive_options(settings))
+            made_lock.name_view(view)
             made_lock.encoded_parts()  # made once, shared by the copies
             made = (settings, made_lock)
             if cacheable(name) and cacheable(label):  # long names are not kept (see keys.CACHED_NAME_MAX)
                 if len(self._made) >= _MADE_LOCKS_MAX:
                     self._made.clear()
-                self._made[(name, label, is_async)] = made
+                self._made[(name, label, view, is_async)] = made
         return made[1]._fresh(client)
 
     def _fails_open(self, settings: CoordSettings) -> bool:
@@ -1178,7 +1186,8 @@ class Locked:
         else:
             request, name = self._name_sync(func, key, args, kwargs)
         settings = coord_settings()
-        primitive = self._make(name, label, settings, is_async=False)
+        view = key.default_name if request is not None else None  # a plain function is no view
+        primitive = self._make(name, label, settings, is_async=False, view=view)
         started = _now()
         try:
             if self._plain_lock:
@@ -1230,7 +1239,8 @@ class Locked:
         else:
             request, name = await self._name_async(func, key, args, kwargs)
         settings = coord_settings()
-        primitive = self._make(name, label, settings, is_async=True)
+        view = key.default_name if request is not None else None  # a plain function is no view
+        primitive = self._make(name, label, settings, is_async=True, view=view)
         started = _now()
         try:
             acquired = await primitive.acquire(**self._acquire_kw)

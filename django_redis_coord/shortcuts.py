@@ -76,6 +76,12 @@ class Signals:
         self.app_name = app_name if app_name is not None else self.name
         self._voice: Any = None
 
+    def name_view(self, view: Optional[str]) -> None:
+        """Name ``view`` (a dotted path) in the holder info of this object's holds: what the admin
+        page, ``manage.py locks`` and the listing show as the holder's view."""
+        node: Any = getattr(self, "_node", self)  # a Redlock's holder info is its per-master lock's
+        node.view = view
+
     def speak_for(self, primitive: Any) -> None:
         """Send this object's signals as ``primitive``'s: its class as the sender and it as
         ``instance`` (a sync twin finishing an asyncio hold from another thread)."""

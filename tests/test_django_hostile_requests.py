@@ -1,9 +1,15 @@
-"""What a hostile request can make ``@locked`` do: a clear 4xx or a short key, never a 500."""
+"""What a hostile request can make ``@locked`` do (a clear 4xx or a short key, never a 500), and
+what a holder of a view tells operators about it."""
 
 from __future__ import annotations
 
-from django.test import Client
+import asyncio
+import json
 
+from django.http import HttpResponse
+from django.test import Client, RequestFactory
+
+from django_redis_coord import locked
 from django_redis_coord.key_values import MAX_KEY_BYTES
 
 #: Two 8 KB headers of 0xFF bytes: each character is "%C3%BF" once percent-encoded (96 KB in all).
@@ -32,3 +38,48 @@ def test_a_key_callable_giving_a_name_over_the_limit_is_a_bad_request(redis_clie
         assert response.status_code == 400
     assert redis_client.dbsize() == 0
     assert key_of(Client().get("/t/callable-header/", headers={"X-Key": "k"})) == b"k"
+
+
+# -- who holds it: the view ------------------------------------------------------------------------
+def holders_seen_inside(request_path: str = "/"):
+    """A view that reports the live holders of its own key, as the listing reads them."""
+    from django_redis_coord.connection import get_client
+    from django_redis_coord.decorators import current_lock
+    from django_redis_coord.listing import HolderListing
+
+    held = current_lock()
+    kind = "sem" if getattr(held, "limit", None) else "lock"
+    return HolderListing(get_client()).holder(held.name, kind)
+
+
+@locked("viewed:lock", timeout=30)
+def lock_view(request):
+    return HttpResponse(json.dumps([h.as_dict()["owner"]["view"] for h in holders_seen_inside()]))
+
+
+@locked("viewed:sem", timeout=30, limit=2)
+def semaphore_view(request):
+    return HttpResponse(json.dumps([h.as_dict()["owner"]["view"] for h in holders_seen_inside()]))
+
+
+@locked("viewed:async", timeout=30)
+async def async_view(request):
+    from asgiref.sync import sync_to_async
+
+    holders = await sync_to_async(holders_seen_inside)()
+    return HttpResponse(json.dumps([h.view for h in holders]))
+
+
+@locked("viewed:task", timeout=30)
+def plain_task():
+    return [h.view for h in holders_seen_inside()]
+
+
+def test_the_holder_info_names_the_locked_view(redis_client):
+    request = RequestFactory().get("/")
+    here = __name__
+    assert json.loads(lock_view(request).content) == [f"{here}.lock_view"]
+    assert json.loads(semaphore_view(request).content) == [f"{here}.semaphore_view"]
+    assert json.loads(asyncio.run(async_view(request)).content) == [f"{here}.async_view"]
+    # A plain function is not a view.
+    assert plain_task() == [None]
