@@ -40,7 +40,7 @@ from .conf import coord_settings
 from .connection import describe_connection, get_client
 from .exceptions import InvalidLockArgument
 from .keys import encode_name
-from .listing import KINDS, HolderListing, LiveHolder, format_ms, parse_holder_id
+from .listing import KINDS, HolderListing, LiveHolder, format_ms, holder_id, parse_holder_id
 from .models import Holder
 
 FORCE_RELEASE_PERMISSION = "django_redis_coord.force_release_holder"
@@ -58,7 +58,7 @@ class HolderView:
 
     def __init__(self, holder: LiveHolder, key_prefix: str) -> None:
         head = key_prefix + ":" if key_prefix else ""
-        self.id = holder.id
+        self.id = holder_id(holder.kind, holder.raw_name)  # the primitive's page (every permit of a semaphore)
         self.name = holder.name[len(head):] if head and holder.name.startswith(head) else holder.name
         self.key = holder.name
         self.kind = holder.kind

@@ -342,6 +342,9 @@ def test_force_release_of_a_semaphore_permit(users, redis_client):
     client = client_for(users["superuser"])
     page = client.get(release_url("permits", "sem"), {"fence": first}).content.decode()
     assert str(first) in page and "semaphore permit" in page
+    # The id of one permit (as manage.py locks list --json gives it) opens its semaphore's page.
+    permit_id = HolderListing(redis_client).holder("permits", "sem")[0].id
+    assert client.get(reverse("admin:django_redis_coord_holder_detail", args=[permit_id])).status_code == 200
     client.post(release_url("permits", "sem"), confirmed_form(client, "permits", "sem", fence=first))
     assert [h.fence for h in pool.holders()] == [second]
 
