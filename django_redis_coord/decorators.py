@@ -33,7 +33,9 @@ On contention
     :class:`LockContended`.  ``limit=N`` uses a semaphore: at most N concurrent executions per key.
 
 Lifetime
-    The hold lasts until the response is closed (for a ``StreamingHttpResponse``: until the stream
+    ``timeout`` (default ``DEFAULT_TIMEOUT``) in seconds; a hold without expiry is asked for by
+    name, ``timeout=NO_EXPIRY`` (``None`` is refused: a hold whose acquire reply is lost would
+    stay held for ever).  The hold lasts until the response is closed (for a ``StreamingHttpResponse``: until the stream
     is exhausted or closed) and is released when the view raises.  ``auto_renew=True`` renews it
     with the watchdog; with ``rollback_on_loss=True`` (sync views) the view runs in
     ``transaction.atomic()`` and a hold lost before the view returns rolls the transaction back
@@ -94,6 +96,7 @@ from ._base import check_number
 from .conf import CoordSettings, coord_settings
 from .connection import get_async_client, get_async_redlock_masters, get_client, get_redlock_masters
 from .exceptions import CoordError, InvalidLockArgument, InvalidLockArgumentType, LockError, LockLostError
+from .expiry import no_expiry_timeout
 from .key_values import check_key_length, shortened
 from .keys import cacheable
 from .semaphores import encode_identity
@@ -801,6 +804,7 @@ class Locked:
     ) -> None:
         if not isinstance(redlock, bool):
             raise InvalidLockArgumentType("redlock must be True or False", lock_name=key)
+        timeout = no_expiry_timeout(timeout, key)
         if redlock and limit is not None:
             raise InvalidLockArgument(
                 "redlock=True cannot be combined with limit: a Redlock is a lock, not a semaphore", lock_name=key

@@ -114,7 +114,7 @@ def test_valid_settings_pass_without_connecting():
         {"SENTINEL": {"SENTINELS": [("127.0.0.1", free_port())], "SERVICE_NAME": "mymaster", "DB": 2}},
         {"CLUSTER": {"STARTUP_NODES": ["127.0.0.1:7000", ("127.0.0.1", 7001)]}},
         {"URL": dead, "CLUSTER": True},
-        {"URL": dead, "DEFAULT_TIMEOUT": None, "FAIL_OPEN": True, "CONTENTION_STATUS": 423},
+        {"URL": dead, "DEFAULT_TIMEOUT": "never", "FAIL_OPEN": True, "CONTENTION_STATUS": 423},
         {"URL": dead + "?socket_timeout=0.5&retry_on_timeout=yes&health_check_interval=5", "DEFAULT_TIMEOUT": 0.1},
         {"URL": "rediss://127.0.0.1:6380/0", "CLIENT_OPTIONS": {"ssl_certfile": "/etc/c.pem", "ssl_cert_reqs": "none"}},
         {"URL": "unix:///run/redis.sock?db=2", "CLIENT_OPTIONS": {"socket_timeout": 1, "max_connections": 10}},
@@ -322,3 +322,18 @@ def test_default_timeout_bounds_are_the_locks_own(redis_client):
         else:
             Lock(redis_client, "bounds", timeout=timeout)
 
+
+
+def test_a_default_timeout_of_none_needs_to_be_asked_for_by_name(redis_client, redis_url):
+    from django_redis_coord import NO_EXPIRY, lock
+
+    with override_settings(DJANGO_REDIS_COORD={"URL": redis_url, "DEFAULT_TIMEOUT": None}):
+        [message] = [m for m in check_settings() if m.id == "django_redis_coord.E011"]
+        assert "never expire" in message.msg and "NO_EXPIRY" in message.hint and '"never"' in message.hint
+    for asked in (NO_EXPIRY, "never"):
+        with override_settings(DJANGO_REDIS_COORD={"URL": redis_url, "DEFAULT_TIMEOUT": asked}):
+            assert check_settings() == []
+            with lock("forever") as held:
+                assert held.timeout is None and redis_client.pttl("forever") == -1
+    with override_settings(DJANGO_REDIS_COORD={"URL": redis_url, "DEFAULT_TIMEOUT": NO_EXPIRY, "AUTO_RENEW": True}):
+        assert "django_redis_coord.E011" in ids(check_settings())

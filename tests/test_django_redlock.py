@@ -15,7 +15,7 @@ from django.http import HttpResponse
 from django.test import AsyncClient, Client, override_settings
 from django.urls import path
 
-from django_redis_coord import Lock, QuorumUnavailable, aredlock, lock_holder, locked
+from django_redis_coord import NO_EXPIRY, Lock, QuorumUnavailable, aredlock, lock_holder, locked
 from django_redis_coord.decorators import LockContended, current_lock, redlock_users
 from django_redis_coord.exceptions import InvalidLockArgument, InvalidLockArgumentType, LockNotOwnedError
 from django_redis_coord.shortcuts import AsyncSignallingRedlock, SignallingRedlock, redlock
@@ -293,7 +293,7 @@ def test_factories_use_the_settings(three, redis_client):
         fence, during = asyncio.run(scenario())
         assert fence > 0 and during[0] is not None and during == [during[0]] * 3
         assert redlock.__module__ == aredlock.__module__ == "django_redis_coord.shortcuts"
-    with override_settings(DJANGO_REDIS_COORD={**value, "DEFAULT_TIMEOUT": None}):
+    with override_settings(DJANGO_REDIS_COORD={**value, "DEFAULT_TIMEOUT": "never"}):
         with pytest.raises(InvalidLockArgument, match="always expires"):
             redlock("ledger")
 
@@ -455,10 +455,10 @@ def test_incompatible_options_fail_at_decoration(three):
     with pytest.raises(InvalidLockArgument, match="not a semaphore"):
         locked("x", redlock=True, limit=2)
     with pytest.raises(InvalidLockArgument, match="always expires"):
-        locked("x", redlock=True, timeout=None)
+        locked("x", redlock=True, timeout=NO_EXPIRY)
     with pytest.raises(InvalidLockArgumentType):
         locked("x", redlock="yes")
-    value = {"URL": django_settings.REDIS_URL, "DEFAULT_TIMEOUT": None,
+    value = {"URL": django_settings.REDIS_URL, "DEFAULT_TIMEOUT": NO_EXPIRY,
              "REDLOCK": {"MASTERS": [server.url for server in three]}}
     with override_settings(DJANGO_REDIS_COORD=value):
         with pytest.raises(InvalidLockArgument, match="DEFAULT_TIMEOUT"):
