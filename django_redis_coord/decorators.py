@@ -27,9 +27,11 @@ The key
     cannot be filled for another reason raises :class:`KeyTemplateError`.  Never a shared key.
 
 On contention
-    409 Conflict (``CONTENTION_STATUS``) with ``Retry-After`` = the holder's remaining TTL rounded
-    up; or ``status=``, ``handler=`` (``handler(request, contention)``), ``template_name=``; or wait
-    up to ``wait`` seconds first.  A plain function or context manager raises
+    409 Conflict (``CONTENTION_STATUS``) with ``Retry-After``: the median of the key's recent hold
+    durations in this process, at most the holder's remaining TTL (rounded up; the TTL when no
+    hold of the key ended here yet, see :mod:`~django_redis_coord.hold_times`); or ``status=``,
+    ``handler=`` (``handler(request, contention)``), ``template_name=``; or wait up to ``wait``
+    seconds first.  A plain function or context manager raises
     :class:`LockContended`.  ``limit=N`` uses a semaphore: at most N concurrent executions per key.
 
 Lifetime
@@ -211,7 +213,8 @@ class Contention:
     name: str
     #: The Redis key.
     key: str
-    #: Seconds until the current holder's TTL ends, rounded up (``None``: unknown or no expiry).
+    #: Seconds to wait: the key's typical recent hold, at most the current holder's remaining TTL,
+    #: rounded up (``None``: unknown or no expiry and no recent hold).
     retry_after: Optional[int]
     #: The semaphore's limit, or ``None`` for a lock.
     limit: Optional[int]

@@ -83,3 +83,46 @@ def test_the_holder_info_names_the_locked_view(redis_client):
     assert json.loads(asyncio.run(async_view(request)).content) == [f"{here}.async_view"]
     # A plain function is not a view.
     assert plain_task() == [None]
+
+
+# -- Retry-After -----------------------------------------------------------------------------------
+def test_retry_after_comes_from_recent_hold_times_with_the_ttl_as_upper_bound(redis_client):
+    import threading
+    import time
+
+    # No hold of this key has ended here yet: the holder's remaining TTL (timeout=30).
+    redis_client.set("go:quick", 1)
+    for _ in range(3):  # holds of a few milliseconds, released when the response is closed
+        assert Client().get("/t/hold/quick/").status_code == 200
+    redis_client.delete("go:quick", "entered:quick")
+    first = threading.Thread(target=lambda: Client().get("/t/hold/quick/"))
+    first.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not redis_client.exists("entered:quick"):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        second = Client().get("/t/hold/quick/")
+        assert second.status_code == 409
+        # The typical hold of this key lasts milliseconds: come back in a second, not in 30.
+        assert second["Retry-After"] == "1"
+    finally:
+        redis_client.set("go:quick", 1)
+        first.join(10)
+
+
+def test_retry_after_without_history_is_the_remaining_ttl(redis_client):
+    import threading
+    import time
+
+    first = threading.Thread(target=lambda: Client().get("/t/hold/fresh-key/"))
+    first.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not redis_client.exists("entered:fresh-key"):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert 25 <= int(Client().get("/t/hold/fresh-key/")["Retry-After"]) <= 30
+    finally:
+        redis_client.set("go:fresh-key", 1)
+        first.join(10)
