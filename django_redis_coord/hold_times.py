@@ -12,9 +12,7 @@ refused acquire is the median of the last :data:`RECENT` of them, rounded up to 
 from __future__ import annotations
 
 import math
-import os
 import statistics
-import threading
 from collections import deque
 from typing import Any, Optional
 
@@ -25,38 +23,27 @@ RECENT = 8
 #: Names kept at most (the whole record is dropped when it is full).
 NAMES = 1024
 
+# No lock: each step below is one operation on a dict or deque (atomic under the GIL); two
+# threads recording the first durations of a name at once may lose one of them, which is harmless.
 _durations: dict[Any, deque] = {}
-_lock = threading.Lock()
-
-
-def _new_lock() -> None:
-    """In a forked child: a new lock (a thread of the parent may have held it at the fork)."""
-    global _lock
-    _lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock)
 
 
 def record(name: Any, seconds: Optional[float]) -> None:
     """A hold of ``name`` that lasted ``seconds`` ended with its release."""
     if seconds is None or not cacheable(name):
         return
-    with _lock:
-        recent = _durations.get(name)
-        if recent is None:
-            if len(_durations) >= NAMES:
-                _durations.clear()
-            recent = _durations[name] = deque(maxlen=RECENT)
-        recent.append(seconds)
+    recent = _durations.get(name)
+    if recent is None:
+        if len(_durations) >= NAMES:
+            _durations.clear()
+        recent = _durations.setdefault(name, deque(maxlen=RECENT))
+    recent.append(seconds)
 
 
 def retry_after(name: Any, ttl_seconds: Optional[int]) -> Optional[int]:
     """Seconds a refused caller should wait: the typical recent hold of ``name``, at most
     ``ttl_seconds`` (the holder's remaining TTL, rounded up; ``None``: no expiry or unknown)."""
-    with _lock:
-        recent = list(_durations.get(name) or ())
+    recent = list(_durations.get(name) or ())
     if not recent:
         return ttl_seconds
     typical = max(1, math.ceil(statistics.median(recent)))
@@ -65,5 +52,4 @@ def retry_after(name: Any, ttl_seconds: Optional[int]) -> Optional[int]:
 
 def clear() -> None:
     """Forget every recorded duration (tests start from none)."""
-    with _lock:
-        _durations.clear()
+    _durations.clear()

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
+from contextlib import contextmanager
 
 from django.http import HttpResponse
 from django.test import Client, RequestFactory
@@ -86,43 +89,35 @@ def test_the_holder_info_names_the_locked_view(redis_client):
 
 
 # -- Retry-After -----------------------------------------------------------------------------------
-def test_retry_after_comes_from_recent_hold_times_with_the_ttl_as_upper_bound(redis_client):
-    import threading
-    import time
+@contextmanager
+def held_by_a_request(redis_client, name: str):
+    """A request to the holding view ``/t/hold/<name>/`` (timeout=30) is inside while this runs."""
+    first = threading.Thread(target=lambda: Client().get(f"/t/hold/{name}/"))
+    first.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not redis_client.exists(f"entered:{name}"):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        yield
+    finally:
+        redis_client.set(f"go:{name}", 1)
+        first.join(10)
 
-    # No hold of this key has ended here yet: the holder's remaining TTL (timeout=30).
+
+def test_retry_after_comes_from_recent_hold_times_with_the_ttl_as_upper_bound(redis_client):
     redis_client.set("go:quick", 1)
     for _ in range(3):  # holds of a few milliseconds, released when the response is closed
         assert Client().get("/t/hold/quick/").status_code == 200
     redis_client.delete("go:quick", "entered:quick")
-    first = threading.Thread(target=lambda: Client().get("/t/hold/quick/"))
-    first.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not redis_client.exists("entered:quick"):
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+    with held_by_a_request(redis_client, "quick"):
         second = Client().get("/t/hold/quick/")
-        assert second.status_code == 409
-        # The typical hold of this key lasts milliseconds: come back in a second, not in 30.
-        assert second["Retry-After"] == "1"
-    finally:
-        redis_client.set("go:quick", 1)
-        first.join(10)
+    assert second.status_code == 409
+    # The typical hold of this key lasts milliseconds: come back in a second, not in 30.
+    assert second["Retry-After"] == "1"
 
 
 def test_retry_after_without_history_is_the_remaining_ttl(redis_client):
-    import threading
-    import time
-
-    first = threading.Thread(target=lambda: Client().get("/t/hold/fresh-key/"))
-    first.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not redis_client.exists("entered:fresh-key"):
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+    # No hold of this key has ended here yet: the holder's remaining TTL (timeout=30).
+    with held_by_a_request(redis_client, "fresh-key"):
         assert 25 <= int(Client().get("/t/hold/fresh-key/")["Retry-After"]) <= 30
-    finally:
-        redis_client.set("go:fresh-key", 1)
-        first.join(10)
