@@ -361,7 +361,7 @@ class QueuedBase:
 
     def _holder_info(self, worker: str) -> tuple[str, bytes]:
         """Holder metadata sent with each acquire, as JSON and encoded for the short path; cached
-        per label, process and worker."""
+        per label, view, process and worker (short ones only)."""
         key = (self.label, self.view, os.getpid(), worker)
         info = _INFO_CACHE.get(key)
         if info is None:
