@@ -23,6 +23,7 @@ from .exceptions import (
     StaleFenceError,
     TransactionConflict,
 )
+from .expiry import NO_EXPIRY
 from .holders import HolderInfo, holders, lock_holder
 from .identity import IdentityLock
 from .locks import Lock
@@ -40,6 +41,7 @@ __all__ = [
     "LockError",
     "LockLostError",
     "LockNotOwnedError",
+    "NO_EXPIRY",
     "NameKindConflict",
     "SemaphoreLimitNotSet",
     "StaleFenceError",

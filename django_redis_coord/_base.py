@@ -32,7 +32,7 @@ from .exceptions import (
     LockLostError,
     NameKindConflict,
 )
-from .keys import KeySet, encode_name, keys_for
+from .keys import KeySet, cacheable, encode_name, keys_for
 from .scripts import queue_script
 
 Number = Union[int, float]
@@ -265,6 +265,8 @@ class QueuedBase:
     acquire_tail: tuple = ()
     #: The 9th argument of the acquire scripts (a lock: metadata retention; a semaphore: its limit).
     acquire_setting: Any = ""
+    #: The view the holder info names (``@locked`` sets the view's dotted path).
+    view: Optional[str] = None
 
     def __init__(
         self,
@@ -320,13 +322,17 @@ class QueuedBase:
         return enqueue + OWN_TOKEN if own else enqueue
 
     def holder_info(self, worker: str) -> str:
-        """Holder metadata sent with each acquire (JSON), cached per label, process and worker."""
-        key = (self.label, os.getpid(), worker)
+        """Holder metadata sent with each acquire (JSON); cached per label, view, process and worker
+        (short ones only)."""
+        key = (self.label, self.view, os.getpid(), worker)
         info = _INFO_CACHE.get(key)
         if info is None:
             if len(_INFO_CACHE) > 4096:
                 _INFO_CACHE.clear()
-            info = _INFO_CACHE[key] = json.dumps({**self._info_head, "pid": key[1], "thread": worker})
+            head = {**self._info_head, "view": self.view} if self.view else self._info_head
+            info = json.dumps({**head, "pid": key[2], "thread": worker})
+            if cacheable(self.label) and cacheable(self.view) and cacheable(worker):  # see keys.CACHED_NAME_MAX
+                _INFO_CACHE[key] = info
         return info
 
     def acquire_keys(self) -> tuple:

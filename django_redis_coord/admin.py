@@ -8,19 +8,29 @@ CSRF, no caching):
   pagination, remaining TTL, semaphore usage, auto-refresh; needs the ``view_holder`` permission;
 * a detail page per holder (metadata, fence, waiters), same permission;
 * a force-release confirmation page, which needs ``force_release_holder`` as well; only its POST
-  (with the CSRF token and the fence the operator confirmed) changes anything.
+  (with the CSRF token and the identity of the hold the operator confirmed: its fence and a digest
+  of its token) changes anything.  A POST without both is a 400 and releases nothing; one whose
+  hold has changed meanwhile releases nothing either.
 
-Tokens are never sent to the browser, only their first characters.
+Tokens are never sent to the browser, only their first characters and a digest (:func:`hold_digest`).
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Optional
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.http import urlencode
@@ -29,10 +39,18 @@ from redis.exceptions import RedisError
 from .conf import coord_settings
 from .connection import describe_connection, get_client
 from .exceptions import InvalidLockArgument
-from .listing import KINDS, HolderListing, LiveHolder, format_ms, parse_holder_id
+from .keys import encode_name
+from .listing import KINDS, HolderListing, LiveHolder, format_ms, holder_id, parse_holder_id
 from .models import Holder
 
 FORCE_RELEASE_PERMISSION = "django_redis_coord.force_release_holder"
+
+
+def hold_digest(token: bytes) -> str:
+    """What the confirmation form carries to name one hold besides its fence: a digest of its
+    token (which cannot be recovered from it), so a fence issued again (see docs/safety.md)
+    cannot stand for another hold."""
+    return hashlib.sha256(b"django_redis_coord hold:" + token).hexdigest()[:32]
 
 
 class HolderView:
@@ -40,7 +58,7 @@ class HolderView:
 
     def __init__(self, holder: LiveHolder, key_prefix: str) -> None:
         head = key_prefix + ":" if key_prefix else ""
-        self.id = holder.id
+        self.id = holder_id(holder.kind, holder.raw_name)  # the primitive's page (every permit of a semaphore)
         self.name = holder.name[len(head):] if head and holder.name.startswith(head) else holder.name
         self.key = holder.name
         self.kind = holder.kind
@@ -62,6 +80,7 @@ class HolderView:
         self.used = holder.used
         self.limit = holder.limit
         self.masked_token = holder.masked_token
+        self.digest = hold_digest(holder.token)
 
 
 @admin.register(Holder)
@@ -184,10 +203,14 @@ class HolderAdmin(admin.ModelAdmin):
 
     # -- one holder ----------------------------------------------------------------------------
     def resolve(self, holder_id: str) -> tuple[str, bytes]:
+        """The kind and name an id stands for; 404 for an id no primitive can have (garbage, a
+        name that is refused, such as one with the reserved marker or over the size limit)."""
         try:
-            return parse_holder_id(holder_id)
+            kind, raw = parse_holder_id(holder_id)
+            encode_name(raw)
         except InvalidLockArgument:
             raise Http404("No such holder")
+        return kind, raw
 
     def detail_view(self, request: HttpRequest, holder_id: str) -> HttpResponse:
         self.check_view(request)
@@ -199,10 +222,10 @@ class HolderAdmin(admin.ModelAdmin):
             holders = listing.holder(raw, kind)
             waiters = listing.waiters(raw, kind)
             now_ms = holders[0].server_now_ms if holders else listing.server_time_ms()
+        except InvalidLockArgument:  # a RedisError too: before it
+            raise Http404("No such holder")
         except RedisError as error:
             return self.unavailable(request, context, error)
-        except InvalidLockArgument:
-            raise Http404("No such holder")
         views = [HolderView(h, prefix) for h in holders]
         shown = raw.decode("utf-8", "replace")
         head = prefix + ":" if prefix else ""
@@ -236,9 +259,15 @@ class HolderAdmin(admin.ModelAdmin):
         detail_url = self.url("detail", holder_id)
         source = request.POST if request.method == "POST" else request.GET
         try:
-            fence = int(source.get("fence", ""))
+            fence: Optional[int] = int(source.get("fence", ""))
         except ValueError:
             fence = None
+        digest = source.get("hold", "")
+        if request.method == "POST" and (fence is None or not digest):
+            return HttpResponseBadRequest(
+                "Name the hold to release: its fence and its digest, as the confirmation page's form does.\n",
+                content_type="text/plain; charset=utf-8",
+            )
         context = self.base_context(request, "Force release")
         prefix = coord_settings().key_prefix
         try:
@@ -248,17 +277,16 @@ class HolderAdmin(admin.ModelAdmin):
             return self.unavailable(request, context, error)
         if fence is None and len(holders) == 1:
             fence = holders[0].fence
-        target = next((h for h in holders if h.fence == fence), None)
+        target = next((h for h in holders if h.fence == fence and (not digest or hold_digest(h.token) == digest)),
+                      None)
         if request.method == "POST":
-            if fence is None:
-                messages.error(request, "Choose the hold to release (its fence).")
-                return HttpResponseRedirect(detail_url)
+            name = HolderView(target, prefix).name if target else raw.decode("utf-8", "replace")
             try:
-                result = listing.force_release(raw, kind, expected_fence=fence)
+                # The fence is checked again by the script, atomically with the release.
+                result = listing.force_release(raw, kind, expected_fence=fence) if target else None
             except RedisError as error:
                 return self.unavailable(request, context, error)
-            name = HolderView(target, prefix).name if target else raw.decode("utf-8", "replace")
-            if result.released:
+            if result is not None and result.released:
                 follow = "it went to the next waiter" if result.handed_off else "nobody was waiting"
                 messages.success(
                     request,

@@ -8,6 +8,9 @@ configured Redis (short timeouts) and warn about what silently breaks locks in p
 * ``django_redis_coord.W002``: a cache lives in the same Redis database as the locks; its
   ``clear()`` runs ``FLUSHDB`` and deletes every lock.
 * ``django_redis_coord.W003``: the deploy checks could not reach Redis.
+* ``django_redis_coord.W004``: the server can lose its fence counters in a restart (no AOF with
+  ``appendfsync always``): fences then rest on its clock alone (see docs/safety.md).  When
+  ``CONFIG GET`` is refused, ``django_redis_coord.I001`` says it was not checked.
 
 The settings errors (E001-E016, E018) come from :func:`django_redis_coord.conf.settings_problems`
 (listed in docs/django.md); none of them connects.
@@ -24,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Info, Tags, Warning, register
 
 from .conf import REDIS_CACHE_BACKENDS, SETTING_NAME, settings_problems
 
@@ -169,6 +172,7 @@ def check_redis_for_deploy(app_configs: Any = None, **kwargs: Any) -> list[Check
                 id="django_redis_coord.W001",
             )
         )
+    messages.extend(_fence_persistence(client, describe_connection()))
     where = _client_location(client)
     if where is not None:
         for alias, config in (getattr(settings, "CACHES", {}) or {}).items():
@@ -188,3 +192,29 @@ def check_redis_for_deploy(app_configs: Any = None, **kwargs: Any) -> list[Check
                     )
                     break
     return messages
+
+
+def _fence_persistence(client: Any, where: str) -> list[CheckMessage]:
+    """W004 when a server can lose its fence counters in a restart; I001 when CONFIG is refused."""
+    from redis.exceptions import RedisError
+
+    from .persistence import counter_loss, servers
+
+    try:
+        losses = [(node, counter_loss(server)) for node, server in servers(client)]
+    except RedisError as exc:
+        return [Info(f"Could not read the persistence settings of Redis at {where} (CONFIG GET: {exc}); whether "
+                     "fences survive a restart was not checked.", obj=SETTING_NAME, id="django_redis_coord.I001")]
+    return [
+        Warning(
+            f"Redis at {node or where} {loss}. After such a restart a fence is the server clock in µs alone: "
+            "it stays above earlier fences only if that clock never went back.",
+            hint="For fences that never go backwards: `appendonly yes` with `appendfsync always`; or DurableLock "
+            "(WAIT) with failover to the replicas that acknowledged; or Redlock over independent masters. "
+            "See docs/safety.md, 'Fences across restarts'.",
+            obj=SETTING_NAME,
+            id="django_redis_coord.W004",
+        )
+        for node, loss in losses
+        if loss is not None
+    ]

@@ -27,6 +27,8 @@ from types import MappingProxyType
 from typing import Any, Optional, Union
 from urllib.parse import parse_qs, urlsplit
 
+from .expiry import WHY, is_no_expiry
+
 __all__ = [
     "DEFAULTS",
     "SETTING_NAME",
@@ -55,7 +57,7 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "CLUSTER": None,
         # Prepended to every name as "<KEY_PREFIX>:<name>".
         "KEY_PREFIX": "",
-        # Lock lifetime in seconds for the factories and @locked (None: no expiry).
+        # Lock lifetime in seconds for the factories and @locked ("never", NO_EXPIRY: no expiry).
         "DEFAULT_TIMEOUT": 60,
         # Renew holds with the watchdog by default.
         "AUTO_RENEW": False,
@@ -441,12 +443,23 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
                 "Braces would change the Redis Cluster slot of every name; use letters, digits, '-', '_', '.'.",
             )
         )
-    timeout = values["DEFAULT_TIMEOUT"]
-    if timeout is not None and (not _is_number(timeout) or timeout <= 0 or timeout == float("inf")):
+    timeout = None if is_no_expiry(values["DEFAULT_TIMEOUT"]) else values["DEFAULT_TIMEOUT"]
+    if values["DEFAULT_TIMEOUT"] is None:
         problems.append(
             Problem(
                 "django_redis_coord.E011",
-                f"{SETTING_NAME}['DEFAULT_TIMEOUT'] must be a positive number of seconds or None, not {timeout!r}.",
+                f"{SETTING_NAME}['DEFAULT_TIMEOUT'] is None: locks and permits taken with it would never expire, "
+                f"and {WHY}.",
+                'Give a number of seconds (30 or 60 are typical), or "never" (django_redis_coord.NO_EXPIRY) to '
+                "ask for holds without expiry by name.",
+            )
+        )
+    elif timeout is not None and (not _is_number(timeout) or timeout <= 0 or timeout == float("inf")):
+        problems.append(
+            Problem(
+                "django_redis_coord.E011",
+                f"{SETTING_NAME}['DEFAULT_TIMEOUT'] must be a positive number of seconds or 'never', "
+                f"not {timeout!r}.",
                 "Locks expire after this many seconds unless renewed; 30 or 60 are typical.",
             )
         )
@@ -454,7 +467,7 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
         problem = _lock_timeout_problem(timeout)
         if problem:
             problems.append(problem)
-    if values["AUTO_RENEW"] and timeout is None:
+    if values["AUTO_RENEW"] and timeout is None and values["DEFAULT_TIMEOUT"] is not None:
         problems.append(
             Problem(
                 "django_redis_coord.E011",
@@ -742,7 +755,7 @@ def coord_settings() -> CoordSettings:
         sentinel=_freeze(values["SENTINEL"]),
         cluster=_freeze(cluster),
         key_prefix=values["KEY_PREFIX"],
-        default_timeout=values["DEFAULT_TIMEOUT"],
+        default_timeout=None if is_no_expiry(values["DEFAULT_TIMEOUT"]) else values["DEFAULT_TIMEOUT"],
         auto_renew=values["AUTO_RENEW"],
         contention_status=values["CONTENTION_STATUS"],
         contention_handler=values["CONTENTION_HANDLER"],

@@ -19,19 +19,25 @@ The key
     ``{request}`` and ``{view}``; a plain function's template sees its arguments by name.
     Interpolated values are percent-encoded (``:``, ``/``, ``{``, ``}``, ``%``, spaces and any
     character of the template's text between two fields), and two fields need text between them,
-    so two different sets of values never give the same key.  A name the function cannot provide is an
+    so two different sets of values never give the same key.  An encoded value longer than 128
+    characters is replaced by its SHA-256 digest (:mod:`django_redis_coord.key_values`); a key
+    callable's name longer than 32 KiB answers 400 (:class:`KeyTooLong`).  A name the function cannot provide is an
     error when decorating; a value missing from a request (absent query parameter or header, a
     ``None`` or empty value) answers 400 Bad Request (:class:`MissingKeyValue`); a template that
     cannot be filled for another reason raises :class:`KeyTemplateError`.  Never a shared key.
 
 On contention
-    409 Conflict (``CONTENTION_STATUS``) with ``Retry-After`` = the holder's remaining TTL rounded
-    up; or ``status=``, ``handler=`` (``handler(request, contention)``), ``template_name=``; or wait
-    up to ``wait`` seconds first.  A plain function or context manager raises
+    409 Conflict (``CONTENTION_STATUS``) with ``Retry-After``: the median of the key's recent hold
+    durations in this process, at most the holder's remaining TTL (rounded up; the TTL when no
+    hold of the key ended here yet, see :mod:`~django_redis_coord.hold_times`); or ``status=``,
+    ``handler=`` (``handler(request, contention)``), ``template_name=``; or wait up to ``wait``
+    seconds first.  A plain function or context manager raises
     :class:`LockContended`.  ``limit=N`` uses a semaphore: at most N concurrent executions per key.
 
 Lifetime
-    The hold lasts until the response is closed (for a ``StreamingHttpResponse``: until the stream
+    ``timeout`` (default ``DEFAULT_TIMEOUT``) in seconds; a hold without expiry is asked for by
+    name, ``timeout=NO_EXPIRY`` (``None`` is refused: a hold whose acquire reply is lost would
+    stay held for ever).  The hold lasts until the response is closed (for a ``StreamingHttpResponse``: until the stream
     is exhausted or closed) and is released when the view raises.  ``auto_renew=True`` renews it
     with the watchdog; with ``rollback_on_loss=True`` (sync views) the view runs in
     ``transaction.atomic()`` and a hold lost before the view returns rolls the transaction back
@@ -58,6 +64,7 @@ import _string
 import asyncio
 import contextvars
 import functools
+import hashlib
 import inspect
 import logging
 import re
@@ -91,6 +98,9 @@ from ._base import check_number
 from .conf import CoordSettings, coord_settings
 from .connection import get_async_client, get_async_redlock_masters, get_client, get_redlock_masters
 from .exceptions import CoordError, InvalidLockArgument, InvalidLockArgumentType, LockError, LockLostError
+from .expiry import no_expiry_timeout
+from .key_values import check_key_length, shortened
+from .keys import cacheable
 from .semaphores import encode_identity
 from .shortcuts import (
     AsyncSignallingLock,
@@ -108,6 +118,7 @@ __all__ = [
     "Contention",
     "KeyTemplateError",
     "MissingKeyValue",
+    "KeyTooLong",
     "LockContended",
     "current_lock",
 ]
@@ -182,6 +193,10 @@ class MissingKeyValue(KeyTemplateError, BadRequest):
     """A value the key template needs is missing from the request (a 400 Bad Request in views)."""
 
 
+class KeyTooLong(KeyTemplateError, BadRequest):
+    """A key callable gave a name longer than a lock name may be (a 400 Bad Request in views)."""
+
+
 class LockContended(CoordError):
     """The key is held (or all ``limit`` permits are taken): raised by plain functions and ``with``."""
 
@@ -198,7 +213,8 @@ class Contention:
     name: str
     #: The Redis key.
     key: str
-    #: Seconds until the current holder's TTL ends, rounded up (``None``: unknown or no expiry).
+    #: Seconds to wait: the key's typical recent hold, at most the current holder's remaining TTL,
+    #: rounded up (``None``: unknown or no expiry and no recent hold).
     retry_after: Optional[int]
     #: The semaphore's limit, or ``None`` for a lock.
     limit: Optional[int]
@@ -274,7 +290,7 @@ class _Formatter(string.Formatter):
         text = quote(text, safe=self.safe)
         for char in self.also_encoded:
             text = text.replace(char, f"%{ord(char):02X}")
-        return text
+        return shortened(text)
 
 
 #: A part of a parsed template: literal text, then the field (or ``None``), its first name, the
@@ -670,9 +686,10 @@ def _twin_template(primitive: Any) -> Any:
     if template is None:
         template = SignallingLock(None, primitive.name, timeout=primitive.timeout, thread_local=False,
                                   app_name=primitive.app_name)
-        if len(_twin_templates) >= _MADE_LOCKS_MAX:
-            _twin_templates.clear()
-        _twin_templates[key] = template
+        if cacheable(primitive.name):
+            if len(_twin_templates) >= _MADE_LOCKS_MAX:
+                _twin_templates.clear()
+            _twin_templates[key] = template
     return template
 
 
@@ -783,6 +800,7 @@ class Locked:
     ) -> None:
         if not isinstance(redlock, bool):
             raise InvalidLockArgumentType("redlock must be True or False", lock_name=key)
+        timeout = no_expiry_timeout(timeout, key)
         if redlock and limit is not None:
             raise InvalidLockArgument(
                 "redlock=True cannot be combined with limit: a Redlock is a lock, not a semaphore", lock_name=key
@@ -842,7 +860,7 @@ class Locked:
         # One lock made per name, label and flavour (with the settings it was made from, and no
         # client): each use takes a fresh copy of it on the current client (Lock._fresh) instead of
         # checking and computing it all again.
-        self._made: dict[tuple[str, Optional[str], bool], tuple[CoordSettings, Any]] = {}
+        self._made: dict[tuple[str, Optional[str], Optional[str], bool], tuple[CoordSettings, Any]] = {}
 
     # -- primitives ------------------------------------------------------------------------------
     def _check_redlock_settings(self, settings: Optional[CoordSettings] = None) -> None:
@@ -879,37 +897,47 @@ class Locked:
             auto_renew = settings.auto_renew and timeout is not None
         return {"timeout": timeout, "auto_renew": bool(auto_renew)}
 
-    def _make(self, name: str, label: Optional[str], settings: CoordSettings, *, is_async: bool) -> Any:
+    def _make(self, name: str, label: Optional[str], settings: CoordSettings, *, is_async: bool,
+              view: Optional[str] = None) -> Any:
+        """The primitive of one use; ``view``: the dotted path of the view it guards (holder info)."""
         if self._plain_lock:
-            return self._make_lock(name, label, settings, is_async=is_async)
+            return self._make_lock(name, label, settings, is_async=is_async, view=view)
         options = self._primitive_options(settings)
         key = settings.prefixed(name)
         if self.redlock:
             self._check_redlock_settings(settings)
             options.update(redlock_node_timeout(options["timeout"]))
             if is_async:
-                return AsyncSignallingRedlock(
+                redlock: Any = AsyncSignallingRedlock(
                     get_async_redlock_masters(), key, app_name=name, label=label, thread_local=False, **options
                 )
-            return SignallingRedlock(get_redlock_masters(), key, app_name=name, label=label, thread_local=False,
-                                     **options)
+            else:
+                redlock = SignallingRedlock(get_redlock_masters(), key, app_name=name, label=label,
+                                            thread_local=False, **options)
+            redlock.name_view(view)
+            return redlock
         assert self.limit is not None  # neither a Redlock nor a lock: a semaphore
         semaphore = make_semaphore(name, self.limit, options["timeout"], asyncio=is_async, label=label,
                                    auto_renew=options["auto_renew"])
+        semaphore.name_view(view)
         return _AsyncPermitHold(semaphore) if is_async else _PermitHold(semaphore)
 
-    def _make_lock(self, name: str, label: Optional[str], settings: CoordSettings, *, is_async: bool) -> Any:
+    def _make_lock(self, name: str, label: Optional[str], settings: CoordSettings, *, is_async: bool,
+                   view: Optional[str]) -> Any:
         """A signalling lock on the current client: a copy of the one made for this name, label,
-        flavour and settings (made here the first time)."""
+        view, flavour and settings (made here the first time)."""
         client = get_async_client() if is_async else get_client()
-        made = self._made.get((name, label, is_async))
+        made = self._made.get((name, label, view, is_async))
         if made is None or made[0] is not settings:
             lock_class = AsyncSignallingLock if is_async else SignallingLock
             made_lock = lock_class(None, settings.prefixed(name), app_name=name, label=label, thread_local=False,
                                    **self._primitive_options(settings))
-            if len(self._made) >= _MADE_LOCKS_MAX:
-                self._made.clear()
-            made = self._made[(name, label, is_async)] = (settings, made_lock)
+            made_lock.name_view(view)
+            made = (settings, made_lock)
+            if cacheable(name) and cacheable(label):  # long names are not kept (see keys.CACHED_NAME_MAX)
+                if len(self._made) >= _MADE_LOCKS_MAX:
+                    self._made.clear()
+                self._made[(name, label, view, is_async)] = made
         return made[1]._fresh(client)
 
     def _fails_open(self, settings: CoordSettings) -> bool:
@@ -920,10 +948,11 @@ class Locked:
         limit = self.limit
         if limit is not None:
             limit = primitive.limit or limit
-            if limit != self.limit and name not in _warned_limits:
+            seen = name if cacheable(name) else hashlib.sha256(name.encode()).hexdigest()
+            if limit != self.limit and seen not in _warned_limits:
                 if len(_warned_limits) >= _MADE_LOCKS_MAX:
                     _warned_limits.clear()
-                _warned_limits.add(name)
+                _warned_limits.add(seen)
                 logger.warning(
                     "@locked(%r, limit=%d): Redis holds the limit %d for this key, stored by an earlier "
                     "acquire, and that one is in force; change it with Semaphore.set_max_size()",
@@ -1147,7 +1176,7 @@ class Locked:
             raise MissingKeyValue(f"The lock key callable {key.callable!r} returned {name!r}.")
         if not isinstance(name, (str, bytes)):
             raise KeyTemplateError(f"The lock key callable {key.callable!r} returned a {type(name).__name__}.")
-        return name.decode() if isinstance(name, bytes) else name
+        return check_key_length(name.decode() if isinstance(name, bytes) else name, KeyTooLong)
 
     # -- sync calls ------------------------------------------------------------------------------
     def _call_sync(self, func: Callable[..., Any], key: KeyTemplate, label: str, args: tuple, kwargs: dict) -> Any:
@@ -1156,7 +1185,8 @@ class Locked:
         else:
             request, name = self._name_sync(func, key, args, kwargs)
         settings = coord_settings()
-        primitive = self._make(name, label, settings, is_async=False)
+        view = key.default_name if request is not None else None  # a plain function is no view
+        primitive = self._make(name, label, settings, is_async=False, view=view)
         started = _now()
         try:
             if self._plain_lock:
@@ -1208,7 +1238,8 @@ class Locked:
         else:
             request, name = await self._name_async(func, key, args, kwargs)
         settings = coord_settings()
-        primitive = self._make(name, label, settings, is_async=True)
+        view = key.default_name if request is not None else None  # a plain function is no view
+        primitive = self._make(name, label, settings, is_async=True, view=view)
         started = _now()
         try:
             acquired = await primitive.acquire(**self._acquire_kw)

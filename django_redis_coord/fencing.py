@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Union
 
+from ._base import check_number, to_ms
 from .exceptions import InvalidLockArgument, InvalidLockArgumentType, StaleFenceError
 from .keys import encode_name
 from .scripts import async_scripts, sync_scripts
@@ -201,10 +202,9 @@ def _set_args(key: Union[str, bytes], value: Value, fence: int, ttl: Optional[fl
     check_fence(fence)
     if isinstance(value, bool) or not isinstance(value, (str, bytes, int, float)):
         raise InvalidLockArgumentType(f"value must be str, bytes or a number, not {type(value).__name__}")
-    if ttl is not None:
-        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0:
-            raise InvalidLockArgument(f"ttl must be a positive number of seconds, got {ttl!r}")
-    ttl_ms = max(1, int(round(ttl * 1000))) if ttl is not None else 0
+    # The bounds of every duration (finite, > 0, at most ten years), checked before anything is written.
+    check_number("ttl", ttl, allow_none=True, positive=True, lock_name=key)
+    ttl_ms = to_ms(ttl) if ttl is not None else 0
     return raw, (fence, value, ttl_ms)
 
 
@@ -222,7 +222,9 @@ def fenced_set(
 
     ``key`` is a hash holding the value and the highest fence that wrote it.  Without ``client``
     the configured Redis and ``KEY_PREFIX`` are used (Django settings).  ``ttl`` (seconds) expires
-    the value *and* its fence memory: after that, any fence is accepted again.
+    the value *and* its fence memory: after that, any fence is accepted again.  A ``ttl`` that is
+    not a finite number of seconds above 0 and at most ten years raises :class:`InvalidLockArgument`
+    (:class:`InvalidLockArgumentType` for a non-number) before anything is written.
     """
     if client is None:
         client, key = _default_client(key, asyncio=False)

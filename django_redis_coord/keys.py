@@ -119,9 +119,23 @@ class KeySet:
     registry: bytes
 
 
-@lru_cache(maxsize=4096)
+#: Names longer than this (bytes) are never kept by a per-name cache (key sets, encoded
+#: arguments, holder info, the locks ``@locked`` copies from): 4,096 cached names of 64 KiB, in a
+#: few copies each, would be gigabytes.  Their keys are computed afresh on each use instead.
+CACHED_NAME_MAX = 256
+
+
+def cacheable(name: object) -> bool:
+    """Whether a per-name cache may keep ``name`` (a str or bytes name, or a label)."""
+    return name is None or len(name) <= CACHED_NAME_MAX  # type: ignore[arg-type]
+
+
 def keys_for(name: bytes, kind: bytes = b"lock") -> KeySet:
-    """Compute (and cache) the key set of the primitive ``name`` of the given kind."""
+    """The key set of the primitive ``name`` of the given kind (cached for short names)."""
+    return _cached_keys_for(name, kind) if len(name) <= CACHED_NAME_MAX else _keys_for(name, kind)
+
+
+def _keys_for(name: bytes, kind: bytes) -> KeySet:
     tag = hash_part(name)
     if tag == name and b"}" in name:
         # The whole name is hashed but cannot sit inside braces: use the canonical tag of its slot.
@@ -137,3 +151,6 @@ def keys_for(name: bytes, kind: bytes = b"lock") -> KeySet:
         waiters=base + b"waiters" + suffix,
         registry=registry_key(slot),
     )
+
+
+_cached_keys_for = lru_cache(maxsize=4096)(_keys_for)

@@ -90,7 +90,11 @@ def holder_id(kind: str, name: bytes) -> str:
 
 
 def parse_holder_id(value: str) -> tuple[str, bytes]:
-    """Inverse of :func:`holder_id`; raises :class:`InvalidLockArgument` on garbage."""
+    """Inverse of :func:`holder_id`; raises :class:`InvalidLockArgument` on garbage.  The id of
+    one semaphore permit (``<id>.<fence>``, see :attr:`LiveHolder.id`) gives its semaphore."""
+    head, dot, fence = value.partition(".")
+    if dot and fence.isdigit() and fence.isascii():
+        value = head
     try:
         raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
     except (ValueError, TypeError):
@@ -164,6 +168,13 @@ class LiveHolder(_Named):
     #: The server's clock (ms) when the details were read.
     server_now_ms: int = 0
 
+
+    @property
+    def id(self) -> str:
+        """One hold's own id: the primitive's (:func:`holder_id`), and for a semaphore permit its
+        fence after a dot, since several permits of one semaphore are listed at once."""
+        primitive = holder_id(self.kind, self.raw_name)
+        return f"{primitive}.{self.fence}" if self.kind == "sem" else primitive
 
     @property
     def kind_title(self) -> str:

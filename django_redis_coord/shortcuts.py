@@ -23,6 +23,7 @@ import math
 import time
 from typing import Any, Optional, Union
 
+from . import hold_times
 from ._base import first_of, first_time, to_ms
 from ._tasks import in_background, run_to_completion
 from .asyncio.lock import Lock as AsyncCoreLock
@@ -76,6 +77,12 @@ class Signals:
         self.app_name = app_name if app_name is not None else self.name
         self._voice: Any = None
 
+    def name_view(self, view: Optional[str]) -> None:
+        """Name ``view`` (a dotted path) in the holder info of this object's holds: what the admin
+        page, ``manage.py locks`` and the listing show as the holder's view."""
+        node: Any = getattr(self, "_node", self)  # a Redlock's holder info is its per-master lock's
+        node.view = view
+
     def speak_for(self, primitive: Any) -> None:
         """Send this object's signals as ``primitive``'s: its class as the sender and it as
         ``instance`` (a sync twin finishing an asyncio hold from another thread)."""
@@ -128,8 +135,9 @@ class SignallingMixin(Signals):
 
     @property
     def retry_after(self) -> Optional[int]:
-        """After a refused acquire: seconds until the holder's TTL ends (rounded up), else None."""
-        return retry_after_seconds(getattr(self._state(), "holder_pttl", None))
+        """After a refused acquire: the typical recent hold of this name, at most the seconds until
+        the holder's TTL ends (rounded up; see :mod:`django_redis_coord.hold_times`), else None."""
+        return hold_times.retry_after(self.name, retry_after_seconds(getattr(self._state(), "holder_pttl", None)))
 
     def _held_time(self) -> Optional[float]:
         since = getattr(self._state(), "acquired_at", None)
@@ -185,6 +193,7 @@ class SyncSignalling(SignallingMixin):
 
     def release(self) -> None:
         state = self._state()
+        held = self._held_time()
         args = self._closing_args() if lock_released.receivers or lock_lost.receivers else None
         try:
             super().release()  # type: ignore[misc]
@@ -192,8 +201,10 @@ class SyncSignalling(SignallingMixin):
             if self._first_loss(state) and args is not None:
                 send(lock_lost, self.signal_sender, **args)
             raise
-        if args is not None and self._hold_ended(state):
-            send(lock_released, self.signal_sender, **args)
+        if self._hold_ended(state):
+            hold_times.record(self.name, held)
+            if args is not None:
+                send(lock_released, self.signal_sender, **args)
 
 
 class AsyncSignalling(SignallingMixin):
@@ -223,6 +234,7 @@ class AsyncSignalling(SignallingMixin):
 
     async def release(self) -> None:
         state = self._state()
+        held = self._held_time()
         args = self._closing_args() if lock_released.receivers or lock_lost.receivers else None
         try:
             await super().release()  # type: ignore[misc]
@@ -230,8 +242,10 @@ class AsyncSignalling(SignallingMixin):
             if self._first_loss(state) and args is not None:
                 await asend(lock_lost, self.signal_sender, **args)
             raise
-        if args is not None and self._hold_ended(state):
-            await asend(lock_released, self.signal_sender, **args)
+        if self._hold_ended(state):
+            hold_times.record(self.name, held)
+            if args is not None:
+                await asend(lock_released, self.signal_sender, **args)
 
 
 class SignallingLock(SyncSignalling, CoreLock):
@@ -432,8 +446,9 @@ class SemaphoreSignals(Signals):
 
     @property
     def retry_after(self) -> Optional[int]:
-        """After a refused acquire: seconds until the earliest permit ends (rounded up), else None."""
-        return retry_after_seconds(self.refused_pttl)
+        """After a refused acquire: the typical recent hold of a permit, at most the seconds until
+        the earliest permit ends (rounded up), else None."""
+        return hold_times.retry_after(self.name, retry_after_seconds(self.refused_pttl))
 
     def _acquired(self, identity: Any, started: float) -> Optional[dict[str, Any]]:
         """Records the start of the permit just taken; the lock_acquired arguments, or ``None``
@@ -453,6 +468,8 @@ class SemaphoreSignals(Signals):
         if permit is None:
             return None, {}
         since = self._acquired_at.pop(permit.token, None)
+        if since is not None and not permit.lost:
+            hold_times.record(self.name, time.monotonic() - since)
         if not (lock_released.receivers or lock_lost.receivers):
             return permit, None
         held = None if since is None else time.monotonic() - since

@@ -5,8 +5,9 @@ batching all holds due at the same moment on the same client into one pipeline r
 Each batch runs on a thread of its own, so a server that stops answering holds up neither the
 renewals on other servers nor the watchdog, which declares a hold lost at its local deadline:
 ``send instant + TTL - drift`` on the monotonic clock.  A lost hold gets ``valid == False`` and its
-``on_lost`` callback fires once, on a thread kept for the callbacks: a slow callback delays other
-callbacks, never a renewal.
+``on_lost`` callback (and the ``lock_lost`` signal) fires once, on a worker thread of its own
+(:mod:`django_redis_coord._callbacks`): a callback that blocks delays neither a renewal nor another
+lock's loss signal, and one running for over a second is reported with a warning.
 
 The asyncio twin (:class:`AsyncWatchdog`) is one task per event loop with the same behaviour.
 """
@@ -14,16 +15,17 @@ The asyncio twin (:class:`AsyncWatchdog`) is one task per event loop with the sa
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import threading
 import time
 import weakref
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ._callbacks import CallbackRunner
 from ._tasks import in_background
 
 logger = logging.getLogger("django_redis_coord")
@@ -150,8 +152,8 @@ class Watchdog:
         #: (it looks at every hold before it waits again).  A hold registered for no earlier than
         #: that needs no wake-up, which would cost a thread switch on every acquire.
         self._wake_at = 0.0
-        # on_lost callbacks and lock_lost signals, in order, away from the renewals.
-        self._callbacks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dcoord-on-lost")
+        # on_lost callbacks and lock_lost signals, away from the renewals and from each other.
+        self._callbacks = CallbackRunner()
         #: Claims registered with no lock taken (see :meth:`register`), taken in at the next look.
         self._arriving: deque = deque()
         self._thread = threading.Thread(target=self._run, name="dcoord-watchdog", daemon=True)
@@ -214,6 +216,7 @@ class Watchdog:
                 if self._arriving:
                     self._take_in()
                 now = time.monotonic()
+                self._callbacks.warn_long(now)
                 due, lost, wake_at = _look(self._holds, now)
                 if not due and not lost:
                     self._wake_at = wake_at
@@ -243,9 +246,10 @@ class Watchdog:
         self._report(lost)
 
     def _report(self, lost: list[Hold]) -> None:
-        """Run the loss handling of ``lost`` holds (callbacks, signals) on the callbacks' thread."""
+        """Run the loss handling of ``lost`` holds (callbacks, signals) on the callbacks' workers."""
         for hold in lost:
-            self._callbacks.submit(self._lose, hold)
+            about = f"on_lost of {hold.owner.kind} {hold.owner.name!r}"
+            self._callbacks.submit(functools.partial(self._lose, hold), about)
 
     @staticmethod
     def _lose(hold: Hold) -> None:

@@ -34,6 +34,14 @@ class SessionServer:
         return redis.asyncio.Redis(host=self.host, port=self.port, **kwargs)
 
 
+@pytest.fixture(autouse=True)
+def _no_recorded_hold_times():
+    """Each test starts without the hold durations earlier tests recorded (``Retry-After``)."""
+    from django_redis_coord import hold_times
+
+    hold_times.clear()
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> SessionServer:
     """The shared server: never kill it (use ``redis_servers`` for fault tests)."""

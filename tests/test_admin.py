@@ -299,7 +299,8 @@ def test_force_release_with_confirmation_and_csrf(users, redis_client, spawn):
     # Without the CSRF token nothing happens.
     assert client.post(release_url("stuck:job"), {"fence": old.fence}).status_code == 403
     assert redis_client.exists("stuck:job") == 1
-    response = client.post(release_url("stuck:job"), {"fence": old.fence, "csrfmiddlewaretoken": csrf_from(html)},
+    form = {"fence": old.fence, "hold": re.search(r'name="hold" value="([^"]+)"', html).group(1)}
+    response = client.post(release_url("stuck:job"), {**form, "csrfmiddlewaretoken": csrf_from(html)},
                            follow=True)
     assert response.redirect_chain[-1][0] == reverse(CHANGELIST)
     text = response.content.decode()
@@ -314,7 +315,7 @@ def test_force_release_hands_off_to_the_next_waiter(users, redis_client, spawn):
     heir = spawn("queue:job", timeout=60, wait=False)
     wait_for_waiters(redis_client, "queue:job")
     client = client_for(users["superuser"])
-    response = client.post(release_url("queue:job"), {"fence": old.fence}, follow=True)
+    response = client.post(release_url("queue:job"), confirmed_form(client, "queue:job"), follow=True)
     assert "it went to the next waiter" in response.content.decode()
     assert heir.wait_held() > old.fence
     assert old.finish() == "LOST" and heir.finish() == "RELEASED"
@@ -324,7 +325,8 @@ def test_force_release_of_a_changed_hold_does_nothing(users, redis_client):
     lock = Lock(redis_client, "changed", timeout=60)
     lock.acquire()
     client = client_for(users["superuser"])
-    response = client.post(release_url("changed"), {"fence": lock.fence - 1}, follow=True)
+    form = confirmed_form(client, "changed")
+    response = client.post(release_url("changed"), {**form, "fence": lock.fence - 1}, follow=True)
     assert "Nothing released" in response.content.decode()
     assert lock.owned()
     response = client.get(release_url("changed"), {"fence": lock.fence - 1}, follow=True)
@@ -340,5 +342,46 @@ def test_force_release_of_a_semaphore_permit(users, redis_client):
     client = client_for(users["superuser"])
     page = client.get(release_url("permits", "sem"), {"fence": first}).content.decode()
     assert str(first) in page and "semaphore permit" in page
-    client.post(release_url("permits", "sem"), {"fence": first})
+    # The id of one permit (as manage.py locks list --json gives it) opens its semaphore's page.
+    permit_id = HolderListing(redis_client).holder("permits", "sem")[0].id
+    assert client.get(reverse("admin:django_redis_coord_holder_detail", args=[permit_id])).status_code == 200
+    client.post(release_url("permits", "sem"), confirmed_form(client, "permits", "sem", fence=first))
     assert [h.fence for h in pool.holders()] == [second]
+
+
+def confirmed_form(client, name: str, kind: str = "lock", **params) -> dict:
+    """The fields of the confirmation page's form, as the browser would post them."""
+    html = client.get(release_url(name, kind), params).content.decode()
+    return dict(re.findall(r'<input type="hidden" name="(fence|hold)" value="([^"]*)"', html))
+
+
+def test_force_release_needs_the_confirmed_holds_identity(users, redis_client):
+    lock = Lock(redis_client, "identity", timeout=60)
+    lock.acquire()
+    client = client_for(users["superuser"])
+    # A POST that does not name the confirmed hold releases nothing, whoever holds the lock.
+    for fields in ({}, {"fence": ""}, {"fence": "x"}, {"fence": str(lock.fence)}):
+        response = client.post(release_url("identity"), fields)
+        assert response.status_code == 400, fields
+        assert lock.owned()
+    form = confirmed_form(client, "identity")
+    assert form["fence"] == str(lock.fence) and form["hold"]
+    for fields in ({"hold": form["hold"]}, {"fence": form["fence"], "hold": ""}):
+        assert client.post(release_url("identity"), fields).status_code == 400, fields
+        assert lock.owned()
+    # The right fence with another hold's digest: the hold changed, nothing released.
+    response = client.post(release_url("identity"), {**form, "hold": "0" * len(form["hold"])}, follow=True)
+    assert "Nothing released" in response.content.decode()
+    assert lock.owned()
+    client.post(release_url("identity"), form)
+    assert not lock.owned()
+
+
+def test_ids_of_names_no_primitive_may_have_are_not_found(users, redis_client):
+    client = client_for(users["superuser"])
+    for name in (b"a:dcoord:lock:meta", b"x" * (64 * 1024 + 1)):
+        for view in ("detail", "release"):
+            url = reverse(f"admin:django_redis_coord_holder_{view}", args=[holder_id("lock", name)])
+            assert client.get(url).status_code == 404, (view, name[:20])
+        url = reverse("admin:django_redis_coord_holder_release", args=[holder_id("lock", name)])
+        assert client.post(url, {"fence": "1", "hold": "0" * 32}).status_code == 404

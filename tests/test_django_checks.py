@@ -114,7 +114,7 @@ def test_valid_settings_pass_without_connecting():
         {"SENTINEL": {"SENTINELS": [("127.0.0.1", free_port())], "SERVICE_NAME": "mymaster", "DB": 2}},
         {"CLUSTER": {"STARTUP_NODES": ["127.0.0.1:7000", ("127.0.0.1", 7001)]}},
         {"URL": dead, "CLUSTER": True},
-        {"URL": dead, "DEFAULT_TIMEOUT": None, "FAIL_OPEN": True, "CONTENTION_STATUS": 423},
+        {"URL": dead, "DEFAULT_TIMEOUT": "never", "FAIL_OPEN": True, "CONTENTION_STATUS": 423},
         {"URL": dead + "?socket_timeout=0.5&retry_on_timeout=yes&health_check_interval=5", "DEFAULT_TIMEOUT": 0.1},
         {"URL": "rediss://127.0.0.1:6380/0", "CLIENT_OPTIONS": {"ssl_certfile": "/etc/c.pem", "ssl_cert_reqs": "none"}},
         {"URL": "unix:///run/redis.sock?db=2", "CLIENT_OPTIONS": {"socket_timeout": 1, "max_connections": 10}},
@@ -157,7 +157,8 @@ def test_deploy_warns_when_a_cache_shares_the_locks_database(redis_server):
     localhost = {"default": {**REDIS_CACHE, "LOCATION": f"redis://localhost:{redis_server.port}/3"}}
     assert "django_redis_coord.W002" in deploy_ids(DJANGO_REDIS_COORD={"URL": url}, CACHES=localhost)
     other_db = {"default": {**REDIS_CACHE, "LOCATION": f"redis://127.0.0.1:{redis_server.port}/4"}}
-    assert deploy_ids(DJANGO_REDIS_COORD={"URL": url}, CACHES=other_db) == set()
+    # (The session's server has no persistence: only W004, about its fence counters.)
+    assert deploy_ids(DJANGO_REDIS_COORD={"URL": url}, CACHES=other_db) == {"django_redis_coord.W004"}
 
 
 def test_redis_location_reads_urls_as_redis_py_does():
@@ -322,3 +323,43 @@ def test_default_timeout_bounds_are_the_locks_own(redis_client):
         else:
             Lock(redis_client, "bounds", timeout=timeout)
 
+
+
+def test_a_default_timeout_of_none_needs_to_be_asked_for_by_name(redis_client, redis_url):
+    from django_redis_coord import NO_EXPIRY, lock
+
+    with override_settings(DJANGO_REDIS_COORD={"URL": redis_url, "DEFAULT_TIMEOUT": None}):
+        [message] = [m for m in check_settings() if m.id == "django_redis_coord.E011"]
+        assert "never expire" in message.msg and "NO_EXPIRY" in message.hint and '"never"' in message.hint
+    for asked in (NO_EXPIRY, "never"):
+        with override_settings(DJANGO_REDIS_COORD={"URL": redis_url, "DEFAULT_TIMEOUT": asked}):
+            assert check_settings() == []
+            with lock("forever") as held:
+                assert held.timeout is None and redis_client.pttl("forever") == -1
+    with override_settings(DJANGO_REDIS_COORD={"URL": redis_url, "DEFAULT_TIMEOUT": NO_EXPIRY, "AUTO_RENEW": True}):
+        assert "django_redis_coord.E011" in ids(check_settings())
+
+
+# -- fences across restarts ------------------------------------------------------------------------
+def test_deploy_warns_when_a_restart_can_lose_the_fence_counters(redis_servers):
+    volatile, snapshots, everysec, always = redis_servers(4)
+    snapshots.client().config_set("save", "900 1")
+    everysec.client().config_set("appendonly", "yes")
+    everysec.client().config_set("appendfsync", "everysec")
+    always.client().config_set("appendonly", "yes")
+    always.client().config_set("appendfsync", "always")
+    for server, words in ((volatile, "no persistence"), (snapshots, "RDB snapshots"), (everysec, "everysec")):
+        with override_settings(DJANGO_REDIS_COORD={"URL": server.url}):
+            found = checks.run_checks(tags=["django_redis_coord"], include_deployment_checks=True)
+        [warning] = [m for m in found if m.id == "django_redis_coord.W004"]
+        assert words in warning.msg and "appendfsync always" in warning.hint and "DurableLock" in warning.hint
+    assert "django_redis_coord.W004" not in deploy_ids(DJANGO_REDIS_COORD={"URL": always.url})
+    # Not part of the plain checks (they never connect).
+    with override_settings(DJANGO_REDIS_COORD={"URL": volatile.url}):
+        assert "django_redis_coord.W004" not in ids(checks.run_checks(tags=["django_redis_coord"]))
+
+
+def test_deploy_says_so_when_config_is_refused(redis_servers):
+    (locked_down,) = redis_servers(1, args=["--rename-command", "CONFIG", ""])
+    found = deploy_ids(DJANGO_REDIS_COORD={"URL": locked_down.url})
+    assert "django_redis_coord.I001" in found and "django_redis_coord.W004" not in found

@@ -875,3 +875,21 @@ def test_a_request_that_waited_in_vain_gets_the_holder_s_retry_after(redis_clien
             assert refused.value.retry_after == 30
     finally:
         holder.release()
+
+
+def test_a_lock_without_expiry_needs_to_be_asked_for_by_name(redis_client):
+    from django_redis_coord import NO_EXPIRY
+
+    with pytest.raises(InvalidLockArgument, match="NO_EXPIRY"):
+        locked("forever", timeout=None)
+
+    @locked("forever", timeout=NO_EXPIRY)
+    def task():
+        assert redis_client.pttl("forever") == -1
+        return current_lock().timeout
+
+    assert task() is None
+    with locked("forever", timeout=NO_EXPIRY) as held:
+        assert held.timeout is None
+    with pytest.raises(InvalidLockArgument, match="needs a timeout"):
+        locked("forever", timeout=NO_EXPIRY, auto_renew=True)

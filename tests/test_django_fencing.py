@@ -446,3 +446,26 @@ def test_afenced_update_follows_the_same_rule(fence_tables):
     assert after == (True, False)
     child.refresh_from_db()
     assert (child.fence, child.balance) == (30, 300)
+
+
+def test_fenced_set_refuses_a_ttl_any_other_duration_refuses_before_writing(redis_client, async_redis):
+    ten_years_and_a_day = 10 * 365 * 24 * 3600 + 86400
+    for ttl in (1e300, float("inf"), float("nan"), ten_years_and_a_day, 0, -1):
+        with pytest.raises(InvalidLockArgument):
+            fenced_set("ttl:bad", "v", 5, client=redis_client, ttl=ttl)
+        assert redis_client.exists("ttl:bad") == 0, ttl
+    for ttl in ("30", True):
+        with pytest.raises(InvalidLockArgumentType):
+            fenced_set("ttl:bad", "v", 5, client=redis_client, ttl=ttl)
+
+    async def scenario():
+        client = async_redis()
+        with pytest.raises(InvalidLockArgument):
+            await afenced_set("ttl:bad", "v", 5, client=client, ttl=1e300)
+        await client.aclose()
+
+    asyncio.run(scenario())
+    assert redis_client.exists("ttl:bad") == 0
+    # The longest duration accepted anywhere is accepted here too.
+    assert fenced_set("ttl:ok", "v", 5, client=redis_client, ttl=10 * 365 * 24 * 3600)
+    assert redis_client.pttl("ttl:ok") > 0

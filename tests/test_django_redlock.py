@@ -15,7 +15,7 @@ from django.http import HttpResponse
 from django.test import AsyncClient, Client, override_settings
 from django.urls import path
 
-from django_redis_coord import Lock, QuorumUnavailable, aredlock, lock_holder, locked
+from django_redis_coord import NO_EXPIRY, Lock, QuorumUnavailable, aredlock, lock_holder, locked
 from django_redis_coord.decorators import LockContended, current_lock, redlock_users
 from django_redis_coord.exceptions import InvalidLockArgument, InvalidLockArgumentType, LockNotOwnedError
 from django_redis_coord.shortcuts import AsyncSignallingRedlock, SignallingRedlock, redlock
@@ -293,7 +293,7 @@ def test_factories_use_the_settings(three, redis_client):
         fence, during = asyncio.run(scenario())
         assert fence > 0 and during[0] is not None and during == [during[0]] * 3
         assert redlock.__module__ == aredlock.__module__ == "django_redis_coord.shortcuts"
-    with override_settings(DJANGO_REDIS_COORD={**value, "DEFAULT_TIMEOUT": None}):
+    with override_settings(DJANGO_REDIS_COORD={**value, "DEFAULT_TIMEOUT": "never"}):
         with pytest.raises(InvalidLockArgument, match="always expires"):
             redlock("ledger")
 
@@ -377,6 +377,9 @@ def test_signals_fire_with_fences(three, redis_client, rf, received):
     first = in_thread(lambda: view(rf.get("/")))
     wait_for(lambda: entered(redis_client, "signalled"))
     master_fences = [lock_holder(server.client(), "signalled").fence for server in three]
+    # Each master's holder info names the view (what the listing, the admin and the command show).
+    assert [lock_holder(server.client(), "signalled").extra.get("view") for server in three] == [
+        f"{__name__}.test_signals_fire_with_fences.<locals>.view"] * 3
     assert view(rf.get("/")).status_code == 409
     redis_client.set("go:signalled", 1)
     response = first()
@@ -452,10 +455,10 @@ def test_incompatible_options_fail_at_decoration(three):
     with pytest.raises(InvalidLockArgument, match="not a semaphore"):
         locked("x", redlock=True, limit=2)
     with pytest.raises(InvalidLockArgument, match="always expires"):
-        locked("x", redlock=True, timeout=None)
+        locked("x", redlock=True, timeout=NO_EXPIRY)
     with pytest.raises(InvalidLockArgumentType):
         locked("x", redlock="yes")
-    value = {"URL": django_settings.REDIS_URL, "DEFAULT_TIMEOUT": None,
+    value = {"URL": django_settings.REDIS_URL, "DEFAULT_TIMEOUT": NO_EXPIRY,
              "REDLOCK": {"MASTERS": [server.url for server in three]}}
     with override_settings(DJANGO_REDIS_COORD=value):
         with pytest.raises(InvalidLockArgument, match="DEFAULT_TIMEOUT"):

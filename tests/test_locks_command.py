@@ -449,3 +449,42 @@ def test_on_a_redis_cluster(settings):
         client.close()
     finally:
         cluster.stop()
+
+
+# -- hostile names -------------------------------------------------------------------------------
+EVIL_NAME = "evil\x1b[2J\x1b]0;owned\x07\r\nFAKE  lock  1\u202e"
+
+
+def test_text_output_escapes_control_characters(redis_client):
+    lock = Lock(redis_client, EVIL_NAME, timeout=60, label="job\x1b[31m\rred")
+    lock.acquire()
+    pool = Semaphore(redis_client, "pool\x1b[1m", limit=2, timeout=60)
+    pool.acquire()
+    listed = run("list")
+    shown = run("show", EVIL_NAME)
+    for output in (listed, shown):
+        assert not any(char in output for char in "\x1b\x07\r\u202e"), output
+        assert "evil\\x1b[2J\\x1b]0;owned\\x07\\r\\nFAKE  lock  1\\u202e" in output
+    assert "job\\x1b[31m\\rred" in listed and "job\\x1b[31m\\rred" in shown
+    assert "pool\\x1b[1m" in listed
+    # One line per holder: a name cannot add a row.
+    assert len(listed.splitlines()) == 1 + 2 + 1
+    # JSON keeps the name exactly (escaped by json).
+    assert {h["name"] for h in json.loads(run("list", "--json"))} == {EVIL_NAME, "pool\x1b[1m"}
+
+
+def test_each_semaphore_permit_has_its_own_id(redis_client):
+    from django_redis_coord.listing import parse_holder_id
+
+    pool = Semaphore(redis_client, "ids:pool", limit=3, timeout=60)
+    pool.acquire()
+    pool.acquire()
+    Lock(redis_client, "ids:lock", timeout=60).acquire()
+    listed = json.loads(run("list", "--json"))
+    ids = [h["id"] for h in listed]
+    assert len(ids) == 3 and len(set(ids)) == 3
+    # Every id still names its primitive (the admin page of the semaphore, the lock).
+    assert sorted(parse_holder_id(i) for i in ids) == [("lock", b"ids:lock"), ("sem", b"ids:pool"),
+                                                        ("sem", b"ids:pool")]
+    shown = json.loads(run("show", "ids:pool", "--json"))
+    assert sorted(h["id"] for h in shown["holders"]) == sorted(i for i in ids if parse_holder_id(i)[0] == "sem")

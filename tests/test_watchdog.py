@@ -259,3 +259,32 @@ def test_holds_taken_at_different_instants_share_renewal_round_trips(redis_clien
     assert sum(batches) >= 20 * 2 and len(batches) <= 20, batches
     for lock in locks:
         lock.release()
+
+
+def test_a_blocked_on_lost_callback_delays_no_other_locks_loss_signal(redis_client, received, caplog):
+    from django_redis_coord import lock as signalling_lock
+
+    release_blocked = threading.Event()
+    blocked_entered = threading.Event()
+    other_lost = threading.Event()
+
+    def blocked(lock):
+        blocked_entered.set()
+        release_blocked.wait(30)
+
+    stuck = Lock(redis_client, "stuck", timeout=0.6, auto_renew=True, on_lost=blocked)
+    other = signalling_lock("other", timeout=0.6, auto_renew=True, on_lost=lambda lk: other_lost.set())
+    try:
+        assert stuck.acquire() and other.acquire()
+        with caplog.at_level("WARNING", logger="django_redis_coord"):
+            redis_client.delete("stuck")
+            assert blocked_entered.wait(5)
+            redis_client.delete("other")
+            # The other lock's callback and its lock_lost signal come while the first one still blocks.
+            assert other_lost.wait(3)
+            _wait_for(lambda: any(label == "lost" and data["name"] == "other" for label, data in received), 3)
+            # The callback running long is reported, naming its lock.
+            _wait_for(lambda: any("on_lost" in r.getMessage() and "'stuck'" in r.getMessage()
+                                  for r in caplog.records if r.levelname == "WARNING"), 5)
+    finally:
+        release_blocked.set()

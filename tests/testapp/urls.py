@@ -21,6 +21,8 @@ urlpatterns = [
     path("auser/", views.aper_user),
     path("query/", views.by_query),
     path("header/", views.by_header),
+    path("two-headers/", views.by_two_headers),
+    path("callable-header/", views.by_callable_header),
     path("default/", views.default_key),
     path("callable/<str:name>/", views.by_callable),
     path("rollback/<str:name>/", views.rollback),

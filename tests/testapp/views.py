@@ -180,6 +180,16 @@ def by_header(request):
     return describe(request)
 
 
+@locked("pair:{headers[X-A]}:{headers[X-B]}")
+def by_two_headers(request):
+    return describe(request)
+
+
+@locked(key=lambda request: request.headers.get("X-Key"))
+def by_callable_header(request):
+    return describe(request)
+
+
 @locked
 def default_key(request):
     return HttpResponse(current_lock().name)

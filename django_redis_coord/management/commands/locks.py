@@ -6,6 +6,8 @@
     manage.py locks release NAME [--kind lock|sem] [--fence FENCE] [--yes]
     manage.py locks ping [--json]
 
+Text output writes every non-printable character of a name, label, host or thread as its escape
+(``\x1b``, ``\n``...): what a name holds never reaches the terminal as a control sequence.
 Names are given and shown without ``KEY_PREFIX`` (as the code names them); ``--all-prefixes``
 lists every holder in the database under its full key.  Exit status: 0 success, 1 bad
 arguments or settings, 3 Redis unreachable, 4 nothing held under that name, 5 release not
@@ -31,6 +33,7 @@ from django_redis_coord.conf import SETTING_NAME, coord_settings
 from django_redis_coord.connection import describe_connection, get_client
 from django_redis_coord.exceptions import InvalidLockArgument
 from django_redis_coord.listing import KINDS, HolderListing, LiveHolder, Waiter, format_ms
+from django_redis_coord.terminal import printable, quoted
 
 #: Exit statuses (also documented in docs/operations.md).
 EXIT_USAGE = 1
@@ -254,7 +257,7 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False))
             return
         first = holders[0]
-        self.stdout.write(f"{KINDS[kind]} {self.shown(first.name)!r} (key {first.name!r})")
+        self.stdout.write(f"{KINDS[kind]} {quoted(self.shown(first.name))} (key {quoted(first.name)})")
         if first.usage:
             self.stdout.write(f"  permits in use: {first.usage}")
         for holder in holders:
@@ -274,7 +277,7 @@ class Command(BaseCommand):
             details += [(key, json.dumps(value)) for key, value in sorted(holder.extra.items())]
             width = max(len(key) for key, _ in details)
             for key, value in details:
-                self.stdout.write(f"  {key.ljust(width)}  {value}")
+                self.stdout.write(f"  {printable(key).ljust(width)}  {printable(value)}")
         self.stdout.write("")
         self.stdout.write(f"  waiting: {len(waiters)}")
         if waiters:
@@ -326,8 +329,8 @@ class Command(BaseCommand):
         else:
             target = holders[0]
         summary = (
-            f"{KINDS[kind]} {self.shown(target.name)!r}, fence {target.fence}, held by {target.owner}"
-            + (f" ({target.label})" if target.label else "")
+            f"{KINDS[kind]} {quoted(self.shown(target.name))}, fence {target.fence}, held by "
+            f"{printable(target.owner)}" + (f" ({printable(target.label)})" if target.label else "")
             + f" for {format_ms(target.held_for_ms)}, {format_ms(target.ttl_ms)} left"
         )
         if not options["yes"]:
@@ -386,7 +389,8 @@ class Command(BaseCommand):
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned columns separated by two spaces."""
+    """Left-aligned columns separated by two spaces; each cell :func:`printable`."""
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [len(header) for header in headers]
     for row in rows:
         widths = [max(width, len(cell)) for width, cell in zip(widths, row)]
