@@ -9,8 +9,8 @@ from django_redis_coord import Lock, Semaphore
 from django_redis_coord._base import META_RETENTION_MS
 from django_redis_coord.listing import HolderListing
 
-#: The registry of a slot outlives its latest entry by a minute.
-REGISTRY_GRACE_MS = 60_000
+#: The registry of a slot outlives its latest entry by one to two minutes.
+REGISTRY_GRACE_MS = 120_000
 
 
 def keys_without_expiry(client) -> list[bytes]:
@@ -68,11 +68,11 @@ def test_holds_without_expiry_keep_their_keys_until_released(redis_client):
     assert keys_without_expiry(redis_client) == []  # the registries too, once their last entry went
 
 
-def test_a_registry_outlives_its_latest_entry_by_a_minute(redis_client):
+def test_a_registry_outlives_its_latest_entry_by_one_to_two_minutes(redis_client):
     lock = Lock(redis_client, "reg", timeout=2)
     assert lock.acquire(blocking=False)
     registry = lock.keys.registry
-    assert 2000 < redis_client.pttl(registry) <= 2000 + REGISTRY_GRACE_MS
+    assert 2000 + REGISTRY_GRACE_MS // 2 < redis_client.pttl(registry) <= 2000 + REGISTRY_GRACE_MS
     assert lock.extend(10)
     assert 10_000 < redis_client.pttl(registry) <= 12_000 + REGISTRY_GRACE_MS
     lock.release()

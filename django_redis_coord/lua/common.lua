@@ -25,8 +25,9 @@ local function prune_registry(registry, now_ms)
   redis.call('ZREMRANGEBYSCORE', registry, '-inf', '(' .. int(now_ms))
 end
 
--- A slot's registry lives as long as its latest entry, and a minute more (for ever while an entry
--- has no expiry): every script that adds or removes an entry ends with this.
+-- A slot's registry lives as long as its latest entry, and one to two minutes more (for ever while
+-- an entry has no expiry).  registry_expire() sets that from the entries; the scripts that add or
+-- remove an entry call registry_added() or registry_removed(), which mostly need one PTTL.
 local function registry_expire(registry, now_ms)
   local last = redis.call('ZRANGE', registry, -1, -1, 'WITHSCORES')
   if not last[1] then
@@ -35,7 +36,26 @@ local function registry_expire(registry, now_ms)
   if string.find(last[2], 'inf', 1, true) then
     redis.call('PERSIST', registry)
   else
-    redis.call('PEXPIRE', registry, math.max(tonumber(last[2]) - now_ms, 0) + 60000)
+    redis.call('PEXPIRE', registry, math.max(tonumber(last[2]) - now_ms, 0) + 120000)
+  end
+end
+
+-- An entry that ends in `ttl` ms (0: never) was added to the registry.
+local function registry_added(registry, ttl, now_ms)
+  local pttl = redis.call('PTTL', registry)
+  if ttl == 0 then
+    if pttl ~= -1 then redis.call('PERSIST', registry) end
+  elseif pttl == -1 then  -- a new key, or one kept for an entry with no expiry
+    registry_expire(registry, now_ms)
+  elseif pttl < ttl + 60000 then
+    redis.call('PEXPIRE', registry, ttl + 120000)
+  end
+end
+
+-- An entry left the registry: only a registry kept for ever may have lost its last such entry.
+local function registry_removed(registry)
+  if redis.call('PTTL', registry) == -1 then
+    registry_expire(registry, (server_now()))
   end
 end
 
@@ -58,7 +78,7 @@ local function record_grant(meta, registry, member, token, ttl, info, now_ms, no
     redis.call('ZADD', registry, '+inf', member)
     redis.call('PERSIST', meta)
   end
-  registry_expire(registry, now_ms)
+  registry_added(registry, ttl, now_ms)
   return fence
 end
 

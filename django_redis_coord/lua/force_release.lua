@@ -10,7 +10,7 @@ local member, retention, expected = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local fence = redis.call('HGET', meta, 'fence') or '0'
 if not redis.call('GET', name) then
   redis.call('ZREM', registry, member)
-  registry_expire(registry, server_now())
+  registry_removed(registry)
   return {0, fence, fence, false}
 end
 if expected ~= '' and expected ~= fence then
@@ -25,5 +25,5 @@ redis.call('ZREM', registry, member)
 -- lock's current fence, now refuses the old holder.
 local bumped = next_fence(meta, now_us)
 local heir = hand_off(name, meta, queue, waiters, registry, member, now_ms, now_us, retention, nil)
-registry_expire(registry, now_ms)
+registry_removed(registry)
 return {1, fence, int(bumped), heir or false}

@@ -25,7 +25,7 @@ if mode == 'persist' then
   redis.call('PERSIST', meta)
   redis.call('HSET', meta, 'ttl', '0')
   redis.call('ZADD', registry, '+inf', member)
-  registry_expire(registry, now_ms)
+  registry_added(registry, 0, now_ms)
   return -1
 end
 local new_ttl = ms
@@ -39,5 +39,5 @@ end
 redis.call('PEXPIRE', name, new_ttl)
 redis.call('PEXPIRE', meta, new_ttl + retention)
 redis.call('ZADD', registry, int(now_ms + new_ttl), member)
-registry_expire(registry, now_ms)
+registry_added(registry, new_ttl, now_ms)
 return new_ttl

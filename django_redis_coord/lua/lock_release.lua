@@ -20,7 +20,7 @@ if redis.call('EXISTS', queue) == 1 then
 end
 redis.call('DEL', name)
 redis.call('ZREM', registry, member)
-registry_expire(registry, server_now())
+registry_removed(registry)
 -- Only the fence counter (and the arrival counter of the queue) stays, for the retention period,
 -- also after a hold with no expiry: the holder fields describe nobody once `name` is gone.
 redis.call('HDEL', meta, 'token', 'info', 'since', 'ttl', 'claim')

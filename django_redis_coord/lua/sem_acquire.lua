@@ -52,7 +52,7 @@ if free then
   if granted then last = redis.call('HGET', meta, 'fence') end
   local fence, expiry = sem_grant(permits, meta, token, ttl, 0, info, now_ms, now_us, last)
   prune_registry(registry, now_ms)  -- holds of this slot that ended without a release
-  sem_publish(permits, registry, member, expiry)
+  sem_publish(permits, registry, member, expiry, now_ms)
   sem_expire(permits, meta, retention, now_ms)
   if ttl > 0 then return {1, fence, ttl, 0} end
   return {1, fence, -1, 0}

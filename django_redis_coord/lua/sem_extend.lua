@@ -17,7 +17,7 @@ local left = sem_left(score, now_ms)
 if left and left <= 0 then
   -- The lease ended: the permit is gone even though nobody reclaimed it yet.
   sem_reclaim(permits, meta, now_ms)
-  sem_publish(permits, registry, member, nil)
+  sem_publish(permits, registry, member, nil, now_ms)
   sem_expire(permits, meta, retention, now_ms)
   return -2
 end

@@ -29,6 +29,6 @@ sem_reclaim(permits, meta, now_ms)
 local limit = tonumber(redis.call('HGET', meta, 'limit') or '0')
 -- Whether a waiter was granted a permit (dead waiters dropped from the queue on the way do not count).
 local _, heir = sem_hand_off(permits, meta, queue, waiters, registry, member, limit, now_ms, now_us, nil)
-sem_publish(permits, registry, member, nil)
+sem_publish(permits, registry, member, nil, now_ms)
 sem_expire(permits, meta, retention, now_ms)
 return {1, ARGV[2], int(bumped), heir}

@@ -22,9 +22,9 @@ if score then
   -- The registry lists the latest lease end: recompute it only if it may have been this one.
   if redis.call('ZCARD', permits) == 0 then
     redis.call('ZREM', registry, member)
-    registry_expire(registry, now_ms)
+    registry_removed(registry)
   elseif redis.call('ZSCORE', registry, member) == score then
-    sem_publish(permits, registry, member, nil)
+    sem_publish(permits, registry, member, nil, now_ms)
   end
 end
 sem_expire(permits, meta, retention, now_ms)

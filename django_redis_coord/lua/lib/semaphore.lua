@@ -63,7 +63,7 @@ end
 
 -- Keep the registry entry of the semaphore at its latest lease end: raise it to `expiry` (a new
 -- or renewed lease), or recompute it when `expiry` is nil (a permit left).
-local function sem_publish(permits, registry, member, expiry)
+local function sem_publish(permits, registry, member, expiry, now_ms)
   if expiry then
     local listed = redis.call('ZSCORE', registry, member)
     local raise = not listed
@@ -72,17 +72,21 @@ local function sem_publish(permits, registry, member, expiry)
     end
     if raise then
       redis.call('ZADD', registry, expiry, member)
-      registry_expire(registry, server_now())
+      if expiry == '+inf' then
+        registry_added(registry, 0, now_ms)
+      else
+        registry_added(registry, expiry - now_ms, now_ms)
+      end
     end
     return
   end
   local last = redis.call('ZRANGE', permits, -1, -1, 'WITHSCORES')
   if last[1] then
-    redis.call('ZADD', registry, last[2], member)
+    redis.call('ZADD', registry, last[2], member)  -- no later than before: the key's expiry still covers it
   else
     redis.call('ZREM', registry, member)
   end
-  registry_expire(registry, server_now())
+  registry_removed(registry)
 end
 
 -- Keep the keys of a semaphore only while they are used: the permits set until its last lease
@@ -116,9 +120,9 @@ local function sem_claim(permits, meta, registry, member, token, ttl, now_ms)
   redis.call('ZADD', permits, expiry, token)
   redis.call('HSET', meta, field, int(fence) .. ' ' .. int(since) .. ' 0 ' .. info)
   if before and pttl ~= -1 and (not sem_left(before, now_ms) or tonumber(before) > expiry) then
-    sem_publish(permits, registry, member, nil)  -- the lease got shorter: recompute
+    sem_publish(permits, registry, member, nil, now_ms)  -- the lease got shorter: recompute
   else
-    sem_publish(permits, registry, member, expiry)
+    sem_publish(permits, registry, member, expiry, now_ms)
   end
   return fence, pttl
 end
@@ -138,7 +142,7 @@ local function sem_hand_off(permits, meta, queue, waiters, registry, member, lim
     end
     local fence, expiry = sem_grant(permits, meta, head, ttl, provisional, info, now_ms, now_us,
                                     redis.call('HGET', meta, 'fence'))
-    sem_publish(permits, registry, member, expiry)
+    sem_publish(permits, registry, member, expiry, now_ms)
     notify(channel, id, int(fence) .. ' ' .. provisional)
     granted_any = true
     if ttl > 0 and 3 * ttl < lease and (not shortest or ttl < shortest) then
