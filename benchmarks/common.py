@@ -11,8 +11,10 @@ import math
 import multiprocessing
 import os
 import platform
+import secrets
 import statistics
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -229,6 +231,79 @@ def commands_delta(before: dict[str, int], after: dict[str, int], ignore: frozen
             continue
         total += calls - before.get(name, 0)
     return total
+
+
+def connection_counts(admin: Any, name: str) -> tuple[int, int, int]:
+    """The client connections named ``name`` (a client made with ``client_name=name``: every
+    connection of its pool, pub/sub ones included, carries it) as ``CLIENT LIST`` shows them now:
+    how many in all, how many blocked in a command (flag ``b``) and how many subscribed (flag
+    ``P``, or ``sub``/``psub`` above 0)."""
+    total = blocked = subscribed = 0
+    for entry in admin.client_list():
+        if entry.get("name") != name:
+            continue
+        total += 1
+        flags = entry.get("flags", "")
+        blocked += "b" in flags
+        subscribed += "P" in flags or int(entry.get("sub", 0)) > 0 or int(entry.get("psub", 0)) > 0
+    return total, blocked, subscribed
+
+
+class CommandMonitor:
+    """Counts, with ``MONITOR`` on a connection of its own, the commands the clients *send*.
+
+    Used as a context manager around a run.  Commands run inside a Lua script (shown by MONITOR as
+    ``[0 lua]``) are left out, and so are the benchmark's own: those of this object's admin
+    connection (the end marker) and connection set-up (:data:`HANDSHAKE_COMMANDS`).  ``counts``
+    is ``{COMMAND: calls}`` once the block has ended.  MONITOR slows the server down: measure
+    speed in runs without it.
+    """
+
+    def __init__(self, server: RedisServer, wait: float = 60.0) -> None:
+        self.server = server
+        self.wait = wait
+        self.counts: dict[str, int] = {}
+        self._marker = "bench-monitor-end-" + secrets.token_hex(8)
+        self._error: Optional[BaseException] = None
+
+    def __enter__(self) -> CommandMonitor:
+        self._client = self.server.client()
+        self._admin = self.server.client()
+        self._admin_addr = str(self._admin.client_info()["addr"])
+        self._monitor = self._client.monitor().__enter__()  # MONITOR sent, its OK read
+        self._thread = threading.Thread(target=self._read, name="bench monitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def _read(self) -> None:
+        try:
+            while True:
+                entry = self._monitor.next_command()
+                if entry is None or entry["client_type"] == "lua":
+                    continue
+                words = entry["command"].split(" ", 1)
+                if f"{entry['client_address']}:{entry['client_port']}" == self._admin_addr:
+                    if self._marker in entry["command"]:
+                        return
+                    continue
+                name = words[0].upper()
+                if name not in HANDSHAKE_COMMANDS:
+                    self.counts[name] = self.counts.get(name, 0) + 1
+        except BaseException as exc:  # reported by __exit__
+            self._error = exc
+
+    def __exit__(self, *exc_info: Any) -> None:
+        try:
+            self._admin.echo(self._marker)  # the reader stops when it reads this
+            self._thread.join(self.wait)
+        finally:
+            self._monitor.__exit__(*exc_info)
+            self._admin.close()
+            self._client.close()
+        if self._thread.is_alive():
+            raise RuntimeError(f"MONITOR output not read to its end within {self.wait:g} s")
+        if self._error is not None:
+            raise RuntimeError("reading MONITOR failed") from self._error
 
 
 def percentile(values: Sequence[float], p: float) -> float:

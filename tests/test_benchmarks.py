@@ -33,7 +33,12 @@ TINY = bench_lock.Sizes(
     contention_seconds=0.3,
     contention_procs=(2,),
     contention_rounds=1,
-    contenders=("raw", "ours", "ceiling"),
+    contenders=("raw", "redis-py 1ms", "ours", "ceiling"),
+    monitor_seconds=0.2,
+    many_libs=("redis-py", "ours", "ours asyncio"),
+    many_counts=(1, 10),
+    many_timeout=30.0,
+    many_settle=0.1,
     expiry_libs=("ours",),
     expiry_trials=1,
     expiry_ttl=0.5,
@@ -120,7 +125,10 @@ def test_lock_benchmark_end_to_end_with_tiny_sizes(redis_servers, tmp_path):
     write_report(section, ctx, started=0.0)
     report = (tmp_path / "lock.md").read_text()
     for heading in ("## Targets", "## Uncontended acquire + release", "## Contention", "### 2 processes",
-                    "## Crash-expiry handoff", "## Handoff latency", "![", "lock_contention.png"):
+                    "### Ours against the best peer of this run",
+                    "### Commands sent per acquisition, counted by MONITOR (2 processes)",
+                    "## Many waiters in one process", "## Crash-expiry handoff", "## Handoff latency", "![",
+                    "lock_contention.png"):
         assert heading in report, heading
     figures = section.figures
     for lib in bench_lock.ALL:
@@ -139,13 +147,33 @@ def test_lock_benchmark_end_to_end_with_tiny_sizes(redis_servers, tmp_path):
     # Ours sends at least an acquire and a release per acquisition; the server counts scripted calls too.
     assert figures["contention2.ours.sent_cmds"] >= 2
     assert figures["contention2.ours.server_cmds"] > figures["contention2.ours.sent_cmds"]
+    # MONITOR sees the same: the ceiling's two commands, and ours' scripts without what they run.
+    assert figures["contention2.ceiling.monitor_cmds"] == pytest.approx(2.0, abs=0.05)
+    assert 2 <= figures["contention2.ours.monitor_cmds"] < figures["contention2.ours.server_cmds"]
+    assert figures["contention2.ours.held_vs_best_peer"] > 0
+    # Many waiters in one process: ours serves them all on one waiting connection (and a command
+    # connection per waiter at most); a peer's failures are counted, not raised.
+    for lib in ("ours", "ours asyncio"):
+        for count in TINY.many_counts:
+            prefix = f"many.{lib}.{count}."
+            assert figures[prefix + "served"] == count, (lib, count)
+            assert figures[prefix + "errors"] == 0 and figures[prefix + "overlaps"] == 0, (lib, count)
+            assert figures[prefix + "blocked"] + figures[prefix + "subscribed"] <= 4, (lib, count)
+            assert 1 <= figures[prefix + "connections"] <= count + 1, (lib, count)
+            assert 0 < figures[prefix + "p50"] <= figures[prefix + "p99"], (lib, count)
+            assert figures[prefix + "total_s"] > 0
+    for count in TINY.many_counts:
+        assert figures[f"many.redis-py.{count}.served"] + figures[f"many.redis-py.{count}.errors"] == count
     # The waiter cannot own the lock before the crashed holder's TTL ended (PTTL has 1 ms steps),
     # and gets it within a generous bound even on a busy machine.
     assert -5 <= figures["expiry_ms.ours"] <= 1000
     assert figures["handoff_p50_ms.ours"] > 0
     labels = [check.label for check in section.checks]
     assert any("uncontended ours" in label for label in labels)
-    assert any("held fraction" in label for label in labels)
+    assert any("held fraction / best peer's" in label for label in labels)
+    assert any("wait p99 / best peer's" in label for label in labels)
+    assert any("MONITOR" in label for label in labels)
+    assert any("many waiters: ours asyncio" in label for label in labels)
     assert any("crash-expiry" in label for label in labels)
     assert (tmp_path / "lock_contention.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The machine's round trips by CPU placement (this machine has two CPUs or more; else none).
