@@ -250,7 +250,7 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
     section.text(f"{sizes.procs} processes loop on one semaphore of {LIMIT} permits: acquire (blocking), hold "
                  f"{sizes.hold_s * 1000:g} ms, release, think {sizes.think_s * 1000:g} ms, for "
                  f"{sizes.contention_seconds:g} s. *wait* is acquire's duration; *fairness* the fewest / most "
-                 "acquisitions of any process; *cmds/acq* what the clients sent (EVALSHA, BLPOP, MULTI/EXEC "
+                 "acquisitions of any process; *cmds/acq* what the clients sent (EVALSHA, SUBSCRIBE, MULTI/EXEC "
                  "each 1); *server cmds/acq* the INFO commandstats delta (on Redis 6 it also counts every "
                  "command run inside a Lua script); *max holders* the most hold intervals (time.monotonic_ns "
                  "in each process, acquire's return to release's call) open at one instant, computed here from "
