@@ -17,7 +17,8 @@ Python code expects.  The tree (``also``: further base classes)::
     │   ├── StaleFenceError             a fenced write from a holder older than one seen
     │   ├── QuorumUnavailable           also redis ConnectionError: too few Redlock masters answered
     │   └── ReplicationNotAcknowledged  too few replicas confirmed a DurableLock's grant
-    └── TransactionConflict             also redis WatchError: optimistic() ran out of retries
+    ├── TransactionConflict             also redis WatchError: optimistic() ran out of retries
+    └── RedisServerNotFound             also RuntimeError: no redis-server binary (testing helpers)
 
 :class:`TransactionConflict` is not a lock error: an optimistic transaction takes no lock, and
 it is what redis-py raises for one conflict (``WatchError``) after every retry.  Until 0.1 it was
@@ -43,6 +44,7 @@ __all__ = [
     "LockAcquireTimeout",
     "QuorumUnavailable",
     "ReplicationNotAcknowledged",
+    "RedisServerNotFound",
     "ConnectionPoolTooSmall",
     "SemaphoreLimitNotSet",
     "TransactionConflict",
@@ -123,6 +125,10 @@ class ReplicationNotAcknowledged(CoordLockError):
         super().__init__(message, lock_name=lock_name)
         self.acknowledged = acknowledged
         self.required = required
+
+
+class RedisServerNotFound(CoordError, RuntimeError):
+    """No redis-server binary could be found (see :mod:`django_redis_coord.testing`)."""
 
 
 class SemaphoreLimitNotSet(CoordLockError, TypeError):

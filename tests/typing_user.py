@@ -5,6 +5,8 @@ Never run: tests/test_typing.py has mypy check it with ``--strict``.
 
 from __future__ import annotations
 
+import asyncio
+
 import redis
 import redis.asyncio
 
@@ -32,6 +34,7 @@ from django_redis_coord import (
     semaphore,
 )
 from django_redis_coord.exceptions import ReplicationNotAcknowledged
+from django_redis_coord.testing import RedisServer, settings_for
 
 
 def close_month(client: redis.Redis) -> int | None:
@@ -115,3 +118,8 @@ def bump(client: redis.Redis) -> None:
     except (LockError, CoordError):
         raise
 
+
+def private_server() -> dict[str, object]:
+    with RedisServer() as server:
+        asyncio.run(crawl(server.async_client()))
+        return settings_for(server, KEY_PREFIX="test")
