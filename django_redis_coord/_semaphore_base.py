@@ -107,18 +107,8 @@ class SemaphoreBase(QueuedBase):
         waiter_lease: Number = DEFAULT_WAITER_LEASE,
     ) -> None:
         self.limit = limit
-        super().__init__(
-            redis,
-            name,
-            timeout,
-            blocking,
-            blocking_timeout,
-            label=label,
-            auto_renew=auto_renew,
-            on_lost=on_lost,
-            raise_on_release_error=raise_on_release_error,
-            waiter_lease=waiter_lease,
-        )
+        super().__init__(redis, name, timeout, blocking, blocking_timeout, label=label, auto_renew=auto_renew,
+                         on_lost=on_lost, raise_on_release_error=raise_on_release_error, waiter_lease=waiter_lease)
         #: Permits held through this object, by token.
         self._permits: dict[bytes, Permit] = {}
 
