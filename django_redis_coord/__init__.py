@@ -1,17 +1,24 @@
 """Distributed locks and semaphores on Redis for Django, Celery workers and plain scripts.
 
-The core primitives (:class:`Lock`, :class:`IdentityLock`, their asyncio twins in
-``django_redis_coord.asyncio``) import nothing from Django.  The Django surfaces (settings,
-``@locked``, the ``locks`` command and the admin page) load only when used.
+The core primitives (:class:`Lock`, :class:`Semaphore`, :class:`Redlock`, :class:`DurableLock`,
+:class:`IdentityLock`, their asyncio twins in ``django_redis_coord.asyncio``) import nothing from
+Django.  The Django surfaces (settings, ``@locked``, the ``lock()`` shortcuts, the ``locks``
+command and the admin page) load only when used: their names below are served on first access.
+
+``django_redis_coord.redlock`` and ``django_redis_coord.holders`` are modules; the Redlock
+factory configured from the settings is :func:`get_redlock` (``django_redis_coord.shortcuts.redlock``)
+and the function that lists a lock's holders is :func:`lock_holders`.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from . import holders
 from .exceptions import (
     CoordError,
+    CoordLockError,
     InvalidLockArgument,
     InvalidLockArgumentType,
     LockAcquireTimeout,
@@ -19,56 +26,104 @@ from .exceptions import (
     LockLostError,
     LockNotOwnedError,
     NameKindConflict,
+    QuorumUnavailable,
+    ReplicationNotAcknowledged,
     SemaphoreLimitNotSet,
     StaleFenceError,
     TransactionConflict,
 )
 from .expiry import NO_EXPIRY
-from .holders import HolderInfo, holders, lock_holder
+from .holders import HolderInfo, lock_holder
+from .holders import holders as lock_holders
 from .identity import IdentityLock
 from .locks import Lock
+
+if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
+    from . import redlock
+    from .decorators import KeyTemplateError, KeyTooLong, LockContended, MissingKeyValue, current_lock, locked
+    from .durable import DurableLock
+    from .fencing import afenced_get, afenced_set, afenced_update, fenced_get, fenced_set, fenced_update
+    from .redlock import Redlock
+    from .semaphores import Semaphore
+    from .shortcuts import alock, aredlock, asemaphore, lock, semaphore
+    from .shortcuts import redlock as get_redlock
+    from .transactions import optimistic
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CoordError",
-    "HolderInfo",
+    # core primitives (no Django)
+    "DurableLock",
     "IdentityLock",
+    "Lock",
+    "Redlock",
+    "Semaphore",
+    "optimistic",
+    "NO_EXPIRY",
+    # who holds what
+    "HolderInfo",
+    "holders",
+    "lock_holder",
+    "lock_holders",
+    # exceptions (see django_redis_coord.exceptions for the hierarchy)
+    "CoordError",
+    "CoordLockError",
     "InvalidLockArgument",
     "InvalidLockArgumentType",
-    "Lock",
+    "KeyTemplateError",
+    "KeyTooLong",
     "LockAcquireTimeout",
+    "LockContended",
     "LockError",
     "LockLostError",
     "LockNotOwnedError",
-    "NO_EXPIRY",
+    "MissingKeyValue",
     "NameKindConflict",
+    "QuorumUnavailable",
+    "ReplicationNotAcknowledged",
     "SemaphoreLimitNotSet",
     "StaleFenceError",
     "TransactionConflict",
-    "holders",
-    "lock_holder",
+    # Django glue, configured from settings.DJANGO_REDIS_COORD
+    "alock",
+    "aredlock",
+    "asemaphore",
+    "current_lock",
+    "get_redlock",
+    "lock",
+    "locked",
+    "semaphore",
+    "afenced_get",
+    "afenced_set",
+    "afenced_update",
+    "fenced_get",
+    "fenced_set",
+    "fenced_update",
+    # modules
+    "redlock",
 ]
 
-# Names served lazily, so that importing the core never imports Django (or optional modules).
-# Planned names and the module that defines each (see the issues); a missing module raises
-# AttributeError like any unknown name.
+# Names served lazily, so that importing the core never imports Django (or optional modules):
+# each name and the module that defines it ("module:attribute" when the name differs).
 _LAZY: dict[str, str] = {
     # core (no Django)
     "Semaphore": ".semaphores",
     "optimistic": ".transactions",
     "Redlock": ".redlock",
-    "QuorumUnavailable": ".redlock",
     "DurableLock": ".durable",
-    "ReplicationNotAcknowledged": ".durable",
     # Django glue
     "locked": ".decorators",
     "current_lock": ".decorators",
+    "LockContended": ".decorators",
+    "KeyTemplateError": ".decorators",
+    "MissingKeyValue": ".decorators",
+    "KeyTooLong": ".decorators",
     "lock": ".shortcuts",
     "alock": ".shortcuts",
     "semaphore": ".shortcuts",
     "asemaphore": ".shortcuts",
-    # The sync factory is django_redis_coord.shortcuts.redlock: the package's "redlock" is its module.
+    # The package's "redlock" is its module: the sync factory is served as get_redlock.
+    "get_redlock": ".shortcuts:redlock",
     "aredlock": ".shortcuts",
     "fenced_update": ".fencing",
     "afenced_update": ".fencing",
@@ -80,11 +135,13 @@ _LAZY: dict[str, str] = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    if name == "redlock":
+        return import_module(".redlock", __name__)
+    module, _, attribute = _LAZY.get(name, "").partition(":")
+    if not module:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
         target = import_module(module, __name__)
     except ModuleNotFoundError as exc:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r} ({exc})") from None
-    return getattr(target, name)
+    return getattr(target, attribute or name)

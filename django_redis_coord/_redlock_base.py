@@ -2,7 +2,7 @@
 
 Nothing in here talks to Redis; :mod:`django_redis_coord.redlock` and
 :mod:`django_redis_coord.asyncio.redlock` send the commands built here to every master at once,
-one redis-py pipeline per master (see :func:`queue_commands`).
+one redis-py pipeline per master (see :mod:`django_redis_coord._redlock_commands`).
 
 Each master runs the ordinary lock scripts (``lua/lock_*.lua``) on the same keys a
 :class:`~django_redis_coord.Lock` of the same name uses, so a Redlock hold on a master shows up in
@@ -14,36 +14,37 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, Optional, Union
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
-
-from ._base import (
-    Grant,
-    LockBase,
-    Number,
-    ReleaseOnExit,
-    as_bytes,
-    check_number,
-    drift,
-    encode_token,
-    first_time,
-    new_token,
-    to_ms,
+from ._arguments import Number, as_bytes, check_number, drift, encode_token, new_token, to_ms
+from ._grants import Grant
+from ._holds import SharedHold as BaseSharedHold
+from ._holds import first_time
+from ._lock_base import LockBase, ReleaseOnExit
+from ._redlock_commands import (
+    Command,
+    ScriptCall,
+    Tally,
+    accept_one,
+    accept_pttl,
+    describe_master,
+    holder_hint,
+    kth_largest,
+    script_command,
+    tally_replies,
 )
-from ._base import SharedHold as BaseSharedHold
 from .exceptions import (
-    CoordError,
     InvalidLockArgument,
     InvalidLockArgumentType,
     LockError,
     LockLostError,
     LockNotOwnedError,
+    QuorumUnavailable,
 )
 
+# QuorumUnavailable lives in exceptions, Command and ScriptCall in _redlock_commands; they stay
+# importable from here.
 __all__ = ["QuorumUnavailable", "RedlockBase", "Command", "ScriptCall", "DEFAULT_TIMEOUT", "DEFAULT_RETRY_DELAY"]
 
 
@@ -53,82 +54,6 @@ DEFAULT_TIMEOUT = 10.0
 DEFAULT_RETRY_DELAY = 0.2
 #: Per-master time budget of one round trip when none is given: 100 ms, at most a tenth of the TTL.
 DEFAULT_NODE_TIMEOUT = 0.1
-
-
-class QuorumUnavailable(CoordError, RedisConnectionError):
-    """Fewer masters than the quorum answered within the per-master timeout.
-
-    ``failures`` maps each master that did not answer (``"host:port"``) to its error.  Also a
-    redis-py ``ConnectionError``, so code that handles an unreachable Redis handles this too.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        failures: Optional[dict[str, BaseException]] = None,
-        lock_name: Any = None,
-    ) -> None:
-        super().__init__(message, lock_name=lock_name)
-        self.failures: dict[str, BaseException] = dict(failures or {})
-
-
-class ScriptCall(NamedTuple):
-    """A call of the static script ``name`` (``lua/<name>.lua``) for one master: the fan-outs
-    send it as EVALSHA on a redis-py pipeline and load the script after a NOSCRIPT reply."""
-
-    name: str
-    keys: tuple
-    args: tuple
-
-
-#: One command for one master: a plain command tuple (``("GET", key)``) or a :class:`ScriptCall`.
-Command = Union[tuple, ScriptCall]
-
-
-def script_command(name: str, keys: Sequence[Any], args: Sequence[Any]) -> ScriptCall:
-    """A call of the static script ``name`` with ``keys`` and ``args``."""
-    return ScriptCall(name, tuple(keys), tuple(args))
-
-
-def queue_commands(pipe: Any, scripts: Any, client: Any, batch: Sequence[Command], load: bool = False) -> int:
-    """Queue ``batch`` on the redis-py pipeline ``pipe`` (of ``client``); ``scripts`` is the
-    script registry of that kind of client (sync or asyncio).  With ``load``, SCRIPT LOAD of the
-    batch's scripts goes first, in the same round trip (after a NOSCRIPT reply).  Returns how
-    many replies those loads add at the front."""
-    loaded = 0
-    if load:
-        for name in dict.fromkeys(command.name for command in batch if isinstance(command, ScriptCall)):
-            pipe.script_load(scripts.get(client, name).script)
-            loaded += 1
-    for command in batch:
-        if isinstance(command, ScriptCall):
-            pipe.evalsha(scripts.get(client, command.name).sha, len(command.keys), *command.keys, *command.args)
-        else:
-            pipe.execute_command(*command)
-    return loaded
-
-
-def missing_scripts(batch: Sequence[Command], replies: Sequence[Any]) -> list[int]:
-    """The script calls of ``batch`` that a master answered with NOSCRIPT (nothing ran)."""
-    return [
-        index
-        for index, (command, reply) in enumerate(zip(batch, replies))
-        if isinstance(command, ScriptCall) and isinstance(reply, NoScriptError)
-    ]
-
-
-def kth_largest(values: Iterable[int], k: int) -> int:
-    """The ``k``-th largest of ``values`` (1-based): how long ``k`` of the holds still last."""
-    return sorted(values, reverse=True)[k - 1]
-
-
-@dataclass
-class Tally:
-    """The masters' answers to one round, sorted into yes, no and no answer."""
-
-    ok: dict[int, Any] = field(default_factory=dict)
-    refused: dict[int, Any] = field(default_factory=dict)
-    failures: dict[int, BaseException] = field(default_factory=dict)
 
 
 class RedlockBase(ReleaseOnExit):
@@ -264,17 +189,6 @@ class RedlockBase(ReleaseOnExit):
             delay = min(delay, remaining)
         return delay
 
-    def fence_of(self, grants: Tally) -> tuple[int, list[int], list[int]]:
-        """The Redlock fence (the largest issued), the masters that already have it, the lagging ones."""
-        fence = max(grant.fence for grant in grants.ok.values())
-        lagging = [i for i, grant in grants.ok.items() if grant.fence < fence]
-        return fence, [i for i in grants.ok if i not in lagging], lagging
-
-    @staticmethod
-    def recorded(lagging: Iterable[int], replies: Sequence[list[Any]]) -> list[int]:
-        """The lagging masters that recorded the fence (redlock_fence.lua answered 1)."""
-        return [i for i in lagging if not isinstance(replies[i][0], BaseException) and int(replies[i][0]) == 1]
-
     def held_until(self, started: float, grants: Tally, synced: Sequence[int]) -> Optional[float]:
         """The hold's deadline when a quorum granted and recorded the fence and validity remains."""
         if len(synced) < self.quorum:
@@ -287,7 +201,7 @@ class RedlockBase(ReleaseOnExit):
         else the hint for the retry delay."""
         if len(grants.failures) > len(self.masters) - self.quorum:
             raise self.unreachable(grants.failures, "acquire")
-        return self.holder_hint(grants.refused)
+        return holder_hint(grants.refused)
 
     def tokens_of(self, replies: Sequence[Any], action: str) -> list[Optional[bytes]]:
         """The token each master has at the name (None: none, or no answer)."""
@@ -311,7 +225,7 @@ class RedlockBase(ReleaseOnExit):
 
     def released(self, hold: SimpleNamespace, replies: Sequence[Any]) -> None:
         """Settle a release from the masters' answers (raising as redis-py's Lock would)."""
-        tally = self.tally(replies, self.accept_one, range(len(self.masters)))
+        tally = tally_replies(replies, accept_one, range(len(self.masters)))
         lost = hold.lost
         if len(tally.ok) < self.quorum and len(tally.ok) + len(tally.failures) >= self.quorum:
             # Maybe still held where no answer came: keep the token so that release can be retried.
@@ -333,7 +247,7 @@ class RedlockBase(ReleaseOnExit):
     def extended(self, hold: SimpleNamespace, sent_at: float, replies: Sequence[Any]) -> list[int]:
         """Settle an extend: new deadline from a quorum, else raise; returns the masters to repair
         (they answered that they no longer have the hold)."""
-        tally = self.tally(replies, self.accept_pttl, range(len(self.masters)))
+        tally = tally_replies(replies, accept_pttl, range(len(self.masters)))
         if len(tally.ok) >= self.quorum:
             hold.deadline = self.quorum_deadline(sent_at, tally.ok.values())
             return list(tally.refused)
@@ -358,36 +272,6 @@ class RedlockBase(ReleaseOnExit):
             raise LockLostError("The Redlock is no longer held", lock_name=self.name)
 
     # -- reading the answers ------------------------------------------------------------------
-    @staticmethod
-    def tally(replies: Sequence[Any], accept: Callable[[Any], Optional[Any]], nodes: Iterable[int]) -> Tally:
-        """Sort the replies of ``nodes``: ``accept(reply)`` returns the value of a yes, or None for a no."""
-        result = Tally()
-        for index in nodes:
-            reply = replies[index]
-            if isinstance(reply, BaseException):
-                result.failures[index] = reply
-                continue
-            value = accept(reply)
-            if value is None:
-                result.refused[index] = reply
-            else:
-                result.ok[index] = value
-        return result
-
-    @staticmethod
-    def accept_grant(reply: Any) -> Optional[Grant]:
-        grant = Grant.from_reply(reply)
-        return grant if grant.acquired else None
-
-    @staticmethod
-    def accept_one(reply: Any) -> Optional[int]:
-        return 1 if int(reply) == 1 else None
-
-    @staticmethod
-    def accept_pttl(reply: Any) -> Optional[int]:
-        pttl = int(reply)
-        return pttl if pttl >= 0 else None
-
     def busy_for_ms(self, grants: Tally) -> Optional[int]:
         """After a refused attempt: milliseconds until enough of the other holds on the refusing
         masters end for a quorum to be free (the earliest a retry can succeed), from the remaining
@@ -402,19 +286,13 @@ class RedlockBase(ReleaseOnExit):
         )
         return remaining[need - 1] if len(remaining) >= need else None
 
-    def holder_hint(self, refused: dict[int, Any]) -> Optional[float]:
-        """Seconds until the earliest other holder's lease on a refusing master ends (None: unknown)."""
-        remaining = [int(Grant.from_reply(reply).pttl) for reply in refused.values()]
-        remaining = [ms for ms in remaining if ms >= 0]
-        return min(remaining) / 1000.0 if remaining else None
-
     def quorum_deadline(self, sent_at: float, pttls: Iterable[int]) -> float:
         """Monotonic instant until which a quorum of the holds surely lasts (validity - drift)."""
         ttl = kth_largest(pttls, self.quorum) / 1000.0
         return sent_at + ttl - drift(ttl)
 
     def unreachable(self, failures: dict[int, BaseException], action: str) -> QuorumUnavailable:
-        described = {self.describe(index): error for index, error in failures.items()}
+        described = {describe_master(self.masters[index], index): error for index, error in failures.items()}
         details = "; ".join(f"{where}: {type(error).__name__}: {error}" for where, error in described.items())
         answered = len(self.masters) - len(failures)
         return QuorumUnavailable(
@@ -423,16 +301,6 @@ class RedlockBase(ReleaseOnExit):
             described,
             lock_name=self.name,
         )
-
-    def describe(self, index: int) -> str:
-        master = self.masters[index]
-        kwargs = getattr(getattr(master, "connection_pool", None), "connection_kwargs", {})
-        if "path" in kwargs:
-            return f"unix:{kwargs['path']}"
-        if "host" in kwargs:
-            return f"{kwargs['host']}:{kwargs.get('port', 6379)}"
-        service = getattr(getattr(master, "connection_pool", None), "service_name", None)
-        return f"sentinel:{service}" if service else f"master {index}"
 
     # -- local state --------------------------------------------------------------------------
     def _state(self) -> SimpleNamespace:
@@ -498,7 +366,7 @@ class RedlockBase(ReleaseOnExit):
         column = [
             replies[i][offset] if isinstance(replies[i], list) else replies[i] for i in range(len(self.masters))
         ]
-        tally = self.tally(column, self.accept_pttl, range(len(self.masters)))
+        tally = tally_replies(column, accept_pttl, range(len(self.masters)))
         if len(tally.ok) >= self.quorum:
             return kth_largest(tally.ok.values(), self.quorum), list(tally.refused)
         if len(tally.refused) > len(self.masters) - self.quorum:

@@ -31,32 +31,13 @@ import time
 from typing import Any, Optional, Union
 
 from . import watchdog as _watchdog
-from ._base import Number, check_number
-from .exceptions import CoordError, InvalidLockArgument, InvalidLockArgumentType, LockLostError
+from ._arguments import Number
+from ._durable_base import DEFAULT_REPLICA_TIMEOUT, DurableBase, check_replicas
+from .exceptions import ReplicationNotAcknowledged
 from .locks import Lock
 from .scripts import sync_scripts
 
 __all__ = ["DurableLock", "ReplicationNotAcknowledged"]
-
-#: How long a grant waits for its replicas by default (seconds).
-DEFAULT_REPLICA_TIMEOUT = 0.5
-
-
-class ReplicationNotAcknowledged(CoordError):
-    """Fewer than the required replicas acknowledged a grant in time; the hold was released."""
-
-    def __init__(self, message: str, acknowledged: int, required: int, lock_name: Any = None) -> None:
-        super().__init__(message, lock_name=lock_name)
-        self.acknowledged = acknowledged
-        self.required = required
-
-
-def check_replicas(replicas: object, replica_timeout: object, name: object) -> None:
-    if isinstance(replicas, bool) or not isinstance(replicas, int):
-        raise InvalidLockArgumentType("replicas must be an int", lock_name=name)
-    if replicas < 1:
-        raise InvalidLockArgument(f"replicas must be at least 1, got {replicas}", lock_name=name)
-    check_number("replica_timeout", replica_timeout, allow_none=False, positive=True, lock_name=name)
 
 
 def node_client(client: Any, key: bytes) -> Any:
@@ -66,7 +47,7 @@ def node_client(client: Any, key: bytes) -> Any:
     return client.get_redis_connection(client.get_node_from_key(key))  # redis.cluster.RedisCluster
 
 
-class DurableLock(Lock):
+class DurableLock(DurableBase, Lock):
     """A :class:`~django_redis_coord.Lock` whose grants ``replicas`` replicas acknowledge.
 
     Takes the Lock's arguments plus, keyword-only, ``replicas`` (default 1) and
@@ -114,33 +95,15 @@ class DurableLock(Lock):
 
     def confirm(self) -> int:
         """Wait until ``replicas`` replicas have the current hold; returns how many acknowledged."""
-        hold = self._state()
-        token = hold.token
-        if token is None:
-            raise LockLostError("Nothing to confirm: the lock is not held", lock_name=self.name)
+        keys, args, wait = self.confirm_commands(self._state().token)
         client = node_client(self.redis, self.keys.name)
         script = sync_scripts.get(client, "lock_extend")
-        keys = self.extend_keys()
-        # Re-write the hold as it is: same remaining time ("add" 0 ms), or still no expiry.
-        args = self.extend_args(token, 0, "add" if self._ttl_ms else "persist")
         pipe = client.pipeline(transaction=False)
         pipe.scripts.add(script)
         pipe.evalsha(script.sha, len(keys), *keys, *args)
-        pipe.execute_command("WAIT", self.replicas, max(1, int(self.replica_timeout * 1000)))
+        pipe.execute_command(*wait)
         started = time.monotonic()
-        still_ours, acknowledged = pipe.execute()
-        if int(still_ours) == -2:
-            raise LockLostError("The lock was lost before its replicas acknowledged it", lock_name=self.name)
-        acknowledged = int(acknowledged)
-        if acknowledged < self.replicas:
-            raise ReplicationNotAcknowledged(
-                f"Only {acknowledged} of {self.replicas} replicas acknowledged lock {self.name!r} within "
-                f"{time.monotonic() - started:.3f}s (replica_timeout {self.replica_timeout}s); not holding it",
-                acknowledged,
-                self.replicas,
-                lock_name=self.name,
-            )
-        return acknowledged
+        return self.confirmed(pipe.execute(), started)
 
     def _give_back(self) -> None:
         """Release an unconfirmed grant (best effort: it expires at its TTL otherwise)."""

@@ -1,25 +1,50 @@
-"""Exception hierarchy.
+"""Every exception django_redis_coord defines, in one hierarchy.
 
-Every error a primitive raises about a lock is a :class:`redis.exceptions.LockError`, so code
-written for redis-py's ``Lock`` keeps catching it.  Bad arguments are also ``ValueError`` or
-``TypeError`` as Python code expects.
+Catch :class:`CoordError` to catch them all.  Every error about a lock or a permit is also a
+:class:`redis.exceptions.LockError` (through :class:`CoordLockError`), so code written for
+redis-py's ``Lock`` keeps catching it.  Bad arguments are also ``ValueError`` or ``TypeError`` as
+Python code expects.  The tree (``also``: further base classes)::
+
+    CoordError                          every error defined here
+    ├── CoordLockError                  also redis LockError: about a lock or a permit
+    │   ├── InvalidLockArgument         also ValueError; nothing was written to Redis
+    │   │   ├── InvalidLockArgumentType also TypeError
+    │   │   └── NameKindConflict        the name is used by another kind of primitive
+    │   ├── LockAcquireTimeout          a ``with`` block could not acquire in time
+    │   ├── LockLostError               also redis LockNotOwnedError: the hold ended unreleased
+    │   ├── ConnectionPoolTooSmall      also ValueError
+    │   ├── SemaphoreLimitNotSet        also TypeError
+    │   ├── StaleFenceError             a fenced write from a holder older than one seen
+    │   ├── QuorumUnavailable           also redis ConnectionError: too few Redlock masters answered
+    │   └── ReplicationNotAcknowledged  too few replicas confirmed a DurableLock's grant
+    ├── TransactionConflict             also redis WatchError: optimistic() ran out of retries
+    └── RedisServerNotFound             also RuntimeError: no redis-server binary (testing helpers)
+
+:class:`TransactionConflict` is not a lock error: an optimistic transaction takes no lock, and
+it is what redis-py raises for one conflict (``WatchError``) after every retry.  Until 0.1 it was
+a ``LockError``; catch ``CoordError`` (or ``WatchError``) instead.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from redis.exceptions import LockError, LockNotOwnedError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import LockError, LockNotOwnedError, WatchError
 
 __all__ = [
     "LockError",
     "LockNotOwnedError",
     "CoordError",
+    "CoordLockError",
     "InvalidLockArgument",
     "InvalidLockArgumentType",
     "NameKindConflict",
     "LockLostError",
     "LockAcquireTimeout",
+    "QuorumUnavailable",
+    "ReplicationNotAcknowledged",
+    "RedisServerNotFound",
     "ConnectionPoolTooSmall",
     "SemaphoreLimitNotSet",
     "TransactionConflict",
@@ -27,14 +52,20 @@ __all__ = [
 ]
 
 
-class CoordError(LockError):
-    """Base class of the errors defined by django_redis_coord (a redis-py ``LockError``)."""
+class CoordError(Exception):
+    """Base class of the errors defined by django_redis_coord (``lock_name``: the name concerned)."""
 
     def __init__(self, message: Optional[str] = None, lock_name: Any = None) -> None:
-        super().__init__(message, lock_name=lock_name)
+        super().__init__(message)
+        self.message = message
+        self.lock_name = lock_name
 
 
-class InvalidLockArgument(CoordError, ValueError):
+class CoordLockError(CoordError, LockError):
+    """Base class of the errors about a lock or a permit: also a redis-py ``LockError``."""
+
+
+class InvalidLockArgument(CoordLockError, ValueError):
     """An argument has a value a lock cannot work with; nothing was written to Redis."""
 
 
@@ -47,20 +78,20 @@ class NameKindConflict(InvalidLockArgument):
     reverse) or holds another kind of Redis value; nothing was written to Redis."""
 
 
-class LockAcquireTimeout(CoordError):
+class LockAcquireTimeout(CoordLockError):
     """A context manager could not acquire the lock within ``blocking_timeout``."""
 
 
-class ConnectionPoolTooSmall(CoordError, ValueError):
+class ConnectionPoolTooSmall(CoordLockError, ValueError):
     """A blocking acquire needs one connection of the client's pool for its process's waiting
     connection (see :mod:`django_redis_coord.waiting`) and at least one more for its commands."""
 
 
-class LockLostError(CoordError, LockNotOwnedError):
+class LockLostError(CoordLockError, LockNotOwnedError):
     """The hold ended without a release: it expired, was taken over or could not be renewed."""
 
 
-class StaleFenceError(CoordError):
+class StaleFenceError(CoordLockError):
     """A fenced read or write came from a holder older than one the resource has already seen."""
 
     def __init__(self, message: str, fence: int = 0, highest: int = 0, lock_name: Any = None) -> None:
@@ -69,11 +100,42 @@ class StaleFenceError(CoordError):
         self.highest = highest
 
 
-class SemaphoreLimitNotSet(CoordError, TypeError):
+class QuorumUnavailable(CoordLockError, RedisConnectionError):
+    """Fewer Redlock masters than the quorum answered within the per-master timeout.
+
+    ``failures`` maps each master that did not answer (``"host:port"``) to its error.  Also a
+    redis-py ``ConnectionError``, so code that handles an unreachable Redis handles this too.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        failures: Optional[dict[str, BaseException]] = None,
+        lock_name: Any = None,
+    ) -> None:
+        super().__init__(message, lock_name=lock_name)
+        self.failures: dict[str, BaseException] = dict(failures or {})
+
+
+class ReplicationNotAcknowledged(CoordLockError):
+    """Fewer than the required replicas acknowledged a DurableLock's grant in time; the hold was
+    released (see :mod:`django_redis_coord.durable`)."""
+
+    def __init__(self, message: str, acknowledged: int, required: int, lock_name: Any = None) -> None:
+        super().__init__(message, lock_name=lock_name)
+        self.acknowledged = acknowledged
+        self.required = required
+
+
+class RedisServerNotFound(CoordError, RuntimeError):
+    """No redis-server binary could be found (see :mod:`django_redis_coord.testing`)."""
+
+
+class SemaphoreLimitNotSet(CoordLockError, TypeError):
     """A semaphore was used before its limit was set (see ``set_max_size``)."""
 
 
-class TransactionConflict(CoordError):
+class TransactionConflict(CoordError, WatchError):
     """An optimistic (WATCH/MULTI/EXEC) transaction kept conflicting until its retries ran out."""
 
     def __init__(self, message: str, attempts: int = 0, lock_name: Any = None) -> None:

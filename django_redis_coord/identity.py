@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Union
 
-from ._base import Number, check_number, encode_token
+from ._arguments import Number, check_number, encode_token
 from .locks import Lock
 
 __all__ = ["IdentityLock"]

@@ -12,15 +12,16 @@ primitive's name can never alias another primitive's side key.
 
 from __future__ import annotations
 
-import binascii
 import os
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS as SLOTS
+from redis.crc import key_slot  # the slot of a key, as redis-py computes it (importable from here)
+
 from .exceptions import InvalidLockArgument, InvalidLockArgumentType
 
-SLOTS = 16384
 MARKER = b":dcoord:"
 MAX_NAME_BYTES = 64 * 1024
 
@@ -74,11 +75,6 @@ def hash_part(key: bytes) -> bytes:
     return key
 
 
-def key_slot(key: bytes) -> int:
-    """Redis Cluster slot of ``key`` (CRC16-XMODEM of the hashed part, modulo 16384)."""
-    return binascii.crc_hqx(hash_part(key), 0) % SLOTS
-
-
 def slot_tag(slot: int) -> bytes:
     """A short tag (digits and letters only) whose own slot is ``slot``; stable across processes.
 
@@ -96,7 +92,7 @@ def slot_tag(slot: int) -> bytes:
         number = _next_tag_number
         while slot not in _slot_tags:
             candidate = format(number, "x").encode()
-            _slot_tags.setdefault(binascii.crc_hqx(candidate, 0) % SLOTS, candidate)
+            _slot_tags.setdefault(key_slot(candidate), candidate)
             number += 1
         _next_tag_number = number
         return _slot_tags[slot]

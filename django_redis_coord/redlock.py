@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from types import SimpleNamespace, TracebackType
-from typing import Any, Optional, Union
+from typing import Any, Optional, TypeVar, Union
 
 import redis
 from redis.backoff import NoBackoff
@@ -43,21 +43,25 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from . import watchdog as _watchdog
-from ._base import Number
-from ._redlock_base import (
-    DEFAULT_RETRY_DELAY,
-    DEFAULT_TIMEOUT,
+from ._arguments import Number
+from ._redlock_base import DEFAULT_RETRY_DELAY, DEFAULT_TIMEOUT, RedlockBase, SharedHold
+from ._redlock_commands import (
     Command,
-    QuorumUnavailable,
-    RedlockBase,
-    SharedHold,
+    accept_grant,
+    describe_master,
+    fence_of,
+    fence_recorded,
     missing_scripts,
     queue_commands,
+    tally_replies,
 )
-from .exceptions import LockError
+from .exceptions import LockError, QuorumUnavailable
 from .scripts import sync_scripts
 
 __all__ = ["Redlock", "QuorumUnavailable", "DEFAULT_TIMEOUT", "DEFAULT_RETRY_DELAY"]
+
+#: A subclass's ``with`` block gives that subclass (a DurableLock's gives a DurableLock).
+_RedlockT = TypeVar("_RedlockT", bound="Redlock")
 
 logger = logging.getLogger("django_redis_coord")
 
@@ -220,7 +224,7 @@ class Redlock(RedlockBase):
         super().__init__(masters, name, *args, **kwargs)
         self.local: Any = _ThreadHold() if self.thread_local else SharedHold()
         self._clients = clients_for(self.masters, self.node_timeout)
-        self._names = [self.describe(index) for index in range(len(self.masters))]
+        self._names = [describe_master(master, index) for index, master in enumerate(self.masters)]
         #: What the watchdog talks to (see :class:`_QuorumClient`).
         self.redis = _QuorumClient(self)
 
@@ -232,7 +236,7 @@ class Redlock(RedlockBase):
         return started, [reply[0] for reply in replies]
 
     # -- context manager ---------------------------------------------------------------------
-    def __enter__(self) -> Redlock:
+    def __enter__(self: _RedlockT) -> _RedlockT:
         if self.acquire():
             return self
         raise self.timed_out()
@@ -287,12 +291,12 @@ class Redlock(RedlockBase):
         """One round of the algorithm: True when held, else a hint (seconds until the other
         holder's lease ends somewhere, or None)."""
         started, replies = self._everywhere(self.acquire_command(token, worker))
-        grants = self.tally(replies, self.accept_grant, range(len(self.masters)))
+        grants = tally_replies(replies, accept_grant, range(len(self.masters)))
         if len(grants.ok) >= self.quorum:
-            fence, synced, lagging = self.fence_of(grants)
+            fence, synced, lagging = fence_of(grants)
             if lagging:
                 _, recorded = self._fan_out(self.only(lagging, [self.fence_command(token, fence)]))
-                synced += self.recorded(lagging, recorded)
+                synced += fence_recorded(lagging, recorded)
             deadline = self.held_until(started, grants, synced)
             if deadline is not None:
                 hold = self._own(token, fence, deadline)

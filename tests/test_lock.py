@@ -386,8 +386,8 @@ def test_an_acquire_sent_again_by_a_retrying_client_is_recognised_as_its_own_gra
     """Clients on redis-py's ordinary path (cluster, subclasses) send a command again after a
     timeout, although it may have run.  A token the library made for the call tells Redis that a
     holder with it is this very call: the second send reports the grant, and never waits behind it."""
-    from django_redis_coord._base import OWN_TOKEN
-    from django_redis_coord._base import new_token as make_token
+    from django_redis_coord._arguments import new_token as make_token
+    from django_redis_coord._queued_base import OWN_TOKEN
 
     lock = Lock(redis_client, "resent", timeout=None)
     token = make_token()

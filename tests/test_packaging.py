@@ -17,8 +17,9 @@ def test_the_core_imports_nothing_from_django():
     code = (
         "import sys\n"
         "from django_redis_coord import Lock, IdentityLock, lock_holder, LockLostError\n"
-        "from django_redis_coord.asyncio import Lock as AsyncLock\n"
-        "import django_redis_coord.watchdog, django_redis_coord.server\n"
+        "from django_redis_coord import Semaphore, Redlock, DurableLock, optimistic, holders, redlock\n"
+        "from django_redis_coord.asyncio import Lock as AsyncLock, DurableLock as AsyncDurableLock\n"
+        "import django_redis_coord.watchdog, django_redis_coord.server, django_redis_coord.testing\n"
         "bad = sorted(m for m in sys.modules if m == 'django' or m.startswith('django.'))\n"
         "assert not bad, bad\n"
         "print('ok')\n"
@@ -26,6 +27,41 @@ def test_the_core_imports_nothing_from_django():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_every_public_name_is_importable_and_modules_are_not_shadowed():
+    import django_redis_coord.holders
+    import django_redis_coord.redlock
+    from django_redis_coord import shortcuts
+
+    for name in django_redis_coord.__all__:
+        assert getattr(django_redis_coord, name) is not None, name
+    assert django_redis_coord.holders is sys.modules["django_redis_coord.holders"]
+    assert django_redis_coord.redlock is sys.modules["django_redis_coord.redlock"]
+    assert django_redis_coord.get_redlock is shortcuts.redlock
+    assert django_redis_coord.lock_holders is django_redis_coord.holders.holders
+
+
+def test_exceptions_keep_their_old_homes_and_one_hierarchy():
+    from redis.exceptions import ConnectionError, LockError, WatchError
+
+    from django_redis_coord import exceptions
+    from django_redis_coord.durable import ReplicationNotAcknowledged
+    from django_redis_coord.redlock import QuorumUnavailable
+    from django_redis_coord.server import RedisServerNotFound
+
+    assert ReplicationNotAcknowledged is exceptions.ReplicationNotAcknowledged
+    assert QuorumUnavailable is exceptions.QuorumUnavailable
+    assert RedisServerNotFound is exceptions.RedisServerNotFound
+    for name in exceptions.__all__:
+        error = getattr(exceptions, name)
+        assert name in exceptions.__doc__ or name in ("LockError", "LockNotOwnedError"), name
+        assert issubclass(error, (exceptions.CoordError, LockError)), name
+    assert issubclass(QuorumUnavailable, LockError) and issubclass(QuorumUnavailable, ConnectionError)
+    conflict = exceptions.TransactionConflict("gave up", attempts=3, lock_name="k")
+    assert isinstance(conflict, exceptions.CoordError) and isinstance(conflict, WatchError)
+    assert not isinstance(conflict, LockError)
+    assert (str(conflict), conflict.attempts, conflict.lock_name) == ("gave up", 3, "k")
 
 
 def test_lua_scripts_and_type_marker_are_package_data():

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from ..holders import async_lock_holder
+from ..holders import async_lock_holder, async_semaphore_holders
+from .durable import DurableLock
 from .lock import Lock
 from .redlock import Redlock
 from .semaphore import Semaphore
 
-__all__ = ["Lock", "Redlock", "Semaphore", "async_lock_holder"]
+__all__ = ["DurableLock", "Lock", "Redlock", "Semaphore", "async_lock_holder", "async_semaphore_holders"]

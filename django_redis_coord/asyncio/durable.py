@@ -13,17 +13,17 @@ from __future__ import annotations
 import time
 from typing import Any, Optional, Union
 
-from .._base import Number
+from .._arguments import Number
+from .._durable_base import DEFAULT_REPLICA_TIMEOUT, DurableBase, check_replicas
 from .._tasks import run_to_completion
-from ..durable import DEFAULT_REPLICA_TIMEOUT, ReplicationNotAcknowledged, check_replicas
-from ..exceptions import InvalidLockArgumentType, LockLostError
+from ..exceptions import InvalidLockArgumentType, ReplicationNotAcknowledged
 from ..scripts import async_scripts
 from .lock import Lock
 
 __all__ = ["DurableLock", "ReplicationNotAcknowledged"]
 
 
-class DurableLock(Lock):
+class DurableLock(DurableBase, Lock):
     """An asyncio :class:`~django_redis_coord.asyncio.Lock` whose grants ``replicas`` replicas acknowledge."""
 
     def __init__(
@@ -69,30 +69,14 @@ class DurableLock(Lock):
 
     async def confirm(self) -> int:
         """Wait until ``replicas`` replicas have the current hold; see the sync twin."""
-        token = self._state().token
-        if token is None:
-            raise LockLostError("Nothing to confirm: the lock is not held", lock_name=self.name)
+        keys, args, wait = self.confirm_commands(self._state().token)
         script = async_scripts.get(self.redis, "lock_extend")
-        keys = self.extend_keys()
-        args = self.extend_args(token, 0, "add" if self._ttl_ms else "persist")
         pipe = self.redis.pipeline(transaction=False)
         pipe.scripts.add(script)
         pipe.evalsha(script.sha, len(keys), *keys, *args)
-        pipe.execute_command("WAIT", self.replicas, max(1, int(self.replica_timeout * 1000)))
+        pipe.execute_command(*wait)
         started = time.monotonic()
-        still_ours, acknowledged = await pipe.execute()
-        if int(still_ours) == -2:
-            raise LockLostError("The lock was lost before its replicas acknowledged it", lock_name=self.name)
-        acknowledged = int(acknowledged)
-        if acknowledged < self.replicas:
-            raise ReplicationNotAcknowledged(
-                f"Only {acknowledged} of {self.replicas} replicas acknowledged lock {self.name!r} within "
-                f"{time.monotonic() - started:.3f}s (replica_timeout {self.replica_timeout}s); not holding it",
-                acknowledged,
-                self.replicas,
-                lock_name=self.name,
-            )
-        return acknowledged
+        return self.confirmed(await pipe.execute(), started)
 
     async def _give_back(self) -> None:
         """Release a grant that could not be confirmed.  The release goes on to its end even when

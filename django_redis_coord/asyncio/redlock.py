@@ -19,7 +19,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from types import SimpleNamespace, TracebackType
-from typing import Any, Optional, Union
+from typing import Any, Optional, TypeVar, Union
 
 import redis.asyncio
 from redis.asyncio.retry import Retry
@@ -27,13 +27,26 @@ from redis.backoff import NoBackoff
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import watchdog as _watchdog
-from .._base import Number
-from .._redlock_base import Command, QuorumUnavailable, RedlockBase, SharedHold, missing_scripts, queue_commands
+from .._arguments import Number
+from .._redlock_base import RedlockBase, SharedHold
+from .._redlock_commands import (
+    Command,
+    accept_grant,
+    describe_master,
+    fence_of,
+    fence_recorded,
+    missing_scripts,
+    queue_commands,
+    tally_replies,
+)
 from .._tasks import drop_closed_loops, in_background, run_to_completion
-from ..exceptions import LockError
+from ..exceptions import LockError, QuorumUnavailable
 from ..scripts import async_scripts
 
 __all__ = ["Redlock", "QuorumUnavailable"]
+
+#: A subclass's ``with`` block gives that subclass (a DurableLock's gives a DurableLock).
+_RedlockT = TypeVar("_RedlockT", bound="Redlock")
 
 logger = logging.getLogger("django_redis_coord")
 
@@ -169,7 +182,7 @@ class Redlock(RedlockBase):
     def __init__(self, masters: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(masters, name, *args, **kwargs)
         self.local: Any = _TaskHold() if self.thread_local else SharedHold()
-        self._names = [self.describe(index) for index in range(len(self.masters))]
+        self._names = [describe_master(master, index) for index, master in enumerate(self.masters)]
         self.redis = _QuorumClient(self)
 
     async def _fan_out(self, batches: Sequence[Sequence[Command]]) -> tuple[float, list[list[Any]]]:
@@ -180,7 +193,7 @@ class Redlock(RedlockBase):
         started, replies = await self._fan_out(self.everywhere(command))
         return started, [reply[0] for reply in replies]
 
-    async def __aenter__(self) -> Redlock:
+    async def __aenter__(self: _RedlockT) -> _RedlockT:
         if await self.acquire():
             return self
         raise self.timed_out()
@@ -225,12 +238,12 @@ class Redlock(RedlockBase):
 
     async def _attempt(self, token: bytes, worker: str) -> Union[bool, float, None]:
         started, replies = await self._everywhere(self.acquire_command(token, worker))
-        grants = self.tally(replies, self.accept_grant, range(len(self.masters)))
+        grants = tally_replies(replies, accept_grant, range(len(self.masters)))
         if len(grants.ok) >= self.quorum:
-            fence, synced, lagging = self.fence_of(grants)
+            fence, synced, lagging = fence_of(grants)
             if lagging:
                 _, recorded = await self._fan_out(self.only(lagging, [self.fence_command(token, fence)]))
-                synced += self.recorded(lagging, recorded)
+                synced += fence_recorded(lagging, recorded)
             deadline = self.held_until(started, grants, synced)
             if deadline is not None:
                 hold = self._own(token, fence, deadline)

@@ -12,16 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 from types import TracebackType
-from typing import Any, Optional, Union
+from typing import Any, Optional, TypeVar, Union
 
-from .._base import Number, check_number, new_token, to_ms
+from .._arguments import Number, check_number, new_token, to_ms
+from .._semaphore_base import Identity, SemaphoreBase, check_limit, encode_identity
 from .._tasks import run_to_completion
 from ..exceptions import LockAcquireTimeout
 from ..holders import HolderInfo, permits_from_inspect
-from ..semaphores import Identity, SemaphoreBase, check_limit, encode_identity
-from .lock import QueuedPrimitive, _TaskLocal
+from .queued import QueuedPrimitive, TaskLocal
 
 __all__ = ["Semaphore"]
+
+#: A subclass's ``with`` block gives that subclass (a DurableLock's gives a DurableLock).
+_SemaphoreT = TypeVar("_SemaphoreT", bound="Semaphore")
 
 
 class Semaphore(QueuedPrimitive, SemaphoreBase):
@@ -29,7 +32,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
 
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
-        self.local: Any = _TaskLocal()
+        self.local: Any = TaskLocal()
 
     def _stack(self) -> list[bytes]:
         space = self.local.space()
@@ -102,7 +105,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         return permits_from_inspect(self.keys.name, await self.do_inspect("full"))
 
     # -- context manager -------------------------------------------------------------------------
-    async def __aenter__(self) -> Semaphore:
+    async def __aenter__(self: _SemaphoreT) -> _SemaphoreT:
         if await self.acquire(blocking=True):
             return self
         raise LockAcquireTimeout("Unable to acquire a permit within the time specified", lock_name=self.name)

@@ -1,0 +1,71 @@
+"""Hold state: where a primitive keeps what it holds (per thread, or shared by all threads),
+and the once-only flags that several threads (the caller's, the watchdog's) may race to set.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from types import SimpleNamespace
+from typing import Any, Optional
+
+__all__ = ["SharedHold", "ThreadHold", "first_time", "first_of"]
+
+
+_FLAGS = threading.Lock()
+
+
+def _new_flags_lock() -> None:
+    """In a forked child: a new lock (a thread of the parent may have held it at the fork)."""
+    global _FLAGS
+    _FLAGS = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_flags_lock)
+
+
+def first_time(holder: Any, flag: str) -> bool:
+    """Set ``holder.<flag>`` and return True, unless it was set already: one winner when several
+    threads (the caller's, the watchdog's) find the same hold lost at once."""
+    with _FLAGS:
+        if getattr(holder, flag, False):
+            return False
+        setattr(holder, flag, True)
+        return True
+
+
+def first_of(seen: set, key: Any) -> bool:
+    """Add ``key`` to ``seen`` and return True, unless it was there already (as :func:`first_time`)."""
+    with _FLAGS:
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
+
+
+class SharedHold:
+    """Hold state shared by all threads (``thread_local=False``); ``.token`` as in redis-py.
+
+    The hold itself is a plain namespace (``hold``), so the watchdog thread can update the
+    deadline of whichever thread acquired; ``initial`` names further fields it starts with.
+    """
+
+    initial: dict[str, Any] = {}
+
+    def __init__(self) -> None:
+        self.hold = SimpleNamespace(token=None, **self.initial)
+
+    @property
+    def token(self) -> Optional[bytes]:
+        return self.hold.token
+
+    @token.setter
+    def token(self, value: Optional[bytes]) -> None:
+        self.hold.token = value
+
+
+class ThreadHold(SharedHold, threading.local):
+    """Hold state private to each thread."""
+

@@ -1,0 +1,86 @@
+"""One rule for twins: each family keeps what its sync and asyncio halves share in
+``_<family>_base.py``, the sync half in ``<family>.py`` and the asyncio half in
+``asyncio/<family>.py``; the halves offer the same public methods with the same parameters."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+
+import django_redis_coord
+from django_redis_coord import durable, locks, redlock, semaphores
+from django_redis_coord.asyncio import durable as async_durable
+from django_redis_coord.asyncio import lock as async_lock
+from django_redis_coord.asyncio import redlock as async_redlock
+from django_redis_coord.asyncio import semaphore as async_semaphore
+
+PACKAGE = Path(django_redis_coord.__file__).resolve().parent
+
+FAMILIES = {
+    "Lock": (locks.Lock, async_lock.Lock),
+    "Semaphore": (semaphores.Semaphore, async_semaphore.Semaphore),
+    "Redlock": (redlock.Redlock, async_redlock.Redlock),
+    "DurableLock": (durable.DurableLock, async_durable.DurableLock),
+}
+
+
+def public_api(cls: type) -> dict[str, str]:
+    """Public methods and properties of ``cls`` (inherited ones too) with their signatures."""
+    api = {}
+    for name in dir(cls):
+        if name.startswith("_") and name != "__init__":
+            continue
+        attribute = inspect.getattr_static(cls, name)
+        if isinstance(attribute, (staticmethod, classmethod)):
+            attribute = attribute.__func__
+        if isinstance(attribute, property):
+            api[name] = "property"
+        elif inspect.isfunction(attribute):
+            api[name] = str(inspect.signature(attribute))
+    return api
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_asyncio_twin_has_the_same_public_methods_and_parameters(family):
+    sync, asynchronous = FAMILIES[family]
+    assert public_api(sync) == public_api(asynchronous)
+    assert hasattr(sync, "__enter__") and hasattr(sync, "__exit__")
+    assert hasattr(asynchronous, "__aenter__") and hasattr(asynchronous, "__aexit__")
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_what_talks_to_redis_is_awaited_in_the_asyncio_twin(family):
+    sync, asynchronous = FAMILIES[family]
+    for method in ("acquire", "release", "extend", "reacquire"):
+        assert not inspect.iscoroutinefunction(getattr(sync, method)), (family, method)
+        assert inspect.iscoroutinefunction(getattr(asynchronous, method)), (family, method)
+
+
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    """The ``from ..module import names`` of an asyncio module, as (module, names)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 2:
+            found.append((node.module or "", [alias.name for alias in node.names]))
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "asyncio").glob("*.py")), ids=lambda path: path.name)
+def test_asyncio_modules_take_nothing_private_from_a_sync_module(path):
+    twins = {"locks", "semaphores", "redlock", "durable", "waiting", "queued"}
+    for module, names in _imports(path):
+        assert module not in twins, f"{path.name} imports from the sync twin {module}: use _{module}_base"
+        if not module.startswith("_"):
+            private = [name for name in names if name.startswith("_")]
+            assert not private, f"{path.name} imports private {private} from {module}"
+
+
+@pytest.mark.parametrize("family", ["lock", "semaphore", "redlock", "durable", "waiting", "queued"])
+def test_each_family_has_a_base_a_sync_and_an_asyncio_module(family):
+    sync = {"lock": "locks", "semaphore": "semaphores"}.get(family, family)
+    assert (PACKAGE / f"_{family}_base.py").exists()
+    assert (PACKAGE / f"{sync}.py").exists()
+    assert (PACKAGE / "asyncio" / f"{family}.py").exists()
