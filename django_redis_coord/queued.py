@@ -88,7 +88,9 @@ class QueuedPrimitive(QueuedBase):
         """Wait in the queue until handed the hold, the holder expires or ``stop_at`` passes.
 
         A hand-off can happen any time after the last queueing call reached Redis (even before
-        this thread sleeps), so a handed-over hold is measured from that call's send instant.
+        this thread sleeps), so a hold announced by a message is measured from that call's send
+        instant; a hold a call's reply reports (a refresh, a give-up) from that call's, since the
+        reply gives the time that was left when it ran.
         Every call goes through the hub's gate (see :attr:`~django_redis_coord.waiting.Waiter.gate`).
         A refresh that cannot reach Redis (a failover, a restart) is tried again at the next one,
         for up to :data:`~django_redis_coord._grants.OUTAGE_GRACE` seconds in a row.
@@ -98,7 +100,8 @@ class QueuedPrimitive(QueuedBase):
         while True:
             if stop_at is not None and time.monotonic() >= stop_at:
                 with waiter.gate:
-                    return self.do_cancel(token, worker), queued_at
+                    called_at = time.monotonic()
+                    return self.do_cancel(token, worker), called_at
             budget = self.wait_budget(grant, stop_at)
             message = waiter.wait(self.refresh_interval if budget is None else min(budget, self.refresh_interval))
             if message:
@@ -107,18 +110,18 @@ class QueuedPrimitive(QueuedBase):
                     return grant, queued_at
                 continue  # told of a new holder's expiry: wait until then
             with waiter.gate:
-                if stop_at is not None and time.monotonic() >= stop_at:
-                    return self.do_cancel(token, worker), queued_at  # no refresh on the way out
                 called_at = time.monotonic()
+                if stop_at is not None and called_at >= stop_at:
+                    return self.do_cancel(token, worker), called_at  # no refresh on the way out
                 try:
                     grant = self.do_acquire(token, self.acquire_mode(2, own), worker, waiter.reply_to)
                 except OUTAGE_ERRORS:
                     grant = outage.began(called_at)  # raises once the outage lasted too long
                     continue
             outage.ended()
-            if grant.acquired:  # possibly handed over before this call: measure from the one before
-                return grant, queued_at
-            queued_at = called_at
+            if grant.acquired:  # the reply's TTL is what was left when this call ran
+                return grant, called_at
+            queued_at = called_at  # a hand-off announced from now on came after this call ran
 
     def _abandon(self, token: bytes, worker: str, waiter: Optional[waiting.Waiter] = None) -> None:
         """Best effort after an interrupted wait: leave the queue, give back a hold just handed over."""

@@ -413,3 +413,37 @@ def test_300_concurrent_requests_to_an_async_locked_view_under_uvicorn(redis_ser
         output = worker.communicate(timeout=30)[0]
         client.close()
     assert b"Traceback" not in output, output.decode(errors="replace")[-3000:]
+
+
+def test_a_grant_found_after_an_outage_is_measured_from_the_call_that_found_it(redis_servers):
+    """Refreshes time out while the server stalls; the first one after it finds the lock free and
+    takes it with a full TTL.  The hold's local deadline counts from that call, not from the last
+    refresh before the stall (that made the hold expired already when acquire returned True)."""
+    import socket
+
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    (server,) = redis_servers(1)
+    admin = server.client()
+    holder = Lock(admin, "gap", timeout=0.5)
+    assert holder.acquire(blocking=False)
+    client = server.client(socket_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    waiter = Lock(client, "gap", timeout=1.0)  # refreshes every 0.25 s
+    result: dict = {}
+
+    def wait() -> None:
+        result["acquired"] = waiter.acquire(blocking_timeout=10)
+        result["valid"] = waiter.valid
+        waiter.release()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    wait_for(lambda: admin.zcard(holder.keys.queue) == 1, 5, "the waiter queued")
+    stall = socket.create_connection((server.host, server.port))
+    stall.sendall(b"DEBUG SLEEP 1.5\r\n")  # the holder's TTL ends meanwhile; the refreshes time out
+    thread.join(15)
+    stall.close()
+    assert result == {"acquired": True, "valid": True}
+    admin.close()
+    client.close()

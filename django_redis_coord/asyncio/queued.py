@@ -145,7 +145,8 @@ class QueuedPrimitive(QueuedBase):
         while True:
             if stop_at is not None and time.monotonic() >= stop_at:
                 async with waiter.gate:
-                    return await self.do_cancel(token, worker), queued_at
+                    called_at = time.monotonic()
+                    return await self.do_cancel(token, worker), called_at
             budget = self.wait_budget(grant, stop_at)
             message = await waiter.wait(self.refresh_interval if budget is None
                                         else min(budget, self.refresh_interval))
@@ -156,9 +157,9 @@ class QueuedPrimitive(QueuedBase):
                     return grant, queued_at
                 continue  # told of a new holder's expiry: wait until then
             async with waiter.gate:
-                if stop_at is not None and time.monotonic() >= stop_at:
-                    return await self.do_cancel(token, worker), queued_at  # no refresh on the way out
                 called_at = time.monotonic()
+                if stop_at is not None and called_at >= stop_at:
+                    return await self.do_cancel(token, worker), called_at  # no refresh on the way out
                 try:
                     grant = await self.do_acquire(token, self.acquire_mode(2, own), worker, waiter.reply_to)
                 except OUTAGE_ERRORS:
@@ -166,9 +167,9 @@ class QueuedPrimitive(QueuedBase):
                     continue
             outage.ended()
             _cancel_swallowed(cancels)  # a cancelled waiter must not take a grant (the caller gives it back)
-            if grant.acquired:  # possibly handed over before this call: measure from the one before
-                return grant, queued_at
-            queued_at = called_at
+            if grant.acquired:  # the reply's TTL is what was left when this call ran
+                return grant, called_at
+            queued_at = called_at  # a hand-off announced from now on came after this call ran
 
     async def _abandon(self, token: bytes, worker: str, waiter: Optional[waiting.AsyncWaiter] = None) -> None:
         """Best effort after an interrupted wait: leave the queue, give back a hold just handed over."""
