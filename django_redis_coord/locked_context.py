@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import contextvars
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .conf import CoordSettings, coord_settings
 from .release import arelease_logged, release_logged
 from .unavailable import REDIS_ERRORS, redis_unavailable
-
-if TYPE_CHECKING:
-    from .decorators import Locked
 
 __all__ = ["ContextHolds"]
 
@@ -22,7 +19,9 @@ class ContextHolds:
     is taken; Redis unreachable re-raises unless failing open, then the block runs unlocked and
     ``None`` is what it gets), and releases it on exit, logged rather than raised."""
 
-    def __init__(self, locked: Locked) -> None:
+    def __init__(self, locked: Any) -> None:
+        """``locked``: the :class:`~django_redis_coord.decorators.Locked` these holds are of (not
+        imported here: that module imports this one)."""
         self.locked = locked
         self._held: contextvars.ContextVar[tuple] = contextvars.ContextVar(f"locked-{id(locked)}", default=())
 
