@@ -73,6 +73,8 @@ class HolderView:
         self.thread = holder.thread
         self.label = holder.label
         self.view = holder.view
+        #: "label / view", either alone, or "" (one cell of the list).
+        self.label_view = " / ".join(part for part in (holder.label, holder.view) if part)
         self.owner = holder.owner
         self.extra = sorted(holder.extra.items())
         self.waiters = holder.waiters

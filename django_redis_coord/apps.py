@@ -12,10 +12,7 @@ class DjangoRedisCoordConfig(AppConfig):
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
-        from django.core.signals import setting_changed
-
-        from . import checks  # noqa: F401  (registers the system checks)
-        from .conf import on_setting_changed
-
-        # Cached settings and the clients built from them follow override_settings.
-        setting_changed.connect(on_setting_changed, dispatch_uid="django_redis_coord.conf")
+        from . import (
+            checks,  # noqa: F401  (registers the system checks)
+            conf,  # noqa: F401  (its setting_changed receiver: the settings follow override_settings)
+        )

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import inspect
 import re
-import sys
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -49,8 +48,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 @register(TAG)
 def check_redlock_users(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """``@locked(redlock=True)`` needs ``REDLOCK["MASTERS"]`` (no connection)."""
-    decorators = sys.modules.get("django_redis_coord.decorators")
-    users = sorted(set(getattr(decorators, "redlock_users", {}).values()))
+    from .decorators import redlock_user_names
+
+    users = redlock_user_names()
     raw = getattr(settings, SETTING_NAME, None)
     if not users or (isinstance(raw, dict) and raw.get("REDLOCK") is not None):
         return []  # a malformed REDLOCK is E015

@@ -30,12 +30,13 @@ import functools
 import threading
 import weakref
 from collections.abc import Mapping
-from typing import Any, Optional, Union
+from typing import Any, Optional
 from urllib.parse import urlsplit, urlunsplit
 
-from . import conf
 from ._tasks import drop_closed_loops
-from .conf import CoordSettings, coord_settings
+from .conf import CoordSettings, coord_settings, prefixed, unprefixed
+from .defaults import DEFAULT_CLIENT_OPTIONS, REDIS_CACHE_BACKENDS, SETTING_NAME
+from .redis_options import client_parameters, init_parameters
 
 __all__ = [
     "get_client",
@@ -47,42 +48,41 @@ __all__ = [
     "DEFAULT_CLIENT_OPTIONS",
 ]
 
-#: Client options applied under ``CLIENT_OPTIONS`` for the URL, Sentinel and Cluster sources.
-DEFAULT_CLIENT_OPTIONS: Mapping[str, Any] = {"socket_connect_timeout": 2.0, "socket_timeout": 5.0}
-
 _lock = threading.Lock()
 _sync_client: Optional[Any] = None
 _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
-
-
-def prefixed(name: Union[str, bytes]) -> Union[str, bytes]:
-    """``name`` with the configured ``KEY_PREFIX`` (``"shop:orders"`` for ``"orders"``)."""
-    return conf.prefixed(name)
-
-
-def unprefixed(name: Union[str, bytes]) -> Union[str, bytes]:
-    """``name`` without the configured ``KEY_PREFIX``."""
-    return conf.unprefixed(name)
+#: The settings the clients were built from: when :func:`coord_settings` gives others (its cache
+#: was cleared by ``setting_changed``), the clients are built again.
+_built_from: Optional[CoordSettings] = None
 
 
 def reset_clients() -> None:
     """Forget the clients built so far; the next call builds new ones from the current settings."""
-    global _sync_client
+    global _sync_client, _redlock_masters
     with _lock:
         _sync_client = None
         _async_clients.clear()
+        _redlock_masters = None
+        _async_redlock_masters.clear()
 
 
-conf._on_clear.append(reset_clients)
+def _current_settings() -> CoordSettings:
+    """The settings, after forgetting the clients built from earlier ones."""
+    global _built_from
+    settings = coord_settings()
+    if settings is not _built_from:
+        reset_clients()
+        _built_from = settings
+    return settings
 
 
 # -- sync ----------------------------------------------------------------------------------------
 def get_client() -> Any:
     """The process's sync client (``redis.Redis`` or ``redis.cluster.RedisCluster``)."""
+    settings = _current_settings()
     client = _sync_client
     if client is not None:
         return client
-    settings = coord_settings()
     with _lock:
         if _sync_client is None:
             _set_sync(_build_sync(settings))
@@ -109,7 +109,7 @@ def _node(node: Any) -> tuple[str, int]:
 def _cache_backend(alias: str) -> str:
     from django.conf import settings as django_settings
 
-    return conf.REDIS_CACHE_BACKENDS[django_settings.CACHES[alias]["BACKEND"]]
+    return REDIS_CACHE_BACKENDS[django_settings.CACHES[alias]["BACKEND"]]
 
 
 def _build_sync(settings: CoordSettings) -> Any:
@@ -165,11 +165,11 @@ def _build(settings: CoordSettings, *, asyncio: bool) -> Any:
 # -- asyncio -------------------------------------------------------------------------------------
 def get_async_client() -> Any:
     """The running event loop's ``redis.asyncio`` client (call it inside a coroutine)."""
+    settings = _current_settings()
     loop = asyncio.get_running_loop()
     client = _async_clients.get(loop)
     if client is not None:
         return client
-    settings = coord_settings()
     # Built outside the lock: building never touches the network, and the sync client a cache
     # source mirrors takes the same lock.
     built = _build_async(settings)
@@ -214,7 +214,7 @@ def _sync_only_options() -> frozenset[str]:
     import redis
     import redis.asyncio as aioredis
 
-    return frozenset(conf.client_parameters(redis) - conf.client_parameters(aioredis))
+    return frozenset(client_parameters(redis) - client_parameters(aioredis))
 
 
 #: Connection arguments that are objects of the sync library and cannot be handed to asyncio.
@@ -222,7 +222,7 @@ _SYNC_ONLY = {"parser_class", "retry", "connection_pool", "redis_connect_func", 
 
 
 def _async_kwargs(kwargs: Mapping[str, Any], connection_class: type) -> dict[str, Any]:
-    accepted = conf.init_parameters(connection_class, inherited=True)
+    accepted = init_parameters(connection_class, inherited=True)
     return {k: v for k, v in kwargs.items() if k in accepted and k not in _SYNC_ONLY}
 
 
@@ -319,18 +319,18 @@ def _redlock_urls(settings: CoordSettings) -> list[str]:
     if not settings.redlock:
         from django.core.exceptions import ImproperlyConfigured
 
-        raise ImproperlyConfigured(f"{conf.SETTING_NAME}['REDLOCK']['MASTERS'] is not set: Redlock needs masters.")
+        raise ImproperlyConfigured(f"{SETTING_NAME}['REDLOCK']['MASTERS'] is not set: Redlock needs masters.")
     return [str(url) for url in settings.redlock["MASTERS"]]
 
 
 def get_redlock_masters() -> tuple[Any, ...]:
     """The process's sync clients of ``REDLOCK["MASTERS"]`` (with ``CLIENT_OPTIONS``)."""
     global _redlock_masters
+    settings = _current_settings()
     masters = _redlock_masters
     if masters is None:
         from redis import Redis
 
-        settings = coord_settings()
         built = tuple(Redis.from_url(url, **_options(settings)) for url in _redlock_urls(settings))
         with _lock:
             if _redlock_masters is None:
@@ -343,23 +343,13 @@ def get_async_redlock_masters() -> tuple[Any, ...]:
     """The running event loop's ``redis.asyncio`` clients of ``REDLOCK["MASTERS"]``."""
     from redis.asyncio import Redis
 
+    settings = _current_settings()
     loop = asyncio.get_running_loop()
     masters = _async_redlock_masters.get(loop)
     if masters is None:
-        settings = coord_settings()
         options = _for_asyncio(_options(settings))
         built = tuple(Redis.from_url(url, **options) for url in _redlock_urls(settings))
         with _lock:
             drop_closed_loops(_async_redlock_masters)  # as for get_async_client()
             masters = _async_redlock_masters.setdefault(loop, built)
     return masters
-
-
-def _reset_redlock_masters() -> None:
-    global _redlock_masters
-    with _lock:
-        _redlock_masters = None
-        _async_redlock_masters.clear()
-
-
-conf._on_clear.append(_reset_redlock_masters)

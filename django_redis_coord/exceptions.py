@@ -141,3 +141,52 @@ class TransactionConflict(CoordError, WatchError):
     def __init__(self, message: str, attempts: int = 0, lock_name: Any = None) -> None:
         super().__init__(message, lock_name=lock_name)
         self.attempts = attempts
+
+
+# -- the Django layer (``@locked``) -----------------------------------------------------------------
+# CoordError
+# ├── InvalidLockArgument
+# │   └── KeyTemplateError            a key template that cannot be used or filled
+# │       ├── MissingKeyValue         + Django's BadRequest: a 400 in views
+# │       └── KeyTooLong              + Django's BadRequest: a 400 in views
+# └── LockContended                   the key is held (plain functions and ``with locked(...)``)
+#
+# The two BadRequest errors are made on first use (module ``__getattr__``): the core primitives
+# import this module and never import Django.
+import threading  # noqa: E402  (kept with the section it serves, for an easy merge)
+
+__all__ += ["KeyTemplateError", "MissingKeyValue", "KeyTooLong", "LockContended"]  # noqa: F822
+
+
+class KeyTemplateError(InvalidLockArgument):
+    """A key template that is malformed or names a value the decorated function cannot provide."""
+
+
+class LockContended(CoordError):
+    """The key is held (or all ``limit`` permits are taken): raised by plain functions and ``with``."""
+
+    def __init__(self, message: str, lock_name: Any = None, retry_after: Optional[int] = None) -> None:
+        super().__init__(message, lock_name=lock_name)
+        self.retry_after = retry_after
+
+
+_BAD_REQUEST_DOCS = {
+    "MissingKeyValue": "A value the key template needs is missing from the request (a 400 Bad Request in views).",
+    "KeyTooLong": "A key callable gave a name longer than a lock name may be (a 400 Bad Request in views).",
+}
+_bad_requests: dict[str, type[KeyTemplateError]] = {}
+_bad_requests_lock = threading.Lock()
+
+
+def __getattr__(name: str) -> type[KeyTemplateError]:
+    """``MissingKeyValue`` and ``KeyTooLong``: :class:`KeyTemplateError` and Django's ``BadRequest``."""
+    if name not in _BAD_REQUEST_DOCS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    with _bad_requests_lock:  # made once: ``except MissingKeyValue`` must see one class
+        if not _bad_requests:
+            from django.core.exceptions import BadRequest
+
+            for each, doc in _BAD_REQUEST_DOCS.items():
+                namespace = {"__doc__": doc, "__module__": __name__}
+                _bad_requests[each] = type(each, (KeyTemplateError, BadRequest), namespace)
+    return _bad_requests[name]

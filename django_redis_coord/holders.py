@@ -2,13 +2,67 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from ._base import HolderInfo
+from ._arguments import as_bytes
 from .keys import encode_name, keys_for
 from .scripts import async_scripts, sync_scripts
 
 __all__ = ["lock_holder", "holders", "HolderInfo"]
+
+
+@dataclass(frozen=True)
+class HolderInfo:
+    """A live holder of a named lock (see :func:`django_redis_coord.holders`)."""
+
+    name: str
+    kind: str
+    #: The holder's secret: kept out of ``repr`` (and so out of logs); show ``masked_token``.
+    token: bytes = field(repr=False)
+    fence: int
+    ttl_ms: Optional[int]
+    acquired_at_ms: Optional[int]
+    host: Optional[str]
+    pid: Optional[int]
+    thread: Optional[str]
+    label: Optional[str]
+    extra: dict
+    waiters: int
+
+    @property
+    def masked_token(self) -> str:
+        text = self.token.decode("utf-8", "replace")
+        return text[:4] + "…" if len(text) > 4 else "…"
+
+    @classmethod
+    def from_inspect(cls, name: bytes, kind: str, reply: Any) -> Optional[HolderInfo]:
+        token, pttl, fence, info, since, waiters = reply[:6]
+        token = as_bytes(token)
+        if token is None:
+            return None
+        meta: dict = {}
+        if info:
+            try:
+                meta = json.loads(info)
+            except ValueError:
+                meta = {}
+        pttl = int(pttl)
+        return cls(
+            name=name.decode("utf-8", "replace"),
+            kind=kind,
+            token=token,
+            fence=int(fence or 0),
+            ttl_ms=pttl if pttl >= 0 else None,
+            acquired_at_ms=int(since) if since else None,
+            host=meta.pop("host", None),
+            pid=meta.pop("pid", None),
+            thread=meta.pop("thread", None),
+            label=meta.pop("label", None),
+            extra=meta,
+            waiters=int(waiters),
+        )
 
 
 def _inspect_call(client: Any, registry: Any, name: Union[str, bytes]) -> tuple[bytes, Any]:

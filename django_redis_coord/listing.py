@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from functools import cache
 from typing import Any, Optional, Union
 
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, ResponseError, SlotNotCoveredError
 
 from ._base import META_RETENTION_MS, as_bytes
 from .exceptions import InvalidLockArgument
@@ -494,10 +494,11 @@ class HolderListing:
         """Per primary: its clock, then the registries of the slots it serves, in one pipeline."""
         client = self.client
         slots_by_node: dict[str, tuple[Any, list[int]]] = {}
-        for slot, nodes in client.nodes_manager.slots_cache.items():
-            if not nodes:
+        for slot, key in enumerate(_registry_keys()):
+            try:
+                primary = client.get_node_from_key(key)  # the cluster's public map of slots to primaries
+            except SlotNotCoveredError:
                 continue
-            primary = nodes[0]
             slots_by_node.setdefault(primary.name, (primary, []))[1].append(slot)
         entries: list[RegistryEntry] = []
         for primary, slots in slots_by_node.values():

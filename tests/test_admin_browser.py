@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -173,12 +174,19 @@ def test_operator_finds_a_holder_and_sees_it_go(
     exports = Semaphore(redis_client, "exports:csv", limit=3, timeout=300, label="csv export")
     exports.acquire()
     exports.acquire()
+    # A holder whose thread name and label are far longer than a column: cut, never wider.
+    long_thread = "ThreadPoolExecutor-catalogue-import-worker-" + "0123456789" * 12
+    taker = threading.Thread(name=long_thread, target=Lock(
+        redis_client, "imports:catalogue", timeout=300, label="catalogue import, " * 6, thread_local=False).acquire)
+    taker.start()
+    taker.join()
 
     changelist = live_server.url + reverse("admin:django_redis_coord_holder_changelist")
     browser.get(f"{live_server.url}{reverse('admin:login')}?next={reverse('admin:django_redis_coord_holder_changelist')}"
                 "%3Frefresh%3D0")
     browser.find_element(By.ID, "id_username").send_keys("operator")
     browser.find_element(By.ID, "id_password").send_keys(PASSWORD + Keys.ENTER)
+    browser.set_window_size(1280, 900)
 
     # The list: the holder of the other process is there, with its pid and fence.
     wait_until(browser, lambda d: any(name == "reports:nightly" for name, _ in rows(d)), what="the holder row")
@@ -192,6 +200,20 @@ def test_operator_finds_a_holder_and_sees_it_go(
     assert header.value_of_css_property("background-color") not in ("rgba(0, 0, 0, 0)", "transparent"), (
         "the admin stylesheet did not load"
     )
+    # At 1,280 px the list fits: every Release button inside the window, no sideways scrolling,
+    # and the long thread name cut with an ellipsis, whole in the cell's title.
+    geometry = browser.execute_script(
+        "return {width: window.innerWidth, page: document.documentElement.scrollWidth,"
+        " buttons: Array.from(document.querySelectorAll('a.release-link')).map(function (a) {"
+        "   var r = a.getBoundingClientRect(); return [r.left, r.right, r.width]; })};"
+    )
+    assert geometry["width"] <= 1280 and len(geometry["buttons"]) == len(rows(browser))
+    for left, right, width in geometry["buttons"]:
+        assert width > 0 and 0 <= left and right <= geometry["width"], geometry
+    assert geometry["page"] <= geometry["width"], geometry
+    owner = browser.find_element(By.CSS_SELECTOR, 'tr.holder-row[data-name="imports:catalogue"] td.owner')
+    assert long_thread in owner.get_attribute("title")
+    assert browser.execute_script("return arguments[0].scrollWidth > arguments[0].clientWidth;", owner)
     full = screenshot(browser, "admin-holders.png")
     if os.environ.get(DOCS_SCREENSHOT_ENV) or not DOCS_SCREENSHOT.exists():
         DOCS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)

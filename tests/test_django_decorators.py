@@ -456,7 +456,10 @@ def test_each_request_gets_its_own_hold_and_settings_changes_apply(redis_client,
         third_response.close()
         view(rf.get("/")).close()
     locks = [entry[0] for entry in seen]
-    (made_once,) = [made for _, made in view.locked._made.values()]
+    from django_redis_coord import shortcuts
+
+    dotted = f"{view.__module__}.{view.__qualname__}"
+    (made_once,) = [made for key, made in shortcuts._made.items() if key[0] == "reused" and key[3] == dotted]
     assert len({id(held) for held in locks}) == 3 and made_once not in locks and made_once.local.token is None
     (first, token_1, pttl_1, fence_1), (second, token_2, _, fence_2), (third, token_3, _, fence_3) = seen
     assert len({token_1, token_2, token_3}) == 3 and fence_1 < fence_2 < fence_3
@@ -611,7 +614,7 @@ def test_the_sync_twins_of_asyncio_holds_are_copies_of_one_lock_per_name(redis_c
     from django.http import HttpResponse
     from django.test import RequestFactory
 
-    from django_redis_coord import decorators
+    from django_redis_coord import shortcuts
 
     @locked("twinned", timeout=5)
     async def view(request):
@@ -625,7 +628,7 @@ def test_the_sync_twins_of_asyncio_holds_are_copies_of_one_lock_per_name(redis_c
             assert not redis_client.exists("twinned")
 
     asyncio.run(scenario())
-    templates = [template for key, template in decorators._twin_templates.items() if key[0] == "twinned"]
+    templates = [made for key, made in shortcuts._made.items() if key[0] == "twinned" and not key[4]]
     assert len(templates) == 1 and templates[0].redis is None and templates[0]._state().token is None
 
 

@@ -8,14 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from django_redis_coord import locked
-from django_redis_coord.decorators import (
-    VIEW_NAMES,
-    KeyTemplate,
-    Locked,
-    _bound_arguments,
-    _Formatter,
-    _RequestValues,
-)
+from django_redis_coord.decorators import Locked
+from django_redis_coord.key_names import _view_namespace, call_namespace
+from django_redis_coord.key_templates import VIEW_NAMES, KeyTemplate, RequestValues, _Formatter, bound_arguments
 
 
 def outcome(fill):
@@ -53,7 +48,7 @@ VALUES = st.one_of(
     st.just(Thing()),
     st.dictionaries(st.sampled_from(["k", "0", "x"]), st.text(max_size=4), max_size=2),
     st.lists(st.text(max_size=3), max_size=2),
-    st.just(_RequestValues({"item": "v/1"}, "query parameter", "t")),
+    st.just(RequestValues({"item": "v/1"}, "query parameter", "t")),
 )
 FIELDS = st.sampled_from([
     "{a}", "{b}", "{a.pk}", "{a.name}", "{a.empty}", "{a.nothing}", "{a.items[1]}", "{a.broken}", "{a[k]}",
@@ -78,14 +73,13 @@ def templates(draw):
 @given(template=templates(), a=VALUES, b=VALUES, with_b=st.booleans())
 def test_parsed_fields_fill_a_key_as_the_formatter_does(template, a, b, with_b):
     key = KeyTemplate(template, "default")
-    assert key._fields is not None  # filled from the parsed fields, not by the formatter itself
+    assert key._parsed  # filled from the template parsed when decorating, not by the formatter itself
     namespace = {"a": a, **({"b": b} if with_b else {})}
     assert outcome(lambda: key.render(namespace)) == outcome(lambda: by_formatter(key, namespace))
 
 
 def test_a_field_the_formatter_refuses_only_while_filling_still_fails_then():
     key = KeyTemplate("lock:{a[0]x}", "default")  # valid as a template, refused by the field's split
-    assert key._fields is None
     with pytest.raises(ValueError, match="format field"):
         key.render({"a": ["v"]})
 
@@ -93,13 +87,13 @@ def test_a_field_the_formatter_refuses_only_while_filling_still_fails_then():
 # -- the call's arguments ----------------------------------------------------------------------
 def reference_call_namespace(decorator: Locked, key: KeyTemplate, args: tuple, kwargs: dict) -> dict:
     """What a plain function's template is filled from when the call is bound in full."""
-    return {**decorator.params, **_bound_arguments(key.signature, args, kwargs)}
+    return {**decorator.params, **bound_arguments(key.signature, args, kwargs)}
 
 
 def reference_view_namespace(decorator: Locked, key: KeyTemplate, request, index: int, args: tuple,
                              kwargs: dict) -> dict:
     """What a view's template is filled from when the call is bound in full."""
-    namespace = {**decorator.params, **_bound_arguments(key.signature, args, kwargs)}
+    namespace = {**decorator.params, **bound_arguments(key.signature, args, kwargs)}
     if "user" in key.roots:
         namespace["user"] = request.user
     namespace.update(request=request, args=args[index + 1:], kwargs=kwargs, view=key.default_name)
@@ -139,7 +133,7 @@ def test_keyword_values_fill_a_plain_functions_key_as_binding_the_call_does(func
     key = KeyTemplate(decorator.key, "job")
     key.check_against(function, view_names=False)
     expected = outcome(lambda: key.render(reference_call_namespace(decorator, key, args, kwargs)))
-    assert outcome(lambda: key.render(decorator._call_namespace(key, args, kwargs))) == expected
+    assert outcome(lambda: key.render(call_namespace(key, decorator.params, args, kwargs))) == expected
 
 
 @pytest.mark.parametrize("template", ["order:{pk}:{kind}", "order:{pk}:{user}", "order:{kwargs[pk]}:{view}",
@@ -158,7 +152,7 @@ def test_keyword_values_fill_a_views_key_as_binding_the_call_does(rf, template, 
     request.user = User()
     call = (request, *args)
     expected = outcome(lambda: key.render(reference_view_namespace(decorator, key, request, 0, call, kwargs)))
-    got = outcome(lambda: key.render(decorator._view_namespace(view, key, request, 0, call, kwargs)))
+    got = outcome(lambda: key.render(_view_namespace(key, decorator.params, request, 0, call, kwargs)))
     assert got == expected
 
 

@@ -273,11 +273,22 @@ def test_release_asks_for_confirmation(redis_client, monkeypatch):
     assert not lock.owned()
 
 
-def test_release_no_input_alias(redis_client):
+@pytest.mark.parametrize("flag", ["--noinput", "--no-input", "--yes"])
+def test_release_without_asking(redis_client, monkeypatch, flag):
+    """Django's --noinput (dest "interactive"), its --no-input spelling and the old --yes."""
+    monkeypatch.setattr("builtins.input", lambda prompt: pytest.fail("asked for confirmation"))
     lock = Lock(redis_client, "scripted", timeout=60)
     lock.acquire()
-    assert "Released" in run("release", "scripted", "--no-input")
+    assert "Released" in run("release", "scripted", flag)
     assert redis_client.exists("scripted") == 0
+
+
+def test_release_through_call_command_with_interactive_false(redis_client):
+    lock = Lock(redis_client, "scripted", timeout=60)
+    lock.acquire()
+    out = io.StringIO()
+    call_command("locks", "release", "scripted", interactive=False, stdout=out, stderr=io.StringIO())
+    assert "Released" in out.getvalue() and redis_client.exists("scripted") == 0
 
 
 def test_release_with_a_stale_fence_exits_6(redis_client):

@@ -3,7 +3,7 @@
     manage.py locks list [--kind lock|sem] [--search TEXT] [--json] [--watch SECONDS [--count N]]
     manage.py locks show NAME [--kind lock|sem] [--json]
     manage.py locks waiters NAME [--kind lock|sem] [--json]
-    manage.py locks release NAME [--kind lock|sem] [--fence FENCE] [--yes]
+    manage.py locks release NAME [--kind lock|sem] [--fence FENCE] [--noinput]
     manage.py locks ping [--json]
 
 Text output writes every non-printable character of a name, label, host or thread as its escape
@@ -122,8 +122,9 @@ class Command(BaseCommand):
         release.add_argument("--fence", type=int, default=None,
                              help="release only the hold with this fence (required for a semaphore "
                                   "with several permits)")
-        release.add_argument("--yes", "--no-input", action="store_true", dest="yes",
-                             help="do not ask for confirmation")
+        # Django's convention (migrate, flush, collectstatic); --yes is the old spelling, kept.
+        release.add_argument("--noinput", "--no-input", "--yes", action="store_false", dest="interactive",
+                             help="do not ask for confirmation (--yes: deprecated alias)")
         self._add_scope(release)
 
         ping = subparsers.add_parser("ping", help="check the connection: server, latency, clock, holders")
@@ -333,7 +334,7 @@ class Command(BaseCommand):
             f"{printable(target.owner)}" + (f" ({printable(target.label)})" if target.label else "")
             + f" for {format_ms(target.held_for_ms)}, {format_ms(target.ttl_ms)} left"
         )
-        if not options["yes"]:
+        if options["interactive"]:
             self.stdout.write(f"Force release {summary}?")
             self.stdout.write("The holder is fenced out and the next waiter gets the hold.")
             self.stdout.flush()

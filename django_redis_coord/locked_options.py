@@ -1,0 +1,88 @@
+"""The options of ``locked(...)``, checked when it is called (a mistake shows at import time,
+not on the first request), and the settings ``redlock=True`` needs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Optional
+
+from django.core.exceptions import ImproperlyConfigured
+
+from ._base import check_number
+from .conf import CoordSettings, coord_settings
+from .exceptions import InvalidLockArgument, InvalidLockArgumentType
+from .expiry import no_expiry_timeout
+from .shortcuts import DEFAULT
+
+__all__ = ["checked_options", "check_redlock_settings"]
+
+
+def checked_options(
+    key: Any, *, timeout: Any, wait: float, limit: Optional[int], status: Optional[int],
+    handler: Optional[Callable[..., Any]], template_name: Optional[str], auto_renew: Optional[bool],
+    rollback_on_loss: bool, using: Optional[str], fail_open: Optional[bool], label: Optional[str],
+    params: Optional[Mapping[str, Any]], redlock: bool,
+) -> Any:
+    """Refuse what ``locked(key, **options)`` cannot work with; the timeout to use (``NO_EXPIRY``
+    read as ``None``, :data:`~django_redis_coord.shortcuts.DEFAULT` kept for ``DEFAULT_TIMEOUT``)."""
+    if not isinstance(redlock, bool):
+        raise InvalidLockArgumentType("redlock must be True or False", lock_name=key)
+    timeout = no_expiry_timeout(timeout, key)
+    if redlock and limit is not None:
+        raise InvalidLockArgument(
+            "redlock=True cannot be combined with limit: a Redlock is a lock, not a semaphore", lock_name=key
+        )
+    if redlock and timeout is None:
+        raise InvalidLockArgument("redlock=True needs a timeout: a Redlock always expires", lock_name=key)
+    if timeout is not DEFAULT:
+        check_number("timeout", timeout, allow_none=True, positive=True, lock_name=key)
+    check_number("wait", wait, allow_none=False, positive=False, lock_name=key)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidLockArgument(f"limit must be a positive int, not {limit!r}", lock_name=key)
+    if status is not None and (isinstance(status, bool) or not isinstance(status, int) or not 400 <= status <= 599):
+        raise InvalidLockArgument(f"status must be an HTTP error status (400-599), not {status!r}", lock_name=key)
+    if handler is not None and not callable(handler):
+        raise InvalidLockArgumentType("handler must be callable", lock_name=key)
+    if template_name is not None and not isinstance(template_name, str):
+        raise InvalidLockArgumentType("template_name must be a str", lock_name=key)
+    if params is not None and not isinstance(params, Mapping):
+        raise InvalidLockArgumentType("params must be a mapping", lock_name=key)
+    if label is not None and not isinstance(label, str):
+        raise InvalidLockArgumentType("label must be a str", lock_name=key)
+    for option, value in (("auto_renew", auto_renew), ("fail_open", fail_open)):
+        if value is not None and not isinstance(value, bool):  # "false" would read as true
+            raise InvalidLockArgumentType(f"{option} must be True, False or None, not {value!r}", lock_name=key)
+    if not isinstance(rollback_on_loss, bool):
+        raise InvalidLockArgumentType(f"rollback_on_loss must be True or False, not {rollback_on_loss!r}",
+                                      lock_name=key)
+    if using is not None and not isinstance(using, str):
+        raise InvalidLockArgumentType(f"using must be a database alias (a str), not {using!r}", lock_name=key)
+    if auto_renew and timeout is None:
+        raise InvalidLockArgument("auto_renew needs a timeout to renew", lock_name=key)
+    return timeout
+
+
+def check_redlock_settings(key: Any, timeout: Any, settings: Optional[CoordSettings] = None) -> None:
+    """For ``redlock=True``: refuse settings without masters or with no default timeout.
+
+    When decorating (``settings`` None), only once Django's settings are configured and valid
+    (otherwise the call itself raises the error)."""
+    if settings is None:
+        from django.conf import settings as django_settings
+
+        if not django_settings.configured:
+            return
+        try:
+            settings = coord_settings()
+        except ImproperlyConfigured:
+            return
+    if not settings.redlock:
+        raise ImproperlyConfigured(
+            f"@locked(redlock=True) on {key!r} needs Redlock masters: set "
+            'DJANGO_REDIS_COORD["REDLOCK"] = {"MASTERS": ["redis://host-a:6379/0", ...]}.'
+        )
+    if timeout is DEFAULT and settings.default_timeout is None:
+        raise InvalidLockArgument(
+            "redlock=True needs a timeout: a Redlock always expires (DEFAULT_TIMEOUT is None; pass timeout=...)",
+            lock_name=key,
+        )
