@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -28,6 +29,13 @@ from django_redis_coord.server import RedisServer  # noqa: E402
 
 def manage(*args: str, env: dict) -> None:
     subprocess.run([sys.executable, str(HERE / "manage.py"), *args], check=True, env=env, cwd=HERE)
+
+
+def terminal_command(redis_url: str) -> str:
+    """``manage.py locks list --watch 1`` for this demo, runnable from any directory and shell:
+    the Python of the demo (``.venv``'s) by its full path, the demo's Redis in the environment."""
+    return (f"DEMO_REDIS_URL={shlex.quote(redis_url)} {shlex.quote(sys.executable)} "
+            f"{shlex.quote(str(HERE / 'manage.py'))} locks list --watch 1")
 
 
 def interrupt(signum: int, frame: Any) -> None:
@@ -58,7 +66,7 @@ def main() -> int:
             )
         print(f"Site:  http://127.0.0.1:{options.port}/", flush=True)
         print(f"Admin: http://127.0.0.1:{options.port}/admin/django_redis_coord/holder/  (admin / admin)", flush=True)
-        print(f"Terminal: cd {HERE} && DEMO_REDIS_URL={server.url} python manage.py locks list --watch 1", flush=True)
+        print(f"Terminal: {terminal_command(server.url)}", flush=True)
         try:
             manage("runserver", f"127.0.0.1:{options.port}", "--noreload", env=env)
         except (KeyboardInterrupt, subprocess.CalledProcessError):

@@ -10,9 +10,11 @@ import http.cookiejar
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -32,7 +34,10 @@ class Demo:
     def __init__(self) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # The demo's SQLite database goes to a temporary directory, never example_project/db.sqlite3.
+        self.tmp = tempfile.mkdtemp(prefix="dcoord-demo-")
+        self.db_path = os.path.join(self.tmp, "db.sqlite3")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", DEMO_DB_PATH=self.db_path)
         env.pop("DJANGO_SETTINGS_MODULE", None)
         self.proc = subprocess.Popen(
             [sys.executable, str(DEMO / "run_demo.py"), "--port", str(self.port), "--workers", "0"],
@@ -64,8 +69,14 @@ class Demo:
         except urllib.error.HTTPError as error:
             return error.code, dict(error.headers), error.read().decode()
 
+    @property
+    def env(self) -> dict:
+        """What the demo's own processes get: its Redis, its settings, its database."""
+        return dict(os.environ, DEMO_REDIS_URL=self.redis_url, DJANGO_SETTINGS_MODULE="demo_site.settings",
+                    DEMO_DB_PATH=self.db_path)
+
     def manage(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        env = dict(os.environ, DEMO_REDIS_URL=self.redis_url, DJANGO_SETTINGS_MODULE="demo_site.settings")
+        env = self.env
         return subprocess.run([sys.executable, "manage.py", *args], cwd=DEMO, env=env, capture_output=True,
                               text=True, timeout=timeout)
 
@@ -95,14 +106,31 @@ class Demo:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
+        shutil.rmtree(self.tmp, ignore_errors=True)
         return self.proc.returncode
+
+
+def project_database_state():
+    """Whether example_project/db.sqlite3 exists, and its size and modification time."""
+    path = DEMO / "db.sqlite3"
+    return (path.stat().st_size, path.stat().st_mtime_ns) if path.exists() else None
 
 
 @pytest.fixture(scope="module")
 def demo():
+    before = project_database_state()
     running = Demo()
     yield running
     running.stop()
+    # A developer's own demo database is left as it was (or not created at all).
+    assert project_database_state() == before
+
+
+def start_workers(demo, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "contend", *args], cwd=DEMO, env=demo.env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
 
 
 def wait_for(predicate, timeout: float = 30.0):
@@ -124,7 +152,7 @@ def in_background(fn):
 def test_landing_page_links_everything(demo):
     status, _, html = demo.get("/")
     assert status == 200
-    for link in ("/report/daily/", "/export.csv", "/async/daily/", "/fencing/",
+    for link in ("/report/monthly/", "/export.csv", "/async/daily/", "/fencing/",
                  "/admin/django_redis_coord/holder/", "locks list --watch"):
         assert link in html
 
@@ -174,12 +202,7 @@ def test_fenced_write_refuses_the_stale_holder(demo):
 
 
 def test_contending_workers_show_up_in_locks_list_and_admin(demo):
-    workers = subprocess.Popen(
-        [sys.executable, "manage.py", "contend", "--workers", "2", "--seconds", "20", "--min-hold", "2",
-         "--max-hold", "3"],
-        cwd=DEMO, env=dict(os.environ, DEMO_REDIS_URL=demo.redis_url, DJANGO_SETTINGS_MODULE="demo_site.settings"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    workers = start_workers(demo, "--workers", "2", "--seconds", "20", "--min-hold", "2", "--max-hold", "3")
     try:
         busy = wait_for(lambda: [h for h in demo.holders() if (h["owner"]["label"] or "").startswith("worker")],
                         timeout=60)
@@ -205,6 +228,50 @@ def test_contending_workers_show_up_in_locks_list_and_admin(demo):
     assert workers.returncode == 0, err
     assert "Workers stopped." in out and "Traceback" not in err
     wait_for(lambda: not [h for h in demo.holders() if (h["owner"]["label"] or "").startswith("worker")], timeout=30)
+
+
+def test_the_database_is_the_temporary_one(demo):
+    assert os.path.getsize(demo.db_path) > 0  # migrated there by run_demo.py
+
+
+def test_the_printed_terminal_command_works_from_anywhere(demo):
+    """The "Terminal:" line the demo prints runs as printed, from another directory, in a shell
+    without .venv on PATH (``--count 1`` so it draws one frame)."""
+    [line] = [line for line in demo.output if line.startswith("Terminal: ")]
+    command = line.removeprefix("Terminal: ").strip()
+    assert command.endswith("locks list --watch 1")
+    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"), "DEMO_DB_PATH": demo.db_path}
+    result = subprocess.run(["/bin/sh", "-c", command + " --count 1"], cwd="/", env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert f"live holders on {demo.redis_url}" in result.stdout
+    _, _, html = demo.get("/")
+    assert "locks list --watch 1" in html and sys.executable in html  # the landing page shows the same
+
+
+def test_the_two_tabs_report_is_free_while_the_workers_run(demo):
+    """The landing page's "open it in two tabs" report: the first tab builds, the second gets 409,
+    although the contending workers run (they never take that report)."""
+    sys.path.insert(0, str(DEMO))
+    try:
+        from demo.management.commands.contend import JOBS
+    finally:
+        sys.path.remove(str(DEMO))
+    _, _, html = demo.get("/")
+    name = re.search(r'href="/report/([\w-]+)/\?seconds=10" id="two-tabs"', html).group(1)
+    assert f"report:{name}" not in JOBS
+    workers = start_workers(demo, "--workers", "3", "--seconds", "15", "--min-hold", "0.5", "--max-hold", "1")
+    try:
+        wait_for(lambda: [h for h in demo.holders() if (h["owner"]["label"] or "").startswith("worker")], timeout=60)
+        thread, first = in_background(lambda: demo.get(f"/report/{name}/?seconds=4"))
+        wait_for(lambda: demo.live(f"report:{name}"))
+        status, headers, _ = demo.get(f"/report/{name}/?seconds=0")
+        assert status == 409 and int(headers["Retry-After"]) >= 1
+        thread.join(60)
+        assert first["result"][0] == 200
+    finally:
+        workers.send_signal(signal.SIGINT)
+        workers.communicate(timeout=60)
 
 
 def test_demo_stops_cleanly_with_its_redis_server(demo):

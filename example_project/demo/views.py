@@ -13,8 +13,12 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import shlex
+import sys
 import time
+from pathlib import Path
 
+from django.conf import settings
 from django.db.models import F
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -38,10 +42,24 @@ def seconds_from(request: HttpRequest, default: float) -> float:
         return default
 
 
+#: The report the landing page asks to open in two tabs: no ``manage.py contend`` worker takes it
+#: (they take ``demo.management.commands.contend.JOBS``), so the first tab always gets the lock.
+TWO_TABS_REPORT = "monthly"
+
+
+def manage_command() -> str:
+    """``manage.py`` of this demo, runnable from any directory without activating ``.venv``: the
+    demo's Python by its full path, the demo's Redis in the environment."""
+    manage = Path(settings.BASE_DIR) / "manage.py"
+    return f"DEMO_REDIS_URL={shlex.quote(settings.REDIS_URL)} {shlex.quote(sys.executable)} {shlex.quote(str(manage))}"
+
+
 def index(request: HttpRequest) -> HttpResponse:
     return render(request, "demo/index.html", {
         "reports": Report.objects.order_by("name"),
         "holders_url": reverse("admin:django_redis_coord_holder_changelist"),
+        "manage": manage_command(),
+        "two_tabs_report": TWO_TABS_REPORT,
     })
 
 
