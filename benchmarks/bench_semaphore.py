@@ -4,7 +4,7 @@
   compare-and-delete by EVALSHA (one round trip each);
 * ``ours`` — ``django_redis_coord.Semaphore`` (limit 4, lease 10 s): one Lua script to acquire
   (reclaim expired permits, serve the FIFO queue, grant with a fence) and one to release;
-* ``seed 002`` — seed 002's counting semaphore for comparison under contention: a ZSET scored by
+* ``client clock`` — a textbook counting semaphore for comparison under contention: a ZSET scored by
   the client's clock, one MULTI/EXEC per attempt, polling every 1 ms while all permits are taken.
 """
 
@@ -46,7 +46,7 @@ class Sizes:
     contention_seconds: float = 5.0
     hold_s: float = 0.001
     think_s: float = 0.001
-    contenders: tuple[str, ...] = ("ours", "seed 002")
+    contenders: tuple[str, ...] = ("ours", "client clock")
 
 
 FULL = Sizes()
@@ -54,8 +54,8 @@ QUICK = Sizes(pair_seconds=0.2, pair_rounds=1, cpu_pairs=200, procs=6, contentio
 
 
 # -- the semaphores ------------------------------------------------------------------------------
-class Seed002Semaphore:
-    """Seed 002's counting semaphore: client-clock ZSET, rank check in one MULTI/EXEC, 1 ms polling."""
+class ClientClockSemaphore:
+    """A counting semaphore on the client's clock: a ZSET, rank check in one MULTI/EXEC, 1 ms polling."""
 
     def __init__(self, client: Any, name: str, limit: int, timeout: float, poll: float = 0.001) -> None:
         self.client, self.name, self.limit, self.timeout, self.poll = client, name, limit, timeout, poll
@@ -84,8 +84,8 @@ def make_semaphore(lib: str, client: Any, name: str) -> Any:
         from django_redis_coord import Semaphore
 
         return Semaphore(client, name, limit=LIMIT, timeout=10, blocking=True)
-    if lib == "seed 002":
-        return Seed002Semaphore(client, name, LIMIT, 10.0)
+    if lib == "client clock":
+        return ClientClockSemaphore(client, name, LIMIT, 10.0)
     raise ValueError(f"unknown library {lib!r}")
 
 

@@ -9,7 +9,11 @@ Python code expects.  The tree (``also``: further base classes)::
     ├── CoordLockError                  also redis LockError: about a lock or a permit
     │   ├── InvalidLockArgument         also ValueError; nothing was written to Redis
     │   │   ├── InvalidLockArgumentType also TypeError
-    │   │   └── NameKindConflict        the name is used by another kind of primitive
+    │   │   ├── NameKindConflict        the name is used by another kind of primitive
+    │   │   └── KeyTemplateError        an ``@locked`` key template that cannot be used or filled
+    │   │       ├── MissingKeyValue     also Django's BadRequest: a 400 in views
+    │   │       └── KeyTooLong          also Django's BadRequest: a 400 in views
+    │   ├── LockContended               ``@locked``: the key is held (plain functions, ``with``)
     │   ├── LockAcquireTimeout          a ``with`` block could not acquire in time
     │   ├── LockLostError               also redis LockNotOwnedError: the hold ended unreleased
     │   ├── ConnectionPoolTooSmall      also ValueError
@@ -23,10 +27,14 @@ Python code expects.  The tree (``also``: further base classes)::
 :class:`TransactionConflict` is not a lock error: an optimistic transaction takes no lock, and
 it is what redis-py raises for one conflict (``WatchError``) after every retry.  Until 0.1 it was
 a ``LockError``; catch ``CoordError`` (or ``WatchError``) instead.
+
+``MissingKeyValue`` and ``KeyTooLong`` are made on first use (the module's ``__getattr__``): they
+subclass Django's ``BadRequest``, and the core primitives import this module without Django.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Optional
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -49,6 +57,10 @@ __all__ = [
     "SemaphoreLimitNotSet",
     "TransactionConflict",
     "StaleFenceError",
+    "KeyTemplateError",
+    "MissingKeyValue",  # noqa: F822 - made on first use (see __getattr__)
+    "KeyTooLong",  # noqa: F822
+    "LockContended",
 ]
 
 
@@ -144,25 +156,11 @@ class TransactionConflict(CoordError, WatchError):
 
 
 # -- the Django layer (``@locked``) -----------------------------------------------------------------
-# CoordError
-# ├── InvalidLockArgument
-# │   └── KeyTemplateError            a key template that cannot be used or filled
-# │       ├── MissingKeyValue         + Django's BadRequest: a 400 in views
-# │       └── KeyTooLong              + Django's BadRequest: a 400 in views
-# └── LockContended                   the key is held (plain functions and ``with locked(...)``)
-#
-# The two BadRequest errors are made on first use (module ``__getattr__``): the core primitives
-# import this module and never import Django.
-import threading  # noqa: E402  (kept with the section it serves, for an easy merge)
-
-__all__ += ["KeyTemplateError", "MissingKeyValue", "KeyTooLong", "LockContended"]  # noqa: F822
-
-
 class KeyTemplateError(InvalidLockArgument):
     """A key template that is malformed or names a value the decorated function cannot provide."""
 
 
-class LockContended(CoordError):
+class LockContended(CoordLockError):
     """The key is held (or all ``limit`` permits are taken): raised by plain functions and ``with``."""
 
     def __init__(self, message: str, lock_name: Any = None, retry_after: Optional[int] = None) -> None:

@@ -1,4 +1,4 @@
-"""Seed 000's identity lock, made safe: the release check and delete are one atomic script.
+"""A lock named by its holder's identity, made safe: the release check and delete are one atomic script.
 
 >>> lock = IdentityLock(client, "test-lock")      # doctest: +SKIP
 >>> lock.acquire("peter", 3600)
@@ -22,9 +22,9 @@ __all__ = ["IdentityLock"]
 class IdentityLock:
     """A lock whose holder is named by the caller (``identity``) instead of a random token.
 
-    ``acquire(identity, timeout)`` returns True when granted (``timeout`` in seconds, as in the
-    seed); ``release(identity)`` returns True when the lock was released or was not held, False
-    when someone else holds it.  Grants carry fence tokens like :class:`Lock` (``last_fence``).
+    ``acquire(identity, timeout)`` returns True when granted (``timeout`` in seconds);
+    ``release(identity)`` returns True when the lock was released or was not held, False when
+    someone else holds it.  Grants carry fence tokens like :class:`Lock` (``last_fence``).
     """
 
     def __init__(self, client: Any, key: Union[str, bytes]) -> None:

@@ -1,6 +1,6 @@
 """Counting semaphores on Redis (sync): leased, fenced permits on server time, served in FIFO order.
 
-Seed 000's identity semaphore runs unchanged::
+A semaphore whose holders name themselves (an identity per permit)::
 
     >>> from redis import Redis
     >>> from django_redis_coord import Semaphore
@@ -66,9 +66,9 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
 
     * ``limit``: stored in Redis by the first acquire when no limit is stored yet; afterwards the
       stored limit applies (change it with :meth:`set_max_size`).
-    * ``timeout``: lease of each permit in seconds (``None``: permits never expire, as in seed 000).
-    * ``blocking``/``blocking_timeout``: defaults of :meth:`acquire` (non-blocking by default, as in
-      the seed); the context manager always waits, up to ``blocking_timeout``.
+    * ``timeout``: lease of each permit in seconds (``None``: permits never expire).
+    * ``blocking``/``blocking_timeout``: defaults of :meth:`acquire` (non-blocking by default, as for
+      identity semaphores); the context manager always waits, up to ``blocking_timeout``.
     * ``auto_renew``: the watchdog renews each permit at ``timeout / 3``; ``on_lost(permit)`` is
       called when a permit could not be renewed in time.
     """
@@ -80,7 +80,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
     def _stack(self) -> list[bytes]:
         return self.local.stack
 
-    # -- seed 000's API --------------------------------------------------------------------------
+    # -- the identity semaphore's API --------------------------------------------------------------
     def set_max_size(self, size: int) -> None:
         """Set the limit for every client.  Raising it serves waiting callers at once; lowering it
         stops new grants until enough holders have released (nobody is evicted)."""

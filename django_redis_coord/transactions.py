@@ -8,7 +8,7 @@ full jitter, at most ``retries`` more times, then :class:`TransactionConflict` i
 function that returns without calling ``multi()`` (nothing to write, e.g. insufficient funds)
 ends the call with its result and no EXEC.
 
-Seed 000's user id counter::
+A user id counter::
 
     >>> @optimistic(client, "user_id_counter")                              # doctest: +SKIP
     ... def register(pipe, email, password):

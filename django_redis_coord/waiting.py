@@ -99,6 +99,15 @@ class WaitHub(HubBase):
             self._ready.clear()
             return True, idle_since
 
+    def _stop_if_idle(self) -> bool:
+        """Stop the thread (True) if nobody waits; the next waiter starts a new one."""
+        with self._lock:
+            if self._waiters:
+                return False
+            self._thread = None
+            self._ready.clear()
+            return True
+
     def _run(self, client: Any) -> None:
         pubsub = None
         failures = 0
@@ -118,6 +127,8 @@ class WaitHub(HubBase):
                     self._ready.clear()
                     _close(pubsub)
                     pubsub = None
+                    if self._stop_if_idle():
+                        return  # nobody waits: nothing to reconnect for
                     failures += 1
                     log_failure(failures, exc)
                     self._recheck_all()  # a grant may have been announced while nobody listened

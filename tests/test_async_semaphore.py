@@ -20,7 +20,7 @@ def run(coro):
     return asyncio.run(coro)
 
 
-def test_seed_000_transcript(async_redis):
+def test_identity_semaphore_transcript(async_redis):
     async def scenario():
         client = async_redis(decode_responses=True)
         semaphore = Semaphore(client, "test-semaphore")

@@ -257,7 +257,7 @@ def test_bad_acquire_arguments_write_nothing(redis_client):
     assert redis_client.dbsize() == 0
 
 
-def test_identity_lock_seed_transcript(redis_server):
+def test_identity_lock_transcript(redis_server):
     client = redis.Redis(host=redis_server.host, port=redis_server.port, decode_responses=True)
     client.flushall()
     lock = IdentityLock(client, "test-lock")

@@ -1,4 +1,4 @@
-"""The Semaphore: seed 000's transcript, leases on server time, FIFO, limits, fences, processes."""
+"""The Semaphore: the identity semaphore's transcript, leases on server time, FIFO, limits, fences, processes."""
 
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ def test_max_concurrent_counts_overlaps():
     assert max_concurrent([(0, 1), (1, 2), (2, 3)]) == 1
 
 
-# -- seed 000 ---------------------------------------------------------------------------------------
-def test_seed_000_transcript(redis_server):
+# -- the identity semaphore ---------------------------------------------------------------------------
+def test_identity_semaphore_transcript(redis_server):
     client = redis.Redis(host=redis_server.host, port=redis_server.port, decode_responses=True)
     client.flushall()
     semaphore = Semaphore(client, "test-semaphore")
@@ -383,7 +383,7 @@ def _skewed_acquire(url: str, name: str, skew: float, identity: str) -> tuple[bo
 
 
 def _client_clock_acquire(url: str, name: str, skew: float, identity: str) -> tuple[bool, float, float]:
-    """Seed 002's counting semaphore (ZSET scored by the client's time.time()), for comparison."""
+    """A counting semaphore scored by the client's time.time() (a ZSET), for comparison."""
     real = time.time
     time.time = lambda: real() + skew
     try:
@@ -418,7 +418,7 @@ def test_a_client_with_a_skewed_clock_can_neither_over_issue_nor_evict(redis_cli
     assert semaphore.permit("peter").valid and semaphore.release("peter")
 
 
-def test_the_client_clock_semaphore_of_seed_002_over_issues_under_the_same_skew(redis_client, redis_url):
+def test_a_client_clock_semaphore_over_issues_under_the_same_skew(redis_client, redis_url):
     """The hazard the server-time leases remove: the check above would catch it."""
     assert run_processes(_client_clock_acquire, [(redis_url, "naive", 0.0, "peter")])[0][0]
     assert run_processes(_client_clock_acquire, [(redis_url, "naive", 0.0, "tom")])[0][0]

@@ -1,4 +1,4 @@
-"""The optimistic WATCH/MULTI/EXEC helper: seed 000's user id counter, seed 002's market, retries."""
+"""The optimistic WATCH/MULTI/EXEC helper: a user id counter, a market, retries."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from django_redis_coord.transactions import Optimistic
 from .procs import run_processes
 
 
-# -- seed 000: the user id counter ------------------------------------------------------------------
+# -- a user id counter ------------------------------------------------------------------------------
 def make_register(client, **policy):
     @optimistic(client, "user_id_counter", **policy)
     def register(pipe, email: str, password: str) -> int:
@@ -29,7 +29,7 @@ def make_register(client, **policy):
     return register
 
 
-def test_seed_000_conflict_is_retried_and_the_result_returned(redis_client):
+def test_a_conflict_is_retried_and_the_result_returned(redis_client):
     redis_client.set("user_id_counter", 256)
     intruder = redis.Redis(connection_pool=redis_client.connection_pool)
     runs = []
@@ -76,7 +76,7 @@ def test_user_id_counter_across_processes_loses_no_update(redis_client, redis_ur
     assert attempts == 160 + conflicts  # every conflict was retried, nothing else was
 
 
-# -- seed 002: the market ------------------------------------------------------------------------------
+# -- a market ---------------------------------------------------------------------------------------------
 SELLERS = ["s1", "s2", "s3"]
 BUYERS = ["b1", "b2", "b3", "b4"]
 ITEMS_PER_SELLER = 12

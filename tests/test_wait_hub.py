@@ -447,3 +447,20 @@ def test_a_grant_found_after_an_outage_is_measured_from_the_call_that_found_it(r
     assert result == {"acquired": True, "valid": True}
     admin.close()
     client.close()
+
+
+def test_a_hub_with_nobody_waiting_stops_when_its_server_goes_away(redis_servers, caplog):
+    """No reconnection attempts (and no warnings) for a waiting connection nobody needs."""
+    from django_redis_coord import waiting
+
+    (server,) = redis_servers(1)
+    client = server.client()
+    holder = Lock(client, "hot", timeout=0.2)
+    assert holder.acquire(blocking=False)
+    assert Lock(client, "hot", timeout=5).acquire(blocking_timeout=5)  # waits: starts the hub
+    hub = waiting.hub_for(client)
+    assert hub._thread is not None
+    caplog.set_level("DEBUG", logger="django_redis_coord")
+    server.stop()
+    wait_for(lambda: hub._thread is None, 5, "the hub to stop")
+    assert not [r for r in caplog.records if "waiting connection" in r.getMessage()]

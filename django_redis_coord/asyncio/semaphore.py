@@ -41,7 +41,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
             stack = space.stack = []
         return stack
 
-    # -- seed 000's API --------------------------------------------------------------------------
+    # -- the identity semaphore's API --------------------------------------------------------------
     async def set_max_size(self, size: int) -> None:
         """See :meth:`django_redis_coord.semaphores.Semaphore.set_max_size`."""
         check_limit(size, self.name)

@@ -99,6 +99,9 @@ class AsyncWaitHub(HubBase):
                     self._ready.clear()
                     await _close(pubsub)
                     pubsub = None
+                    if not self._waiters:
+                        self._task = None
+                        return  # nobody waits: nothing to reconnect for
                     failures += 1
                     log_failure(failures, exc)
                     self._recheck_all()  # a grant may have been announced while nobody listened

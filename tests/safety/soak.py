@@ -113,7 +113,7 @@ def scenarios(seconds: float, processes: int) -> list[Scenario]:
         Scenario("Semaphore (watchdog), latency and blackholes", network.with_(kind="semaphore-renew", limit=2),
                  lambda s, w: ProxyNemesis(s.proxy, every=0.5, latency=0.1, blackhole_for=0.6, seed=w.seed),
                  via_proxy=True),
-        Scenario("UNSAFE: GET-then-DEL release (seed 000)", base.with_(kind="get-then-del", gap=0.3)),
+        Scenario("UNSAFE: GET-then-DEL release", base.with_(kind="get-then-del", gap=0.3)),
         Scenario("UNSAFE: lock without tokens", base.with_(kind="tokenless")),
         Scenario("UNSAFE: fence drawn before the grant", base.with_(kind="racy-fence", gap=0.05)),
         Scenario("UNSAFE: semaphore without WATCH", base.with_(kind="racy-semaphore", limit=2)),

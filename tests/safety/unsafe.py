@@ -3,7 +3,7 @@
 Each one is a common way to get distributed locking wrong; run under the same workload as the
 real primitives, the checkers must report it.
 
-* :class:`GetThenDelLock` - seed 000's first identity lock: tokens and a TTL, but ``release`` is a
+* :class:`GetThenDelLock` - the textbook identity lock: tokens and a TTL, but ``release`` is a
   ``GET`` followed by a separate ``DEL``.  If the TTL runs out between the two (a slow network, a
   pause of the client: ``release_gap``), the ``DEL`` removes the next holder's lock and a third
   client gets it while the second still holds it.
@@ -12,7 +12,7 @@ real primitives, the checkers must report it.
 * :class:`RacyFenceLock` - a correct lock whose fence comes from a separate ``INCR`` made before
   the grant: when the grant comes up to ``gap`` later, two contenders can be granted in the opposite
   order of their fences.
-* :class:`RacySemaphore` - seed 000's identity semaphore without its ``WATCH``: it counts holders
+* :class:`RacySemaphore` - an identity semaphore without its ``WATCH``: it counts holders
   and adds itself in two steps, so several contenders all see a free permit.
 
 They speak the small adapter interface of :mod:`tests.safety.workloads` (``acquire``,
@@ -78,7 +78,7 @@ class _PollingLock(_Unsafe):
 
 
 class GetThenDelLock(_PollingLock):
-    """Seed 000's unsafe identity lock (GET, compare, then DEL), with a fence taken after the grant."""
+    """The textbook unsafe identity lock (GET, compare, then DEL), with a fence taken after the grant."""
 
     def __init__(self, client: Any, name: str, timeout: float, gap: float = 0.0) -> None:
         super().__init__(client, name, timeout)
@@ -128,7 +128,7 @@ class RacyFenceLock(_PollingLock):
 
 
 class RacySemaphore(_Unsafe):
-    """Seed 000's identity semaphore without WATCH: SCARD, compare, then SADD (and SREM to release)."""
+    """An identity semaphore without WATCH: SCARD, compare, then SADD (and SREM to release)."""
 
     def __init__(self, client: Any, name: str, limit: int, timeout: float) -> None:
         super().__init__(client, timeout)
