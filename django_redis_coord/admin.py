@@ -12,12 +12,12 @@ CSRF, no caching):
   of its token) changes anything.  A POST without both is a 400 and releases nothing; one whose
   hold has changed meanwhile releases nothing either.
 
-Tokens are never sent to the browser, only their first characters and a digest (:func:`hold_digest`).
+Tokens are never sent to the browser, only their first characters and a digest
+(:func:`~django_redis_coord.holders.hold_digest`).
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Optional
 
 from django.contrib import admin, messages
@@ -39,50 +39,12 @@ from redis.exceptions import RedisError
 from .conf import coord_settings
 from .connection import describe_connection, get_client
 from .exceptions import InvalidLockArgument
+from .holders import KINDS, format_ms, parse_holder_id
 from .keys import encode_name
-from .listing import KINDS, HolderListing, LiveHolder, format_ms, holder_id, parse_holder_id
+from .listing import HolderListing
 from .models import Holder
 
 FORCE_RELEASE_PERMISSION = "django_redis_coord.force_release_holder"
-
-
-def hold_digest(token: bytes) -> str:
-    """What the confirmation form carries to name one hold besides its fence: a digest of its
-    token (which cannot be recovered from it), so a fence issued again (see docs/safety.md)
-    cannot stand for another hold."""
-    return hashlib.sha256(b"django_redis_coord hold:" + token).hexdigest()[:32]
-
-
-class HolderView:
-    """What a template shows of a :class:`LiveHolder` (never its token)."""
-
-    def __init__(self, holder: LiveHolder, key_prefix: str) -> None:
-        head = key_prefix + ":" if key_prefix else ""
-        self.id = holder_id(holder.kind, holder.raw_name)  # the primitive's page (every permit of a semaphore)
-        self.name = holder.name[len(head):] if head and holder.name.startswith(head) else holder.name
-        self.key = holder.name
-        self.kind = holder.kind
-        self.kind_title = holder.kind_title
-        self.fence = holder.fence
-        self.ttl_ms = holder.ttl_ms
-        self.ttl = format_ms(holder.ttl_ms)
-        self.held_for = format_ms(holder.held_for_ms) if holder.held_for_ms is not None else "?"
-        self.acquired_at = holder.acquired_at
-        self.host = holder.host
-        self.pid = holder.pid
-        self.thread = holder.thread
-        self.label = holder.label
-        self.view = holder.view
-        #: "label / view", either alone, or "" (one cell of the list).
-        self.label_view = " / ".join(part for part in (holder.label, holder.view) if part)
-        self.owner = holder.owner
-        self.extra = sorted(holder.extra.items())
-        self.waiters = holder.waiters
-        self.usage = holder.usage
-        self.used = holder.used
-        self.limit = holder.limit
-        self.masked_token = holder.masked_token
-        self.digest = hold_digest(holder.token)
 
 
 @admin.register(Holder)
@@ -164,7 +126,6 @@ class HolderAdmin(admin.ModelAdmin):
             holders = listing.details(list(page.object_list))
         except RedisError as error:
             return self.unavailable(request, context, error)
-        prefix = coord_settings().key_prefix
 
         def link(**changes: Any) -> str:
             params = {"q": query, "kind": kind or "", "refresh": refresh if refresh != self.refresh_seconds else ""}
@@ -173,7 +134,7 @@ class HolderAdmin(admin.ModelAdmin):
 
         context.update(
             {
-                "holders": [HolderView(h, prefix) for h in holders],
+                "holders": holders,
                 "query": query,
                 "kind": kind,
                 "kind_choices": [
@@ -228,7 +189,6 @@ class HolderAdmin(admin.ModelAdmin):
             raise Http404("No such holder")
         except RedisError as error:
             return self.unavailable(request, context, error)
-        views = [HolderView(h, prefix) for h in holders]
         shown = raw.decode("utf-8", "replace")
         head = prefix + ":" if prefix else ""
         context.update(
@@ -238,8 +198,8 @@ class HolderAdmin(admin.ModelAdmin):
                 "kind_title": KINDS[kind],
                 "name": shown[len(head):] if head and shown.startswith(head) else shown,
                 "key": shown,
-                "holders": views,
-                "usage": views[0].usage if views else None,
+                "holders": holders,
+                "usage": holders[0].usage if holders else None,
                 "waiters": [{**w.as_dict(now_ms), "lease": format_ms(w.as_dict(now_ms)["lease_ms"])} for w in waiters],
                 "changelist_url": self.url("changelist"),
             }
@@ -247,7 +207,7 @@ class HolderAdmin(admin.ModelAdmin):
         context["title"] = f"{KINDS[kind]} “{context['name']}”"
         request.current_app = self.admin_site.name
         return TemplateResponse(
-            request, "admin/django_redis_coord/holder/detail.html", context, status=200 if views else 404
+            request, "admin/django_redis_coord/holder/detail.html", context, status=200 if holders else 404
         )
 
     # -- force release -------------------------------------------------------------------------
@@ -271,7 +231,6 @@ class HolderAdmin(admin.ModelAdmin):
                 content_type="text/plain; charset=utf-8",
             )
         context = self.base_context(request, "Force release")
-        prefix = coord_settings().key_prefix
         try:
             listing = self.listing()
             holders = listing.holder(raw, kind)
@@ -279,10 +238,10 @@ class HolderAdmin(admin.ModelAdmin):
             return self.unavailable(request, context, error)
         if fence is None and len(holders) == 1:
             fence = holders[0].fence
-        target = next((h for h in holders if h.fence == fence and (not digest or hold_digest(h.token) == digest)),
+        target = next((h for h in holders if h.fence == fence and (not digest or h.digest == digest)),
                       None)
         if request.method == "POST":
-            name = HolderView(target, prefix).name if target else raw.decode("utf-8", "replace")
+            name = target.short_name if target else raw.decode("utf-8", "replace")
             try:
                 # The fence is checked again by the script, atomically with the release.
                 result = listing.force_release(raw, kind, expected_fence=fence) if target else None
@@ -303,14 +262,13 @@ class HolderAdmin(admin.ModelAdmin):
         if target is None:
             messages.warning(request, "That hold has already ended or changed; nothing to release.")
             return HttpResponseRedirect(detail_url)
-        view = HolderView(target, prefix)
         context.update(
             {
-                "holder": view,
+                "holder": target,
                 "holder_id": holder_id,
                 "detail_url": detail_url,
                 "changelist_url": self.url("changelist"),
-                "title": f"Force release {KINDS[kind].lower()} “{view.name}”?",
+                "title": f"Force release {KINDS[kind].lower()} “{target.short_name}”?",
             }
         )
         request.current_app = self.admin_site.name

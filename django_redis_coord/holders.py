@@ -1,67 +1,273 @@
-"""Who holds a named lock, read from Redis in one atomic step (no keyspace scan)."""
+"""Who holds a lock or a semaphore permit: the one holder record, and reading it for one name.
+
+:class:`HolderInfo` is what :func:`lock_holder`, :func:`semaphore_holders`, the listing service
+(:mod:`django_redis_coord.listing`), ``manage.py locks`` and the admin page all return and show.
+Its token is the holder's secret: it stays out of ``repr``, and only :func:`mask_token` (its
+first characters) or :func:`hold_digest` (a digest) of it is ever displayed.
+
+The functions here read one lock or semaphore in one atomic step (no keyspace scan).
+"""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Optional, Union
 
 from ._arguments import as_bytes
+from .exceptions import InvalidLockArgument
 from .keys import encode_name, keys_for
 from .scripts import async_scripts, sync_scripts
 
-__all__ = ["lock_holder", "holders", "HolderInfo"]
+__all__ = [
+    "KINDS", "HolderInfo", "format_ms", "hold_digest", "holder_id", "holders", "lock_holder", "mask_token",
+    "owner_fields", "parse_holder_id", "parse_info",
+]
+
+#: Kinds of primitive a holder can hold (as in the key layout), with a human title.
+KINDS: dict[str, str] = {"lock": "Lock", "sem": "Semaphore"}
 
 
-@dataclass(frozen=True)
+def text(value: Any) -> str:
+    """``value`` as text (bytes decoded as UTF-8, undecodable bytes replaced)."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    return str(value)
+
+
+def format_ms(ms: Optional[int]) -> str:
+    """A duration for people: ``850ms``, ``12.3s``, ``5m03s``, ``2h05m``; ``∞`` for ``None``."""
+    if ms is None:
+        return "∞"
+    if ms < 1000:
+        return f"{ms}ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f}s"
+    seconds = ms // 1000
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+
+
+def mask_token(token: bytes) -> str:
+    """The first characters of a token only: enough to tell holders apart, not to forge one."""
+    shown = text(token)
+    return shown[:4] + "…" if len(shown) > 8 else "…"
+
+
+def hold_digest(token: bytes) -> str:
+    """What a form carries to name one hold besides its fence (the admin's force release): a
+    digest of its token (which cannot be recovered from it), so a fence issued again (see
+    docs/safety.md) cannot stand for another hold."""
+    return hashlib.sha256(b"django_redis_coord hold:" + token).hexdigest()[:32]
+
+
+def holder_id(kind: str, name: bytes) -> str:
+    """A URL-safe identifier of ``kind`` + raw ``name`` (any bytes round-trip)."""
+    return base64.urlsafe_b64encode(kind.encode() + b":" + name).decode().rstrip("=")
+
+
+def parse_holder_id(value: str) -> tuple[str, bytes]:
+    """Inverse of :func:`holder_id`; raises :class:`InvalidLockArgument` on garbage.  The id of
+    one semaphore permit (``<id>.<fence>``, see :attr:`HolderInfo.id`) gives its semaphore."""
+    head, dot, fence = value.partition(".")
+    if dot and fence.isdigit() and fence.isascii():
+        value = head
+    try:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+    except (ValueError, TypeError):
+        raise InvalidLockArgument(f"not a holder id: {value!r}")
+    kind, sep, name = raw.partition(b":")
+    if not sep or kind.decode("ascii", "replace") not in KINDS or not name:
+        raise InvalidLockArgument(f"not a holder id: {value!r}")
+    return kind.decode(), name
+
+
+def parse_info(info: Any) -> dict:
+    """A holder info JSON object (``{}`` when missing or not a JSON object)."""
+    if not info:
+        return {}
+    try:
+        meta = json.loads(info)
+    except (TypeError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def owner_fields(meta: dict) -> dict[str, Any]:
+    """The :class:`HolderInfo` fields of a decoded holder info: who holds, and ``extra`` (the rest)."""
+    return {
+        "host": meta.pop("host", None),
+        "pid": meta.pop("pid", None),
+        "thread": meta.pop("thread", None),
+        "label": meta.pop("label", None),
+        "view": meta.pop("view", None),
+        "extra": meta,
+    }
+
+
+@dataclass
 class HolderInfo:
-    """A live holder of a named lock (see :func:`django_redis_coord.holders`)."""
+    """A live holder of a lock, or of one semaphore permit, with what operators need to know.
 
-    name: str
+    (A plain dataclass, not a frozen one: a listing builds thousands of these and frozen ones
+    cost eight times as much to create.)
+    """
+
+    #: ``"lock"`` or ``"sem"`` (see :data:`KINDS`).
     kind: str
+    #: The Redis key of the lock or semaphore (``KEY_PREFIX`` included), as bytes.
+    raw_name: bytes
     #: The holder's secret: kept out of ``repr`` (and so out of logs); show ``masked_token``.
     token: bytes = field(repr=False)
     fence: int
+    #: Remaining time of the hold in ms when it was read; ``None``: no expiry.
     ttl_ms: Optional[int]
+    #: When the hold was granted, in server milliseconds since the epoch.
     acquired_at_ms: Optional[int]
-    host: Optional[str]
-    pid: Optional[int]
-    thread: Optional[str]
-    label: Optional[str]
-    extra: dict
-    waiters: int
+    host: Optional[str] = None
+    pid: Optional[int] = None
+    thread: Optional[str] = None
+    label: Optional[str] = None
+    #: The dotted path of the view a ``@locked`` hold guards.
+    view: Optional[str] = None
+    extra: dict = field(default_factory=dict)
+    #: Callers queued for the primitive.
+    waiters: int = 0
+    #: Semaphores: permits in use and the limit (``None`` for a lock).
+    used: Optional[int] = None
+    limit: Optional[int] = None
+    #: The server's clock (ms) when the details were read (0: not known).
+    server_now_ms: int = 0
+    #: The prefix of the listing that read it (a site's ``KEY_PREFIX:``), left out of ``short_name``.
+    prefix: bytes = b""
+
+    @property
+    def name(self) -> str:
+        """The Redis key, decoded."""
+        return text(self.raw_name)
+
+    @property
+    def short_name(self) -> str:
+        """The name as the application wrote it: without the listing's prefix."""
+        if self.prefix and self.raw_name.startswith(self.prefix):
+            return text(self.raw_name[len(self.prefix):])
+        return self.name
+
+    @property
+    def primitive_id(self) -> str:
+        """The lock's or semaphore's id (:func:`holder_id`): its admin page."""
+        return holder_id(self.kind, self.raw_name)
+
+    @property
+    def id(self) -> str:
+        """One hold's own id: the primitive's, and for a semaphore permit its fence after a dot,
+        since several permits of one semaphore are listed at once."""
+        return f"{self.primitive_id}.{self.fence}" if self.kind == "sem" else self.primitive_id
+
+    @property
+    def kind_title(self) -> str:
+        return KINDS.get(self.kind, self.kind)
 
     @property
     def masked_token(self) -> str:
-        text = self.token.decode("utf-8", "replace")
-        return text[:4] + "…" if len(text) > 4 else "…"
+        return mask_token(self.token)
+
+    @property
+    def digest(self) -> str:
+        """:func:`hold_digest` of the token."""
+        return hold_digest(self.token)
+
+    @property
+    def owner(self) -> str:
+        """``host pid N thread`` (what is known of it), for tables."""
+        parts = [self.host or "?"]
+        if self.pid is not None:
+            parts.append(f"pid {self.pid}")
+        if self.thread:
+            parts.append(self.thread)
+        return " ".join(parts)
+
+    @property
+    def label_view(self) -> str:
+        """``"label / view"``, either alone, or ``""``."""
+        return " / ".join(part for part in (self.label, self.view) if part)
+
+    @property
+    def acquired_at(self) -> Optional[datetime]:
+        if self.acquired_at_ms is None:
+            return None
+        return datetime.fromtimestamp(self.acquired_at_ms / 1000.0, tz=timezone.utc)
+
+    @property
+    def held_for_ms(self) -> Optional[int]:
+        if self.acquired_at_ms is None or not self.server_now_ms:
+            return None
+        return max(0, self.server_now_ms - self.acquired_at_ms)
+
+    @property
+    def ttl(self) -> str:
+        """The remaining time, for people (:func:`format_ms`)."""
+        return format_ms(self.ttl_ms)
+
+    @property
+    def held_for(self) -> str:
+        """How long it has been held, for people; ``?`` when unknown."""
+        held = self.held_for_ms
+        return "?" if held is None else format_ms(held)
+
+    @property
+    def usage(self) -> Optional[str]:
+        """``"n/limit"`` for a semaphore permit, ``None`` for a lock."""
+        if self.used is None:
+            return None
+        return f"{self.used}/{self.limit if self.limit is not None else '?'}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (the token masked): one element of ``manage.py locks list --json``."""
+        acquired = self.acquired_at
+        return {
+            "id": self.id,
+            "name": self.short_name,
+            "kind": self.kind,
+            "fence": self.fence,
+            "ttl_ms": self.ttl_ms,
+            "acquired_at": acquired.isoformat() if acquired else None,
+            "acquired_at_ms": self.acquired_at_ms,
+            "held_for_ms": self.held_for_ms,
+            "owner": {"host": self.host, "pid": self.pid, "thread": self.thread, "label": self.label,
+                      "view": self.view},
+            "token": self.masked_token,
+            "waiters": self.waiters,
+            "used": self.used,
+            "limit": self.limit,
+            "extra": self.extra,
+            "key": self.name,
+        }
 
     @classmethod
-    def from_inspect(cls, name: bytes, kind: str, reply: Any) -> Optional[HolderInfo]:
+    def from_inspect(cls, name: bytes, kind: str, reply: Any, **more: Any) -> Optional[HolderInfo]:
+        """The holder in an inspect script's ``token, pttl, fence, info, since, waiters`` reply."""
         token, pttl, fence, info, since, waiters = reply[:6]
         token = as_bytes(token)
         if token is None:
             return None
-        meta: dict = {}
-        if info:
-            try:
-                meta = json.loads(info)
-            except ValueError:
-                meta = {}
         pttl = int(pttl)
         return cls(
-            name=name.decode("utf-8", "replace"),
             kind=kind,
+            raw_name=name,
             token=token,
             fence=int(fence or 0),
             ttl_ms=pttl if pttl >= 0 else None,
             acquired_at_ms=int(since) if since else None,
-            host=meta.pop("host", None),
-            pid=meta.pop("pid", None),
-            thread=meta.pop("thread", None),
-            label=meta.pop("label", None),
-            extra=meta,
             waiters=int(waiters),
+            **owner_fields(parse_info(info)),
+            **more,
         )
 
 
@@ -96,17 +302,16 @@ __all__ += ["semaphore_holders", "async_semaphore_holders", "permits_from_inspec
 
 def permits_from_inspect(name: bytes, reply: Any) -> list[HolderInfo]:
     """The live permits in a ``sem_inspect.lua`` "full" reply, oldest grant first."""
-    waiters = reply[3]
+    now_ms, limit, used, waiters = reply[:4]
+    counts = {"used": int(used), "limit": int(limit) if limit else None, "server_now_ms": int(now_ms)}
     permits = []
     for index in range(5, len(reply), 3):
         token, pttl, record = reply[index : index + 3]
-        if isinstance(record, bytes):
-            record = record.decode("utf-8", "replace")
-        fence, since, _claim, info = (record or "0 0 0 {}").split(" ", 3)
-        holder = HolderInfo.from_inspect(name, "semaphore", (token, pttl, fence, info, since or None, waiters))
-        if holder is not None:
-            permits.append(holder)
-    permits.sort(key=lambda holder: holder.fence)
+        fence, since, _claim, info = (text(record) if record else "0 0 0 {}").split(" ", 3)
+        permit = HolderInfo.from_inspect(name, "sem", (token, pttl, fence, info, since or None, waiters), **counts)
+        if permit is not None:
+            permits.append(permit)
+    permits.sort(key=lambda permit: permit.fence)
     return permits
 
 

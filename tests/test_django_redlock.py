@@ -378,7 +378,7 @@ def test_signals_fire_with_fences(three, redis_client, rf, received):
     wait_for(lambda: entered(redis_client, "signalled"))
     master_fences = [lock_holder(server.client(), "signalled").fence for server in three]
     # Each master's holder info names the view (what the listing, the admin and the command show).
-    assert [lock_holder(server.client(), "signalled").extra.get("view") for server in three] == [
+    assert [lock_holder(server.client(), "signalled").view for server in three] == [
         f"{__name__}.test_signals_fire_with_fences.<locals>.view"] * 3
     assert view(rf.get("/")).status_code == 409
     redis_client.set("go:signalled", 1)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any, Optional
 
@@ -32,8 +31,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from django_redis_coord.conf import SETTING_NAME, coord_settings
 from django_redis_coord.connection import describe_connection, get_client
 from django_redis_coord.exceptions import InvalidLockArgument
-from django_redis_coord.listing import KINDS, HolderListing, LiveHolder, Waiter, format_ms
-from django_redis_coord.terminal import printable, quoted
+from django_redis_coord.holders import KINDS, HolderInfo, format_ms
+from django_redis_coord.listing import HolderListing
+from django_redis_coord.terminal import holder_details, holders_table, printable, quoted, waiters_table
 
 #: Exit statuses (also documented in docs/operations.md).
 EXIT_USAGE = 1
@@ -160,18 +160,6 @@ class Command(BaseCommand):
             return name
         return f"{self.key_prefix}:{name}"
 
-    def shown(self, holder_name: str) -> str:
-        if self.all_prefixes or not self.key_prefix:
-            return holder_name
-        head = self.key_prefix + ":"
-        return holder_name[len(head):] if holder_name.startswith(head) else holder_name
-
-    def as_json(self, holder: LiveHolder) -> dict[str, Any]:
-        data = holder.as_dict()
-        data["key"] = data["name"]
-        data["name"] = self.shown(holder.name)
-        return data
-
     # -- list ----------------------------------------------------------------------------------
     def do_list(self, options: dict[str, Any]) -> None:
         watch, count = options["watch"], options["count"]
@@ -203,36 +191,17 @@ class Command(BaseCommand):
     def print_list(self, options: dict[str, Any]) -> None:
         holders = self.listing.holders(kind=options["kind"], search=options["search"], limit=options["limit"])
         if options["json"]:
-            self.stdout.write(json.dumps([self.as_json(h) for h in holders], indent=2, ensure_ascii=False))
+            self.stdout.write(json.dumps([h.as_dict() for h in holders], indent=2, ensure_ascii=False))
             return
         if not holders:
             self.stdout.write("No live holders.")
             return
-        self.stdout.write(self.table(holders))
+        self.stdout.write(holders_table(holders))
         locks = sum(1 for h in holders if h.kind == "lock")
         self.stdout.write(f"{len(holders)} holder(s): {locks} lock(s), {len(holders) - locks} semaphore permit(s)")
 
-    def table(self, holders: Sequence[LiveHolder]) -> str:
-        headers = ["NAME", "KIND", "FENCE", "TTL", "HELD FOR", "OWNER", "LABEL / VIEW", "WAITING", "USAGE", "TOKEN"]
-        rows = [
-            [
-                self.shown(h.name),
-                h.kind,
-                str(h.fence),
-                format_ms(h.ttl_ms),
-                format_ms(h.held_for_ms) if h.held_for_ms is not None else "?",
-                h.owner,
-                " / ".join(part for part in (h.label, h.view) if part) or "-",
-                str(h.waiters),
-                h.usage or "-",
-                h.masked_token,
-            ]
-            for h in holders
-        ]
-        return render_table(headers, rows)
-
     # -- show ----------------------------------------------------------------------------------
-    def find(self, name: str, kind: Optional[str]) -> tuple[str, list[LiveHolder]]:
+    def find(self, name: str, kind: Optional[str]) -> tuple[str, list[HolderInfo]]:
         """The holders of ``name`` (the lock first, else the semaphore, unless ``kind`` is given)."""
         key = self.key_for(name)
         for candidate in [kind] if kind else ["lock", "sem"]:
@@ -249,40 +218,25 @@ class Command(BaseCommand):
         now_ms = holders[0].server_now_ms
         if options["json"]:
             payload = {
-                "name": self.shown(holders[0].name),
+                "name": holders[0].short_name,
                 "key": holders[0].name,
                 "kind": kind,
-                "holders": [self.as_json(h) for h in holders],
+                "holders": [h.as_dict() for h in holders],
                 "waiters": [w.as_dict(now_ms) for w in waiters],
             }
             self.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False))
             return
         first = holders[0]
-        self.stdout.write(f"{KINDS[kind]} {quoted(self.shown(first.name))} (key {quoted(first.name)})")
+        self.stdout.write(f"{KINDS[kind]} {quoted(first.short_name)} (key {quoted(first.name)})")
         if first.usage:
             self.stdout.write(f"  permits in use: {first.usage}")
         for holder in holders:
             self.stdout.write("")
-            acquired = holder.acquired_at.isoformat(timespec="milliseconds") if holder.acquired_at else "?"
-            details = [
-                ("fence", str(holder.fence)),
-                ("remaining", format_ms(holder.ttl_ms)),
-                ("acquired at", f"{acquired} (server time), held for {format_ms(holder.held_for_ms)}"),
-                ("host", holder.host or "?"),
-                ("pid", str(holder.pid) if holder.pid is not None else "?"),
-                ("thread/task", holder.thread or "?"),
-                ("label", holder.label or "-"),
-                ("view", holder.view or "-"),
-                ("token", holder.masked_token),
-            ]
-            details += [(key, json.dumps(value)) for key, value in sorted(holder.extra.items())]
-            width = max(len(key) for key, _ in details)
-            for key, value in details:
-                self.stdout.write(f"  {printable(key).ljust(width)}  {printable(value)}")
+            self.stdout.write(holder_details(holder))
         self.stdout.write("")
         self.stdout.write(f"  waiting: {len(waiters)}")
         if waiters:
-            self.stdout.write(self.waiter_table(waiters, now_ms))
+            self.stdout.write(waiters_table(waiters, now_ms))
 
     # -- waiters -------------------------------------------------------------------------------
     def do_waiters(self, options: dict[str, Any]) -> None:
@@ -295,18 +249,7 @@ class Command(BaseCommand):
         if not waiters:
             self.stdout.write(f"Nobody is waiting for {KINDS[kind].lower()} {name!r}.")
             return
-        self.stdout.write(self.waiter_table(waiters, now_ms))
-
-    @staticmethod
-    def waiter_table(waiters: Sequence[Waiter], now_ms: int) -> str:
-        rows = []
-        for waiter in waiters:
-            data = waiter.as_dict(now_ms)
-            owner = " ".join(str(part) for part in (waiter.host or "?", f"pid {waiter.pid}" if waiter.pid else None,
-                                                    waiter.thread) if part)
-            rows.append([str(waiter.position), owner, waiter.label or "-",
-                         format_ms(data["lease_ms"]) if data["lease_ms"] is not None else "?", waiter.masked_token])
-        return render_table(["#", "OWNER", "LABEL", "PLACE KEPT FOR", "TOKEN"], rows)
+        self.stdout.write(waiters_table(waiters, now_ms))
 
     # -- release -------------------------------------------------------------------------------
     def do_release(self, options: dict[str, Any]) -> None:
@@ -330,7 +273,7 @@ class Command(BaseCommand):
         else:
             target = holders[0]
         summary = (
-            f"{KINDS[kind]} {quoted(self.shown(target.name))}, fence {target.fence}, held by "
+            f"{KINDS[kind]} {quoted(target.short_name)}, fence {target.fence}, held by "
             f"{printable(target.owner)}" + (f" ({printable(target.label)})" if target.label else "")
             + f" for {format_ms(target.held_for_ms)}, {format_ms(target.ttl_ms)} left"
         )
@@ -388,14 +331,3 @@ class Command(BaseCommand):
         self.stdout.write(f"  key prefix        {self.key_prefix or '(none)'}")
         self.stdout.write(f"  live holds        {len(entries)}")
 
-
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned columns separated by two spaces; each cell :func:`printable`."""
-    rows = [[printable(cell) for cell in row] for row in rows]
-    widths = [len(header) for header in headers]
-    for row in rows:
-        widths = [max(width, len(cell)) for width, cell in zip(widths, row)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(headers, widths)).rstrip()]
-    for row in rows:
-        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
-    return "\n".join(lines)

@@ -1,0 +1,76 @@
+"""The listing's one write: an operator takes a hold back (``manage.py locks release``, the
+admin's force-release button)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from .._queued_base import META_RETENTION_MS
+from ..exceptions import InvalidLockArgument
+from ..holders import KINDS
+from ..keys import encode_name, keys_for
+from ..scripts import sync_scripts
+
+__all__ = ["ForceReleaseResult", "ForceReleasing"]
+
+
+@dataclass(frozen=True)
+class ForceReleaseResult:
+    """Outcome of :meth:`HolderListing.force_release`."""
+
+    #: True when a hold was removed.
+    released: bool
+    #: Nobody held the primitive (nothing changed).
+    was_free: bool
+    #: The hold's fence was not the expected one (nothing changed).
+    fence_mismatch: bool
+    #: Fence of the released hold (or of the current one, on a mismatch).
+    fence: int
+    #: The lock's fence counter right after the release: every later grant is above it.
+    fence_after: int
+    #: The lock (or permit) went straight to a waiter.
+    handed_off: bool = False
+
+
+class ForceReleasing:
+    """The force release of :class:`~django_redis_coord.listing.HolderListing`."""
+
+    client: Any
+
+    def force_release(
+        self, name: Union[str, bytes], kind: str = "lock", *, expected_fence: Optional[int] = None
+    ) -> ForceReleaseResult:
+        """Release a hold whoever has it, fence the holder out and serve the next waiter.
+
+        For a lock, ``expected_fence`` (optional) makes it a no-op unless the current hold has
+        exactly that fence: an operator confirms a particular holder, not whoever holds the lock
+        by then.  For a semaphore it is required: it names the permit to take back.
+        """
+        raw = encode_name(name)
+        if kind not in KINDS:
+            raise InvalidLockArgument(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}", lock_name=name)
+        if expected_fence is not None and (isinstance(expected_fence, bool) or not isinstance(expected_fence, int)):
+            raise InvalidLockArgument("expected_fence must be an int", lock_name=name)
+        keys = keys_for(raw, kind.encode())
+        member = kind.encode() + b":" + raw
+        all_keys = (keys.name, keys.meta, keys.queue, keys.waiters, keys.registry)
+        if kind == "sem":
+            if expected_fence is None:
+                raise InvalidLockArgument("a semaphore permit is named by its fence: give expected_fence",
+                                          lock_name=name)
+            script = sync_scripts.get(self.client, "sem_force_release")
+            args: tuple = (member, str(expected_fence), META_RETENTION_MS)
+        else:
+            script = sync_scripts.get(self.client, "force_release")
+            args = (member, META_RETENTION_MS, "" if expected_fence is None else str(expected_fence))
+        reply = script(all_keys, args, client=self.client)
+        status = int(reply[0])
+        return ForceReleaseResult(
+            released=status == 1,
+            was_free=status == 0,
+            fence_mismatch=status == -1,
+            fence=int(reply[1] or 0),
+            fence_after=int(reply[2] or 0),
+            handed_off=bool(reply[3]),
+        )
