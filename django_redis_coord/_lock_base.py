@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Any, Optional, Union
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any, Optional, TypeVar, Union
 
-from ._arguments import Number, check_number
+from ._arguments import Number, check_number, encode_token
 from ._grants import Grant
 from ._queued_base import DEFAULT_WAITER_LEASE, META_RETENTION_MS, QueuedBase
-from .exceptions import InvalidLockArgument, InvalidLockArgumentType, LockAcquireTimeout, LockLostError
+from .exceptions import InvalidLockArgument, InvalidLockArgumentType, LockAcquireTimeout, LockError, LockLostError
 
-__all__ = ["LockBase", "ReleaseOnExit"]
+__all__ = ["AsyncWithBlock", "LockBase", "ReleaseOnExit", "WithBlock"]
+
+_WithT = TypeVar("_WithT", bound="WithBlock")
+_AsyncWithT = TypeVar("_AsyncWithT", bound="AsyncWithBlock")
 
 
 class ReleaseOnExit:
@@ -35,6 +39,52 @@ class ReleaseOnExit:
         logging.getLogger("django_redis_coord").warning(
             "%s %r was no longer owned when exiting the context manager.", self.kind.capitalize(), self.name
         )
+
+
+class WithBlock(ReleaseOnExit):
+    """``with primitive:`` acquires (or raises :class:`LockAcquireTimeout`) and releases at the end."""
+
+    acquire: Callable[..., bool]
+    release: Callable[[], Any]
+
+    def __enter__(self: _WithT) -> _WithT:
+        if self.acquire():
+            return self
+        raise self.timed_out()
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        try:
+            self.release()
+        except LockError:
+            self.release_failed()
+
+
+class AsyncWithBlock(ReleaseOnExit):
+    """The asyncio twin of :class:`WithBlock`: ``async with primitive:``."""
+
+    acquire: Callable[..., Awaitable[bool]]
+    release: Callable[[], Awaitable[Any]]
+
+    async def __aenter__(self: _AsyncWithT) -> _AsyncWithT:
+        if await self.acquire():
+            return self
+        raise self.timed_out()
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        try:
+            await self.release()
+        except LockError:
+            self.release_failed()
 
 
 class LockBase(ReleaseOnExit, QueuedBase):
@@ -146,6 +196,28 @@ class LockBase(ReleaseOnExit, QueuedBase):
         """The hold ``local`` ended: nothing is held through it any more."""
         local.token = None
         local.count = 0
+
+    def acquire_arguments(
+        self, sleep: Optional[Number], blocking: Optional[bool], blocking_timeout: Optional[Number]
+    ) -> tuple[bool, Optional[float]]:
+        """Checked ``(blocking, stop_at)`` of an acquire (``sleep`` is checked, then unused: the
+        queue wakes a waiter)."""
+        if sleep is not None:
+            check_number("sleep", sleep, allow_none=False, positive=False, lock_name=self.name)
+        return self.wait_args(blocking, blocking_timeout)
+
+    def reenter(self, token: Optional[Union[str, bytes]]) -> bool:
+        """An acquire by this thread's (task's) holder of a re-entrant lock joins its hold: True
+        when it did.  A token given must be the hold's; a hold already lost cannot be joined."""
+        local = self._state()
+        if not (self.reentrant and local.token is not None and getattr(local, "count", 0) > 0):
+            return False
+        if token is not None and encode_token(token, self.name) != local.token:
+            raise InvalidLockArgument("a reentrant hold keeps its first token", lock_name=self.name)
+        if not self.valid:  # its TTL ran out, or the watchdog found it gone: nothing to join
+            raise LockLostError("The hold this re-entry would join was lost", lock_name=self.name)
+        local.count += 1
+        return True
 
     def _own(self, token: bytes, grant: Grant, sent_at: float) -> None:
         """Record a granted hold and, when needed, hand it to the watchdog."""

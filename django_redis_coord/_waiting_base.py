@@ -117,6 +117,10 @@ class WaiterBase:
         self.messages.append(message)
         self.event.set()
 
+    def next_message(self) -> Optional[bytes]:
+        """The oldest message not yet taken, or ``None``."""
+        return self.messages.popleft() if self.messages else None
+
 
 class HubBase:
     """What the sync and asyncio hubs keep: their channel, their waiters by number, and what a

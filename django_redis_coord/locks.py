@@ -12,14 +12,12 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-from typing import Any, Optional, TypeVar, Union
+from typing import Any, Optional, Union
 
 from ._arguments import Number, as_bytes, check_number, encode_token, new_token, to_ms
 from ._holds import SharedHold, ThreadHold
-from ._lock_base import LockBase
+from ._lock_base import LockBase, WithBlock
 from .exceptions import (
-    InvalidLockArgument,
     LockError,
     LockLostError,
     LockNotOwnedError,
@@ -29,10 +27,9 @@ from .queued import QueuedPrimitive
 __all__ = ["Lock"]
 
 #: A subclass's ``with`` block gives that subclass (a DurableLock's gives a DurableLock).
-_LockT = TypeVar("_LockT", bound="Lock")
 
 
-class Lock(QueuedPrimitive, LockBase):
+class Lock(WithBlock, QueuedPrimitive, LockBase):
     """A distributed lock with fencing tokens, FIFO waiting and an explicit loss signal.
 
     Takes redis-py's arguments (``timeout=None`` means no expiry, ``sleep`` is accepted for
@@ -53,23 +50,6 @@ class Lock(QueuedPrimitive, LockBase):
         """This thread's hold: token, fence, deadline, count, lost (the watchdog updates it)."""
         return self.local.hold
 
-    # -- context manager ---------------------------------------------------------------------
-    def __enter__(self: _LockT) -> _LockT:
-        if self.acquire():
-            return self
-        raise self.timed_out()
-
-    def __exit__(
-        self,
-        exc_type: Optional[type[BaseException]],
-        exc_value: Optional[BaseException],
-        traceback: Optional[TracebackType],
-    ) -> None:
-        try:
-            self.release()
-        except LockError:
-            self.release_failed()
-
     # -- public API ----------------------------------------------------------------------------
     def acquire(
         self,
@@ -83,16 +63,8 @@ class Lock(QueuedPrimitive, LockBase):
         A blocking call queues in FIFO order and is woken by the releasing holder, or when the
         holder's TTL ends, or at ``blocking_timeout`` (honoured on the client's monotonic clock).
         """
-        if sleep is not None:
-            check_number("sleep", sleep, allow_none=False, positive=False, lock_name=self.name)
-        blocking, stop_at = self.wait_args(blocking, blocking_timeout)
-        local = self._state()
-        if self.reentrant and local.token is not None and getattr(local, "count", 0) > 0:
-            if token is not None and encode_token(token, self.name) != local.token:
-                raise InvalidLockArgument("a reentrant hold keeps its first token", lock_name=self.name)
-            if not self.valid:  # its TTL ran out, or the watchdog found it gone: nothing to join
-                raise LockLostError("The hold this re-entry would join was lost", lock_name=self.name)
-            local.count += 1
+        blocking, stop_at = self.acquire_arguments(sleep, blocking, blocking_timeout)
+        if self.reenter(token):
             return True
         own = token is None  # made here for this call: Redis can tell a resend of it (see _take)
         token = new_token() if token is None else encode_token(token, self.name)

@@ -34,8 +34,8 @@ import time
 import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from types import SimpleNamespace, TracebackType
-from typing import Any, Optional, TypeVar, Union
+from types import SimpleNamespace
+from typing import Any, Optional, Union
 
 import redis
 from redis.backoff import NoBackoff
@@ -44,6 +44,7 @@ from redis.retry import Retry
 
 from . import watchdog as _watchdog
 from ._arguments import Number
+from ._lock_base import WithBlock
 from ._redlock_base import DEFAULT_RETRY_DELAY, DEFAULT_TIMEOUT, RedlockBase, SharedHold
 from ._redlock_commands import (
     Command,
@@ -55,13 +56,12 @@ from ._redlock_commands import (
     queue_commands,
     tally_replies,
 )
-from .exceptions import LockError, QuorumUnavailable
+from .exceptions import QuorumUnavailable
 from .scripts import sync_scripts
 
 __all__ = ["Redlock", "QuorumUnavailable", "DEFAULT_TIMEOUT", "DEFAULT_RETRY_DELAY"]
 
 #: A subclass's ``with`` block gives that subclass (a DurableLock's gives a DurableLock).
-_RedlockT = TypeVar("_RedlockT", bound="Redlock")
 
 logger = logging.getLogger("django_redis_coord")
 
@@ -202,7 +202,7 @@ class _QuorumClient:
         return _RenewalBatch(self._owner)  # type: ignore[arg-type]
 
 
-class Redlock(RedlockBase):
+class Redlock(WithBlock, RedlockBase):
     """A lock held on a majority of N independent Redis masters (the Redlock algorithm).
 
     ``Redlock(masters, name, timeout=10.0, sleep=0.2, blocking=True, blocking_timeout=None,
@@ -234,23 +234,6 @@ class Redlock(RedlockBase):
     def _everywhere(self, command: Command) -> tuple[float, list[Any]]:
         started, replies = self._fan_out(self.everywhere(command))
         return started, [reply[0] for reply in replies]
-
-    # -- context manager ---------------------------------------------------------------------
-    def __enter__(self: _RedlockT) -> _RedlockT:
-        if self.acquire():
-            return self
-        raise self.timed_out()
-
-    def __exit__(
-        self,
-        exc_type: Optional[type[BaseException]],
-        exc_value: Optional[BaseException],
-        traceback: Optional[TracebackType],
-    ) -> None:
-        try:
-            self.release()
-        except LockError:
-            self.release_failed()
 
     # -- acquire -----------------------------------------------------------------------------
     def acquire(

@@ -51,10 +51,7 @@ class Waiter(WaiterBase):
             if left <= 0 or not self.event.wait(left):
                 break
             self.event.clear()
-        try:
-            return self.messages.popleft()
-        except IndexError:
-            return None
+        return self.next_message()
 
 
 class WaitHub(HubBase):

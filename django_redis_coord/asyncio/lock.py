@@ -12,15 +12,14 @@ import functools
 import logging
 import weakref
 from collections.abc import Awaitable
-from types import SimpleNamespace, TracebackType
-from typing import Any, Optional, TypeVar, Union
+from types import SimpleNamespace
+from typing import Any, Optional, Union
 
 from .._arguments import Number, as_bytes, check_number, encode_token, new_token, to_ms
 from .._grants import Grant
-from .._lock_base import LockBase
+from .._lock_base import AsyncWithBlock, LockBase
 from .._tasks import run_to_completion
 from ..exceptions import (
-    InvalidLockArgument,
     LockError,
     LockLostError,
     LockNotOwnedError,
@@ -30,7 +29,6 @@ from .queued import QueuedPrimitive, TaskLocal
 __all__ = ["Lock"]
 
 #: A subclass's ``with`` block gives that subclass (a DurableLock's gives a DurableLock).
-_LockT = TypeVar("_LockT", bound="Lock")
 
 logger = logging.getLogger("django_redis_coord")
 
@@ -55,7 +53,7 @@ def _ended_holding(lock_ref: Any, hold: Any, token: bytes, task: asyncio.Future)
     )
 
 
-class Lock(QueuedPrimitive, LockBase):
+class Lock(AsyncWithBlock, QueuedPrimitive, LockBase):
     """Asyncio distributed lock with fencing tokens, FIFO waiting and an explicit loss signal."""
 
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
@@ -78,22 +76,6 @@ class Lock(QueuedPrimitive, LockBase):
             task.add_done_callback(callback)
             hold.task_end = (task, callback)  # removed on release (a long-lived task acquires many times)
 
-    async def __aenter__(self: _LockT) -> _LockT:
-        if await self.acquire():
-            return self
-        raise self.timed_out()
-
-    async def __aexit__(
-        self,
-        exc_type: Optional[type[BaseException]],
-        exc_value: Optional[BaseException],
-        traceback: Optional[TracebackType],
-    ) -> None:
-        try:
-            await self.release()
-        except LockError:
-            self.release_failed()
-
     async def acquire(
         self,
         sleep: Optional[Number] = None,
@@ -102,16 +84,8 @@ class Lock(QueuedPrimitive, LockBase):
         token: Optional[Union[str, bytes]] = None,
     ) -> bool:
         """Acquire the lock; see :meth:`django_redis_coord.locks.Lock.acquire`."""
-        if sleep is not None:
-            check_number("sleep", sleep, allow_none=False, positive=False, lock_name=self.name)
-        blocking, stop_at = self.wait_args(blocking, blocking_timeout)
-        local = self._state()
-        if self.reentrant and local.token is not None and getattr(local, "count", 0) > 0:
-            if token is not None and encode_token(token, self.name) != local.token:
-                raise InvalidLockArgument("a reentrant hold keeps its first token", lock_name=self.name)
-            if not self.valid:  # its TTL ran out, or the watchdog found it gone: nothing to join
-                raise LockLostError("The hold this re-entry would join was lost", lock_name=self.name)
-            local.count += 1
+        blocking, stop_at = self.acquire_arguments(sleep, blocking, blocking_timeout)
+        if self.reenter(token):
             return True
         own = token is None  # made here for this call: Redis can tell a resend of it (see _take)
         token = new_token() if token is None else encode_token(token, self.name)

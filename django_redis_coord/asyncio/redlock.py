@@ -18,8 +18,8 @@ import logging
 import time
 import weakref
 from collections.abc import Sequence
-from types import SimpleNamespace, TracebackType
-from typing import Any, Optional, TypeVar, Union
+from types import SimpleNamespace
+from typing import Any, Optional, Union
 
 import redis.asyncio
 from redis.asyncio.retry import Retry
@@ -28,6 +28,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import watchdog as _watchdog
 from .._arguments import Number
+from .._lock_base import AsyncWithBlock
 from .._redlock_base import RedlockBase, SharedHold
 from .._redlock_commands import (
     Command,
@@ -40,13 +41,12 @@ from .._redlock_commands import (
     tally_replies,
 )
 from .._tasks import drop_closed_loops, in_background, run_to_completion
-from ..exceptions import LockError, QuorumUnavailable
+from ..exceptions import QuorumUnavailable
 from ..scripts import async_scripts
 
 __all__ = ["Redlock", "QuorumUnavailable"]
 
 #: A subclass's ``with`` block gives that subclass (a DurableLock's gives a DurableLock).
-_RedlockT = TypeVar("_RedlockT", bound="Redlock")
 
 logger = logging.getLogger("django_redis_coord")
 
@@ -176,7 +176,7 @@ class _QuorumClient:
         return _RenewalBatch(self._owner)  # type: ignore[arg-type]
 
 
-class Redlock(RedlockBase):
+class Redlock(AsyncWithBlock, RedlockBase):
     """Asyncio Redlock over ``redis.asyncio.Redis`` masters; see :class:`django_redis_coord.Redlock`."""
 
     def __init__(self, masters: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
@@ -192,22 +192,6 @@ class Redlock(RedlockBase):
     async def _everywhere(self, command: Command) -> tuple[float, list[Any]]:
         started, replies = await self._fan_out(self.everywhere(command))
         return started, [reply[0] for reply in replies]
-
-    async def __aenter__(self: _RedlockT) -> _RedlockT:
-        if await self.acquire():
-            return self
-        raise self.timed_out()
-
-    async def __aexit__(
-        self,
-        exc_type: Optional[type[BaseException]],
-        exc_value: Optional[BaseException],
-        traceback: Optional[TracebackType],
-    ) -> None:
-        try:
-            await self.release()
-        except LockError:
-            self.release_failed()
 
     async def acquire(
         self,

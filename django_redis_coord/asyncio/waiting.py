@@ -37,10 +37,7 @@ class AsyncWaiter(WaiterBase):
             except asyncio.TimeoutError:
                 pass
         self.event.clear()
-        try:
-            return self.messages.popleft()
-        except IndexError:
-            return None
+        return self.next_message()
 
 
 class AsyncWaitHub(HubBase):
