@@ -136,7 +136,8 @@ class QueuedBase:
         k = self.keys
         return (k.name, k.meta, k.queue, k.waiters, k.registry)
 
-    def acquire_args(self, token: bytes, enqueue: int, worker: str, reply_to: tuple[bytes, int] = NO_REPLY) -> tuple:
+    def acquire_args(self, token: bytes, enqueue: int, worker: str,
+                     reply_to: tuple[bytes, Any] = NO_REPLY) -> tuple:
         """``enqueue``: 0 try only, 1 queue when busy, 2 queue and clean up an earlier attempt (plus
         :data:`OWN_TOKEN`, see :meth:`acquire_mode`).  ``reply_to``: where a queued caller is told
         of its grant, its process's channel and its number there (see :mod:`.waiting`)."""

@@ -1,11 +1,12 @@
 """What the sync and asyncio waiting hubs share (see :mod:`django_redis_coord.waiting`).
 
-A queued waiter is told of its grant by a message on its process's channel: ``"<id> <fence>
-<provisional>"``, or ``"<id> expires <ms>"`` (a note), published by the script that made the grant
-(``notify`` in ``lua/common.lua``).  The hub of the process reads the channel on one connection and
-hands each message to waiter ``id``.  A message is only a wake-up: the grant is written in Redis
-before it is announced, so a waiter that misses one (its hub's connection dropped, a failover)
-finds the grant at its next refresh.
+A queued waiter is told of its grant by a message on its process's channel: ``"<number>.<attempt>
+<fence> <provisional>"``, or ``"<number>.<attempt> expires <ms>"`` (a note), published by the script
+that made the grant (``notify`` in ``lua/common.lua``).  The hub of the process reads the channel on
+one connection and hands each message to waiter ``number``, which takes it only when it is about
+its latest queueing call (``attempt``): a grant announced for an earlier call may have ended since.
+A message is only a wake-up: the grant is written in Redis before it is announced, so a waiter that
+misses one (its hub's connection dropped, a failover) finds the grant at its next refresh.
 """
 
 from __future__ import annotations
@@ -72,13 +73,15 @@ def command_slots(client: Any) -> int:
     return max(1, (size - 1) // 2)
 
 
-def parse_message(data: Any) -> Optional[tuple[int, bytes]]:
-    """The waiter id and the rest of a message of the channel, or ``None`` if it is not one of ours."""
+def parse_message(data: Any) -> Optional[tuple[int, int, bytes]]:
+    """The waiter's number, the attempt the message is about and the rest of a message of the
+    channel (``"<number>.<attempt> <rest>"``), or ``None`` if it is not one of ours."""
     if isinstance(data, str):
         data = data.encode()
     head, _, rest = bytes(data).partition(b" ")
+    number, _, attempt = head.partition(b".")
     try:
-        return int(head), rest
+        return int(number), int(attempt), rest
     except ValueError:
         return None
 
@@ -99,27 +102,41 @@ class WaiterBase:
     """One waiting call: the messages its hub handed it, and an event to sleep on (a
     ``threading.Event`` or an ``asyncio.Event``).
 
-    ``reply_to`` is what its queueing calls send (its hub's channel and its number there);
     ``gate`` is the hub's bound on the calls its waiters have under way at once (see
     :func:`command_slots`): every call of a waiter passes it.
     """
 
-    __slots__ = ("id", "event", "messages", "reply_to", "gate")
+    __slots__ = ("id", "event", "messages", "channel", "attempt", "gate")
 
     def __init__(self, number: int, channel: bytes, gate: Any, event: Any) -> None:
         self.id = number
         self.event = event
         self.messages: deque = deque()
-        self.reply_to = (channel, number)
+        self.channel = channel
+        #: The number of the waiter's latest queueing call (see :meth:`reply_to`).
+        self.attempt = 0
         self.gate = gate
 
-    def deliver(self, message: bytes) -> None:
-        self.messages.append(message)
+    def reply_to(self) -> tuple[bytes, bytes]:
+        """What the next queueing call sends: where a grant is announced (the hub's channel) and
+        ``"<number>.<attempt>"``, a new attempt per call.  A message about an earlier call's grant
+        is then told apart and dropped: that grant may have ended since (a later call found the
+        lock gone and queued again), and taking it would hold a lock someone else holds."""
+        self.attempt += 1
+        return self.channel, b"%d.%d" % (self.id, self.attempt)
+
+    def deliver(self, message: bytes, attempt: int = 0) -> None:
+        """Hand the waiter ``message`` about its call ``attempt`` (0: about no call, ``RECHECK``)."""
+        self.messages.append((attempt, message))
         self.event.set()
 
     def next_message(self) -> Optional[bytes]:
-        """The oldest message not yet taken, or ``None``."""
-        return self.messages.popleft() if self.messages else None
+        """The oldest message about the latest call (or about none) not yet taken, or ``None``."""
+        while self.messages:
+            attempt, message = self.messages.popleft()
+            if attempt in (0, self.attempt):
+                return message
+        return None
 
 
 class HubBase:
@@ -164,7 +181,7 @@ class HubBase:
                 with self._lock:
                     waiter = self._waiters.get(parsed[0])
                 if waiter is not None:
-                    waiter.deliver(parsed[1])
+                    waiter.deliver(parsed[2], parsed[1])
             return False
         if message["type"] != "subscribe":
             return False

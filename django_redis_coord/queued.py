@@ -75,7 +75,7 @@ class QueuedPrimitive(QueuedBase):
             if waiter is None:
                 return self.do_acquire(token, enqueue, worker)
             with waiter.gate:
-                return self.do_acquire(token, enqueue, worker, waiter.reply_to)
+                return self.do_acquire(token, enqueue, worker, waiter.reply_to())
         except BaseException as exc:
             if not isinstance(exc, Exception) or isinstance(exc, (RedisConnectionError, RedisTimeoutError)):
                 self._abandon(token, worker, waiter)
@@ -114,7 +114,7 @@ class QueuedPrimitive(QueuedBase):
                 if stop_at is not None and called_at >= stop_at:
                     return self.do_cancel(token, worker), called_at  # no refresh on the way out
                 try:
-                    grant = self.do_acquire(token, self.acquire_mode(2, own), worker, waiter.reply_to)
+                    grant = self.do_acquire(token, self.acquire_mode(2, own), worker, waiter.reply_to())
                 except OUTAGE_ERRORS:
                     grant = outage.began(called_at)  # raises once the outage lasted too long
                     continue
@@ -141,7 +141,7 @@ class QueuedPrimitive(QueuedBase):
             self._watchdog().look_again()
         return True
 
-    def do_acquire(self, token: bytes, enqueue: int, worker: str, reply_to: tuple[bytes, int] = NO_REPLY) -> Grant:
+    def do_acquire(self, token: bytes, enqueue: int, worker: str, reply_to: tuple[bytes, Any] = NO_REPLY) -> Grant:
         script = self.scripts.get(self.redis, self.acquire_script)
         reply = script(self.acquire_keys(), self.acquire_args(token, enqueue, worker, reply_to), client=self.redis)
         return self.grant_from_reply(reply)

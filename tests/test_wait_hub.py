@@ -464,3 +464,45 @@ def test_a_hub_with_nobody_waiting_stops_when_its_server_goes_away(redis_servers
     server.stop()
     wait_for(lambda: hub._thread is None, 5, "the hub to stop")
     assert not [r for r in caplog.records if "waiting connection" in r.getMessage()]
+
+
+def test_a_grant_announced_for_an_earlier_call_is_not_taken_after_it_ended(redis_servers):
+    """The announcement of a grant reaches the waiter late (its waiting connection stalls) after
+    that grant ended and another client took the lock, and after the waiter's refresh queued it
+    again: the waiter must not take the stale grant (both would hold the lock), but wait its turn."""
+    from django_redis_coord import waiting
+
+    (server,) = redis_servers(1)
+    client = server.client()
+    holder = Lock(client, "stale", timeout=5)
+    assert holder.acquire(blocking=False)
+    result: dict = {}
+
+    def wait() -> None:
+        lock = Lock(client, "stale", timeout=0.3)
+        result["acquired"] = lock.acquire(token="w", blocking_timeout=10)
+        result["at"] = time.monotonic()
+        result["fence"] = lock.fence
+        lock.release()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    wait_for(lambda: client.zscore(holder.keys.queue, "w") is not None, 5, "the waiter queued")
+    hub = waiting.hub_for(client)
+    slots = [hub._gate.acquire() for _ in range(64) if hub._gate._value > 0]  # no refresh gets through
+    with hub._lock:  # the hub cannot hand any message over
+        holder.release()  # granted to "w" for 0.3 s and announced; the announcement waits in the hub
+        time.sleep(0.6)  # the grant ends unseen
+        other = Lock(client, "stale", timeout=5)
+        assert other.acquire(blocking=False)
+        for _ in slots:
+            hub._gate.release()  # the waiter's refresh finds "other" holding: it queues again
+        wait_for(lambda: client.zscore(holder.keys.queue, "w") is not None, 5, "the waiter queued again")
+    time.sleep(0.3)  # the stale announcement is handed over now
+    assert "acquired" not in result, "the waiter took a grant that had ended"
+    other_fence = other.fence
+    released_at = time.monotonic()
+    other.release()
+    thread.join(10)
+    assert result["acquired"] and result["at"] >= released_at and result["fence"] > other_fence
+    client.close()

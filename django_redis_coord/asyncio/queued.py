@@ -127,7 +127,7 @@ class QueuedPrimitive(QueuedBase):
                 grant = await self.do_acquire(token, enqueue, worker)
             else:
                 async with waiter.gate:
-                    grant = await self.do_acquire(token, enqueue, worker, waiter.reply_to)
+                    grant = await self.do_acquire(token, enqueue, worker, waiter.reply_to())
             _cancel_swallowed(cancels)
         except (asyncio.CancelledError, RedisConnectionError, RedisTimeoutError):
             await run_to_completion(self._abandon(token, worker, waiter))
@@ -161,7 +161,7 @@ class QueuedPrimitive(QueuedBase):
                 if stop_at is not None and called_at >= stop_at:
                     return await self.do_cancel(token, worker), called_at  # no refresh on the way out
                 try:
-                    grant = await self.do_acquire(token, self.acquire_mode(2, own), worker, waiter.reply_to)
+                    grant = await self.do_acquire(token, self.acquire_mode(2, own), worker, waiter.reply_to())
                 except OUTAGE_ERRORS:
                     grant = outage.began(called_at)  # raises once the outage lasted too long
                     continue
@@ -190,7 +190,7 @@ class QueuedPrimitive(QueuedBase):
         return True
 
     async def do_acquire(self, token: bytes, enqueue: int, worker: str,
-                         reply_to: tuple[bytes, int] = NO_REPLY) -> Grant:
+                         reply_to: tuple[bytes, Any] = NO_REPLY) -> Grant:
         script = self.scripts.get(self.redis, self.acquire_script)
         reply = await script(self.acquire_keys(), self.acquire_args(token, enqueue, worker, reply_to),
                              client=self.redis)

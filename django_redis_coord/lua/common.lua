@@ -93,7 +93,7 @@ local function grant_lock(name, meta, registry, member, token, ttl, info, now_ms
 end
 
 -- Parse a waiter record "ttl lease_until lease channel id info" (ms, ms, ms, the channel its
--- process listens on, the waiter's number there, JSON).
+-- process listens on, "<waiter number>.<attempt>" there, JSON).
 local function parse_waiter(data)
   local a = string.find(data, ' ', 1, true)
   local b = string.find(data, ' ', a + 1, true)

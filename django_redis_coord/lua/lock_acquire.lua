@@ -6,7 +6,7 @@
 --   plus 4 when the library made the token for this very acquire: a holder with that token can
 --   then only be this call, sent once more by a client that retries after a timeout
 -- ARGV[4] waiter lease ms   ARGV[5] holder info (JSON)   ARGV[6] registry member
--- ARGV[7] the channel the caller's process listens on   ARGV[8] the caller's number there
+-- ARGV[7] the channel the caller's process listens on   ARGV[8] "<waiter number>.<attempt>" there
 -- ARGV[9] metadata retention ms
 -- Returns {1, fence, pttl, provisional} when the caller holds the lock (pttl -1: no expiry),
 -- else {0, holder pttl (-1: no expiry, -2: none)} (queued when asked to), and {-2}

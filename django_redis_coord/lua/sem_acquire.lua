@@ -4,7 +4,7 @@
 -- ARGV[1] token   ARGV[2] lease ms (0 = no expiry)   ARGV[3] "0" try only, "1" queue when full,
 --   "2" queue when full and the caller may already be queued (a retry: clean up its old state)
 -- ARGV[4] waiter lease ms   ARGV[5] holder info (JSON)   ARGV[6] registry member
--- ARGV[7] the channel the caller's process listens on   ARGV[8] the caller's number there
+-- ARGV[7] the channel the caller's process listens on   ARGV[8] "<waiter number>.<attempt>" there
 -- ARGV[9] limit to store when none is ("" = none)   ARGV[10] metadata retention ms (see sem_expire())
 -- Returns {1, fence, pttl, 0} when the caller holds a permit (pttl -1: no expiry), {0, ms until the
 -- earliest lease ends (-1: none ends), the limit in force} when it does not (queued when asked
