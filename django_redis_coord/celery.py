@@ -145,8 +145,8 @@ def locked_task(locked: Any, task: Task) -> Task:
 def retry_contended(info: Contention) -> None:
     """``on_contended="retry"``: retry the running Celery task ``info.retry_after`` seconds later
     (at least 1).  Raises Celery's ``Retry``; past ``max_retries``, the ``LockContended``."""
-    task = current_task
-    if task is None or getattr(task, "request", None) is None or task.request.id is None:
+    task = current_task  # a proxy: false outside a task
+    if not task or task.request.id is None:
         raise InvalidLockArgument(
             f"on_contended='retry' retries a Celery task, and {info.name!r} was refused outside one",
             lock_name=info.name,

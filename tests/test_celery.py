@@ -352,3 +352,28 @@ def test_bad_options_get_typed_errors(celery_app):
     def bad_timeout(): ...
     with pytest.raises(InvalidLockArgument, match="unique_timeout"):
         bad_timeout.delay()
+
+
+def test_revoking_a_pending_task_frees_the_key_by_its_planned_start(worker, celery_app, redis_client):
+    day = fresh()
+    result = celery_app.build_report.apply_async((day, 0.1), countdown=2)
+    assert celery_app.build_report.delay(day).id == result.id
+    result.revoke()
+    # The worker drops it when it was due (in 2 s), and gives the key back then, not in an hour.
+    wait_for(lambda: key_is_free(redis_client, f"report:{day}"), timeout=10)
+    assert celery_app.runs(f"build_report:{day}") == []
+    assert celery_app.build_report.delay(day, 0.1).get(timeout=20) == f"report {day}"
+
+
+def test_a_killed_pool_process_frees_the_key_at_once(worker, celery_app, redis_client):
+    n = fresh()
+    result = celery_app.runs_until_revoked.delay(n)
+    wait_for(lambda: celery_app.runs(f"runs_until_revoked:{n}"))
+    child = holder_of(redis_client, f"revoked:{n}").pid
+    os.kill(child, signal.SIGKILL)  # the OOM killer, say
+    killed = time.monotonic()
+    wait_for(lambda: key_is_free(redis_client, f"revoked:{n}"), timeout=10)
+    assert time.monotonic() - killed < 10  # unique_timeout=30: the main process released it
+    with pytest.raises(Exception) as raised:
+        result.get(timeout=20)
+    assert type(raised.value).__name__ == "WorkerLostError"
