@@ -33,6 +33,7 @@ import contextvars
 import functools
 import inspect
 import logging
+import sys
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -122,11 +123,12 @@ class Locked:
         label: Optional[str] = None,
         params: Optional[Mapping[str, Any]] = None,
         redlock: bool = False,
+        on_contended: Optional[str] = None,
     ) -> None:
         timeout = checked_options(
             key, timeout=timeout, wait=wait, limit=limit, status=status, handler=handler, template_name=template_name,
             auto_renew=auto_renew, rollback_on_loss=rollback_on_loss, using=using, fail_open=fail_open, label=label,
-            params=params, redlock=redlock,
+            params=params, redlock=redlock, on_contended=on_contended,
         )
         self.key = key
         self.timeout = timeout
@@ -142,6 +144,9 @@ class Locked:
         self.label = label
         self.params = dict(params or {})
         self.redlock = redlock
+        #: Outside views, when the key is taken: None or "raise" (LockContended), "skip" (return
+        #: None without running), "retry" (a Celery task retries: django_redis_coord.celery).
+        self.on_contended = on_contended
         # What each acquire is called with; a plain lock (neither a Redlock nor a semaphore).
         self._acquire_kw: dict[str, Any] = (
             {"blocking": True, "blocking_timeout": wait} if wait else {"blocking": False}
@@ -187,13 +192,30 @@ class Locked:
         """The key is taken: what a view's answer needs; anything else gets :class:`LockContended`."""
         info = contention(name, primitive, _now() - started, settings, limit=self.limit, status=self.status)
         if request is None:
+            if self.on_contended == "retry":
+                from .celery import retry_contended  # Celery only when asked for
+
+                retry_contended(info)  # raises Celery's Retry
             raise contended_error(info)
         return info
+
+    def _skipped(self, request: Optional[HttpRequest], name: str, primitive: Any, started: float) -> bool:
+        """``on_contended="skip"`` outside a view: the call returns ``None`` without running."""
+        if request is not None or self.on_contended != "skip":
+            return False
+        logger.info("%r is held: skipping the call (on_contended='skip'; retry after %s s)",
+                    name, getattr(primitive, "retry_after", None))
+        return True
 
     # -- decoration ------------------------------------------------------------------------------
     def __call__(self, target: Any) -> Any:
         if isinstance(target, type):
             return self._decorate_class(target)
+        celery_task = getattr(sys.modules.get("celery.app.task"), "Task", None)
+        if celery_task is not None and isinstance(target, celery_task):
+            from .celery import locked_task
+
+            return locked_task(self, target)
         if not callable(target):
             raise InvalidLockArgumentType(f"@locked decorates a function or a class, not {type(target).__name__}")
         # A class-based view's as_view() is a function of Django's, the same for every class:
@@ -219,6 +241,10 @@ class Locked:
         if is_async and self.rollback_on_loss:
             raise ImproperlyConfigured(
                 f"rollback_on_loss needs a sync view: Django's transactions are sync-only ({default_name})."
+            )
+        if is_async and self.on_contended == "retry":
+            raise ImproperlyConfigured(
+                f"on_contended='retry' retries a Celery task, and Celery runs sync functions only ({default_name})."
             )
         if not is_async and iscoroutinefunction(self.handler):
             raise ImproperlyConfigured(
@@ -266,6 +292,8 @@ class Locked:
             outcome = self._unavailable(request, name, settings, exc)
             return func(*args, **kwargs) if outcome is _RUN_UNLOCKED else outcome
         if not acquired:
+            if self._skipped(request, name, primitive, started):
+                return None
             info = self._refused(request, name, primitive, started, settings)
             return answer_sync(request, info, settings, handler=self.handler, template_name=self.template_name)
         release = Release(primitive)
@@ -317,6 +345,8 @@ class Locked:
             outcome = self._unavailable(request, name, settings, exc)
             return await _maybe_await(func(*args, **kwargs)) if outcome is _RUN_UNLOCKED else outcome
         if not acquired:
+            if self._skipped(request, name, primitive, started):
+                return None
             info = self._refused(request, name, primitive, started, settings)
             return await answer_async(request, info, settings, handler=self.handler, template_name=self.template_name)
         release = AsyncRelease(primitive, asyncio.get_running_loop())
@@ -383,7 +413,8 @@ def locked(key: Any = None, /, **options: Any) -> Any:
     on a template (a callable key goes by keyword: ``@locked(key=lambda request, pk: ...)``).
     Options: ``timeout``, ``wait``, ``limit``, ``status``, ``handler``, ``template_name``,
     ``auto_renew``, ``rollback_on_loss``, ``using``, ``fail_open``, ``label``, ``params``,
-    ``redlock`` (take the lock with Redlock over ``REDLOCK["MASTERS"]``).
+    ``redlock`` (take the lock with Redlock over ``REDLOCK["MASTERS"]``), ``on_contended``
+    (outside views: ``"raise"``, ``"skip"`` or, in a Celery task, ``"retry"``).
     """
     if "key" in options:
         if key is not None:

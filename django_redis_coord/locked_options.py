@@ -14,14 +14,17 @@ from .exceptions import InvalidLockArgument, InvalidLockArgumentType
 from .expiry import no_expiry_timeout
 from .shortcuts import DEFAULT
 
-__all__ = ["checked_options", "check_redlock_settings"]
+__all__ = ["checked_options", "check_redlock_settings", "ON_CONTENDED"]
+
+#: What ``on_contended`` may say: the answer of a plain function or a task when the key is taken.
+ON_CONTENDED = ("skip", "raise", "retry")
 
 
 def checked_options(
     key: Any, *, timeout: Any, wait: float, limit: Optional[int], status: Optional[int],
     handler: Optional[Callable[..., Any]], template_name: Optional[str], auto_renew: Optional[bool],
     rollback_on_loss: bool, using: Optional[str], fail_open: Optional[bool], label: Optional[str],
-    params: Optional[Mapping[str, Any]], redlock: bool,
+    params: Optional[Mapping[str, Any]], redlock: bool, on_contended: Optional[str] = None,
 ) -> Any:
     """Refuse what ``locked(key, **options)`` cannot work with; the timeout to use (``NO_EXPIRY``
     read as ``None``, :data:`~django_redis_coord.shortcuts.DEFAULT` kept for ``DEFAULT_TIMEOUT``)."""
@@ -59,6 +62,11 @@ def checked_options(
         raise InvalidLockArgumentType(f"using must be a database alias (a str), not {using!r}", lock_name=key)
     if auto_renew and timeout is None:
         raise InvalidLockArgument("auto_renew needs a timeout to renew", lock_name=key)
+    if on_contended is not None and not isinstance(on_contended, str):
+        raise InvalidLockArgumentType(f"on_contended must be one of {ON_CONTENDED}, not {on_contended!r}",
+                                      lock_name=key)
+    if on_contended is not None and on_contended not in ON_CONTENDED:
+        raise InvalidLockArgument(f"on_contended must be one of {ON_CONTENDED}, not {on_contended!r}", lock_name=key)
     return timeout
 
 

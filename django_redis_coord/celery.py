@@ -1,0 +1,342 @@
+"""Celery tasks that run once: ``@locked`` on tasks, and :class:`UniqueTask` (one pending-or-running
+instance per key).
+
+Only this module imports Celery (``pip install django-redis-coord[celery]``); the rest of the
+package never does.  The whole story is in ``docs/tasks.md``.
+
+* Run-time exclusion: ``@locked(...)`` under ``@app.task`` or over a task object; when the key is
+  taken, ``on_contended`` says what happens: ``"raise"`` (``LockContended``), ``"skip"`` (the task
+  returns ``None``) or ``"retry"`` (``task.retry(countdown=<the Retry-After estimate>)``).
+* Enqueue-time uniqueness: ``@app.task(base=UniqueTask, unique_key="report:{day}")``.  ``delay``
+  / ``apply_async`` reserve the key before sending (a lock hold whose token names the task id,
+  with a TTL covering the wait in the queue); the worker takes the key over with a fresh fence
+  when the task starts (one MULTI/EXEC: the reservation's release and the run's grant), renews it
+  while it runs and releases it when it ends.  A retry hands it back to a reservation the same
+  way; a revoke, a hard time limit or a lost child process releases it from the worker's main
+  process; a worker killed outright leaves it to its TTL.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any, Optional, Union
+
+from celery import Task, current_task
+from celery.exceptions import Retry, WorkerLostError
+from celery.signals import task_failure, task_revoked
+from celery.worker.request import Request
+
+from ._arguments import check_number
+from ._queued_base import NO_REPLY
+from .conf import coord_settings
+from .connection import get_client
+from .contention import Contention, contended_error
+from .exceptions import InvalidLockArgument, InvalidLockArgumentType, LockContended, LockError, LockNotOwnedError
+from .key_names import call_namespace, checked_name
+from .key_templates import KeyTemplate
+from .scripts import queue_script
+from .signalling import SignallingLock
+
+__all__ = [
+    "UniqueTask",
+    "DuplicateTask",
+    "SKIPPED",
+    "locked_task",
+    "retry_contended",
+    "task_token",
+    "TOKEN_PREFIX",
+]
+
+logger = logging.getLogger("django_redis_coord")
+
+#: The token of a task's hold is this prefix and the task id: the enqueuer, the worker running it
+#: and the worker's main process (after a revoke or a time limit) all know it.
+TOKEN_PREFIX = "celery-task:"
+#: What ``apply_async`` of a :class:`UniqueTask` does with a duplicate: return the pending (or
+#: running) instance's ``AsyncResult``, or raise :class:`DuplicateTask`.
+ON_DUPLICATE = ("return", "raise")
+#: What a :class:`UniqueTask` returns (its result) when its key was taken when it started.
+SKIPPED = None
+
+
+class DuplicateTask(LockContended):
+    """An enqueue of a :class:`UniqueTask` refused: an instance for the same key is pending or running.
+
+    ``task_id``: that instance's id (``None`` when the key is held by something else than a task).
+    """
+
+    def __init__(self, message: str, *, lock_name: Any, task_id: Optional[str], retry_after: Optional[int] = None):
+        super().__init__(message, lock_name=lock_name, retry_after=retry_after)
+        self.task_id = task_id
+
+
+def task_token(task_id: str) -> bytes:
+    """The token of the holds of the task ``task_id`` (its reservation and its run)."""
+    return (TOKEN_PREFIX + task_id).encode()
+
+
+# -- the lock of a task's key ------------------------------------------------------------------------
+class HandOverLock(SignallingLock):
+    """A lock that can take a hold over from another token, or hand its own over, in one step.
+
+    ``replaces``: the token whose hold an acquire ends in the same MULTI/EXEC as it takes the key
+    (the worker taking a reservation over, with a fresh fence).  ``hands_to``: a lock whose hold
+    the release grants to the same token, in the same MULTI/EXEC (a retry keeps its reservation).
+    Nothing can take the key in between: no second enqueue slips in.
+    """
+
+    replaces: Optional[bytes] = None
+    hands_to: Optional[SignallingLock] = None
+
+    def do_acquire(self, token: bytes, enqueue: int, worker: str, reply_to: tuple[bytes, int] = NO_REPLY) -> Any:
+        if self.replaces is None:
+            return super().do_acquire(token, enqueue, worker, reply_to)
+        release = self.scripts.get(self.redis, "lock_release")
+        acquire = self.scripts.get(self.redis, self.acquire_script)
+        with self.redis.pipeline(transaction=True) as pipe:
+            queue_script(pipe, release, self.release_keys(), self.release_args(self.replaces))
+            queue_script(pipe, acquire, self.acquire_keys(), self.acquire_args(token, enqueue, worker, reply_to))
+            _ended, reply = pipe.execute()
+        return self._note_refusal(self.grant_from_reply(reply))
+
+    def do_release(self, token: bytes) -> None:
+        target = self.hands_to
+        if target is None:
+            return super().do_release(token)
+        release = self.scripts.get(self.redis, "lock_release")
+        acquire = self.scripts.get(self.redis, target.acquire_script)
+        with self.redis.pipeline(transaction=True) as pipe:
+            queue_script(pipe, release, self.release_keys(), self.release_args(token))
+            queue_script(pipe, acquire, target.acquire_keys(), target.acquire_args(token, 0, self._worker()))
+            released, reply = pipe.execute()
+        if int(released) != 1:
+            raise LockNotOwnedError("Cannot release a lock that's no longer owned", lock_name=self.name)
+        if not target.grant_from_reply(reply).acquired:  # a waiter of @locked(wait=...) was handed the key
+            logger.warning("%r: the retry's reservation could not be made; its run will take the key if free",
+                           self.name)
+        return None
+
+
+def _task_lock(name: str, timeout: float, *, label: str, auto_renew: bool) -> HandOverLock:
+    """A :class:`HandOverLock` on ``KEY_PREFIX:name`` of the configured Redis."""
+    settings = coord_settings()
+    return HandOverLock(get_client(), settings.prefixed(name), timeout=timeout, auto_renew=auto_renew,
+                        label=label, app_name=name)
+
+
+def _release_quietly(hold: SignallingLock) -> None:
+    try:
+        hold.release()
+    except LockError as exc:  # its TTL ran out, or it was taken over: nothing left to end
+        logger.warning("%r: the task's hold had ended before its release (%s)", hold.app_name, exc)
+
+
+# -- @locked on tasks ----------------------------------------------------------------------------------
+def locked_task(locked: Any, task: Task) -> Task:
+    """``@locked(...)`` over a task object: its ``run`` runs under the lock (the key template
+    sees the task's arguments by name; the default key is the task's name)."""
+    run = task.run
+    task.run = locked._decorate(run, task.name)
+    return task
+
+
+def retry_contended(info: Contention) -> None:
+    """``on_contended="retry"``: retry the running Celery task ``info.retry_after`` seconds later
+    (at least 1).  Raises Celery's ``Retry``; past ``max_retries``, the ``LockContended``."""
+    task = current_task  # a proxy: false outside a task
+    if not task or task.request.id is None:
+        raise InvalidLockArgument(
+            f"on_contended='retry' retries a Celery task, and {info.name!r} was refused outside one",
+            lock_name=info.name,
+        )
+    countdown = info.retry_after if info.retry_after is not None else 1
+    raise task.retry(countdown=max(1, countdown), exc=contended_error(info))
+
+
+# -- unique tasks ------------------------------------------------------------------------------------
+class UniqueRequest(Request):
+    """The worker's main process's view of a :class:`UniqueTask` run: on a hard time limit the
+    pool kills the child, which never releases its hold; this releases it (every Celery 5)."""
+
+    def on_timeout(self, soft: bool, timeout: float) -> None:
+        super().on_timeout(soft, timeout)
+        if not soft:
+            _release_for(self.task, self.id, self.args, self.kwargs, "TimeLimitExceeded")
+
+
+class UniqueTask(Task):
+    """A task with at most one pending-or-running instance per key (``unique_key``).
+
+    Options (task options: ``@app.task(base=UniqueTask, unique_key=..., ...)``):
+
+    * ``unique_key``: a ``str.format`` template over the task's arguments by name
+      (``"report:{day}"``), or a callable taking the task's arguments and returning the key;
+      default: the task's name (one instance at all).
+    * ``unique_pending_timeout`` (seconds, default 3600): how long a reservation waits in the
+      queue before its key is free again, counted from the planned start (``countdown``/``eta``).
+    * ``unique_timeout`` (seconds, default 60): the run's hold, renewed every third of it while
+      the task runs; the bound after which a worker killed outright frees the key.
+    * ``unique_on_duplicate``: ``"return"`` (default: the pending instance's ``AsyncResult``) or
+      ``"raise"`` (:class:`DuplicateTask`).
+    """
+
+    abstract = True
+    Request = UniqueRequest
+    unique_key: Union[str, Callable[..., Any], None] = None
+    unique_pending_timeout: float = 3600.0
+    unique_timeout: float = 60.0
+    unique_on_duplicate: str = "return"
+
+    _unique_template: Optional[KeyTemplate] = None
+
+    # -- the key --------------------------------------------------------------------------------
+    def _key_template(self) -> KeyTemplate:
+        template = self._unique_template
+        if template is None or template.default_name != self.name:
+            self._check_unique_options()
+            template = KeyTemplate(self.unique_key, self.name)
+            template.check_against(self.run, view_names=False)
+            self._unique_template = template
+        return template
+
+    def _check_unique_options(self) -> None:
+        for option in ("unique_pending_timeout", "unique_timeout"):
+            check_number(option, getattr(self, option), allow_none=False, positive=True, lock_name=self.name)
+        if self.unique_on_duplicate not in ON_DUPLICATE:
+            raise InvalidLockArgument(
+                f"unique_on_duplicate must be one of {ON_DUPLICATE}, not {self.unique_on_duplicate!r}",
+                lock_name=self.name,
+            )
+        if self.unique_key is not None and not isinstance(self.unique_key, str) and not callable(self.unique_key):
+            raise InvalidLockArgumentType(f"unique_key must be a str template or a callable, not "
+                                          f"{type(self.unique_key).__name__}", lock_name=self.name)
+
+    def unique_name(self, args: Any = None, kwargs: Any = None) -> str:
+        """The key of a call with ``args`` and ``kwargs`` (without ``KEY_PREFIX``)."""
+        key = self._key_template()
+        args, kwargs = tuple(args or ()), dict(kwargs or {})
+        if key.callable is not None:
+            return checked_name(key.callable(*args, **kwargs), key)
+        return key.render(call_namespace(key, {}, args, kwargs))
+
+    # -- enqueue ----------------------------------------------------------------------------------
+    def apply_async(self, args: Any = None, kwargs: Any = None, task_id: Optional[str] = None,
+                    producer: Any = None, link: Any = None, link_error: Any = None, shadow: Any = None,
+                    **options: Any) -> Any:
+        """Reserve the key, then send; a duplicate gets the pending instance's ``AsyncResult``
+        (``unique_on_duplicate="return"``) or :class:`DuplicateTask`."""
+        name = self.unique_name(args, kwargs)
+        running = self._running_hold(task_id)
+        if running is not None and running.app_name == name:  # a retry of the run: it keeps the key
+            running.hands_to = _task_lock(name, self._pending_ttl(options), label=self._label(task_id, "retrying"),
+                                          auto_renew=False)
+            return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow, **options)
+        task_id = task_id or _new_task_id()
+        reservation = _task_lock(name, self._pending_ttl(options), label=self._label(task_id, "pending"),
+                                 auto_renew=False)
+        if not reservation.acquire(token=task_token(task_id), blocking=False):
+            return self._duplicate(name, reservation)
+        try:
+            return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow, **options)
+        except BaseException:
+            _release_quietly(reservation)  # not sent: not pending
+            raise
+
+    def _pending_ttl(self, options: dict[str, Any]) -> float:
+        """The reservation's TTL: ``unique_pending_timeout`` after the planned start."""
+        delay = float(options.get("countdown") or 0)
+        eta = options.get("eta")
+        if isinstance(eta, datetime):
+            now = datetime.now(timezone.utc) if eta.tzinfo else datetime.now()
+            delay = max(delay, (eta - now).total_seconds())
+        return float(self.unique_pending_timeout) + max(0.0, delay)
+
+    def _label(self, task_id: Optional[str], phase: str) -> str:
+        return f"celery {self.name}[{task_id}] {phase}"
+
+    def _duplicate(self, name: str, reservation: HandOverLock) -> Any:
+        holder = reservation.redis.get(reservation.name)
+        text = holder.decode(errors="replace") if isinstance(holder, bytes) else None
+        pending = text[len(TOKEN_PREFIX):] if text and text.startswith(TOKEN_PREFIX) else None
+        if self.unique_on_duplicate == "return" and pending is not None:
+            logger.info("%s(%r): already pending or running as %s", self.name, name, pending)
+            return self.AsyncResult(pending)
+        raise DuplicateTask(
+            f"{self.name}: {name!r} is already pending or running" + (f" as task {pending}" if pending else ""),
+            lock_name=name, task_id=pending, retry_after=reservation.retry_after,
+        )
+
+    # -- run ----------------------------------------------------------------------------------------
+    def _running_hold(self, task_id: Optional[str]) -> Optional[HandOverLock]:
+        request = self.request
+        if task_id is None or request.called_directly or request.id != task_id:
+            return None
+        return getattr(request, "coord_unique_hold", None)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        request = self.request
+        if request.called_directly:  # task(...) in the caller's process: a plain call
+            return super().__call__(*args, **kwargs)
+        name = self.unique_name(args, kwargs)
+        hold = _task_lock(name, self.unique_timeout, label=self._label(request.id, "running"), auto_renew=True)
+        hold.replaces = task_token(request.id)
+        if not hold.acquire(token=task_token(request.id), blocking=False):
+            logger.warning("%s[%s]: %r is held by another instance (this one's reservation had expired): skipped",
+                           self.name, request.id, name)
+            return SKIPPED
+        request.coord_unique_hold = hold
+        try:
+            result = super().__call__(*args, **kwargs)
+        except Retry:
+            _release_quietly(hold)  # to the retry's reservation, when apply_async made one
+            raise
+        except BaseException:
+            hold.hands_to = None
+            _release_quietly(hold)
+            raise
+        hold.hands_to = None
+        _release_quietly(hold)
+        return result
+
+
+def _new_task_id() -> str:
+    from celery.utils import uuid
+
+    return str(uuid())
+
+
+# -- the worker's main process: holds of children that will never release them --------------------------
+def _release_for(task: Any, task_id: Optional[str], args: Any, kwargs: Any, why: str) -> None:
+    """End the hold of ``task_id`` on its key (it ended without releasing it)."""
+    if not isinstance(task, UniqueTask) or not task_id:
+        return
+    try:
+        name = task.unique_name(args, kwargs)
+        lock = _task_lock(name, task.unique_timeout, label=task._label(task_id, why), auto_renew=False)
+        lock.do_release(task_token(task_id))
+    except LockNotOwnedError:
+        return  # released already, or another instance's by now
+    except Exception:  # a signal receiver must not break the worker: the TTL ends the hold
+        logger.exception("%s[%s]: could not release %s's hold; it ends with its TTL", task.name, task_id, why)
+        return
+    logger.info("%s[%s]: released the key %r (%s)", task.name, task_id, name, why)
+
+
+@task_revoked.connect(weak=False)
+def _on_revoked(sender: Any = None, request: Any = None, terminated: bool = False, expired: bool = False,
+                **_: Any) -> None:
+    """A revoked task (pending, or terminated while running) gives its key back."""
+    if request is not None:
+        _release_for(sender, getattr(request, "id", None), getattr(request, "args", ()),
+                     getattr(request, "kwargs", {}), "revoked")
+
+
+@task_failure.connect(weak=False)
+def _on_failure(sender: Any = None, task_id: Optional[str] = None, exception: Any = None, args: Any = (),
+                kwargs: Any = None, **_: Any) -> None:
+    """A lost child process (killed: out of memory, SIGKILL): its hold was not released."""
+    if isinstance(exception, WorkerLostError):
+        _release_for(sender, task_id, args, kwargs or {}, "WorkerLostError")
+

@@ -1,0 +1,110 @@
+"""The Celery app of tests/test_celery.py: its worker runs as a separate process (``celery -A
+tests.celery_app worker``) with Redis as its broker, on the redis-server of ``DCOORD_TEST_BROKER_URL``.
+
+Each task records its runs in Redis (``runs:<name>``, a list that expires), so the test sees how
+many times it ran, whatever process ran it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+
+import django  # noqa: E402
+from django.apps import apps  # noqa: E402
+
+if not apps.ready:
+    django.setup()
+
+from celery import Celery  # noqa: E402
+
+from django_redis_coord import locked  # noqa: E402
+from django_redis_coord.celery import UniqueTask  # noqa: E402
+from django_redis_coord.connection import get_client  # noqa: E402
+
+BROKER = os.environ.get("DCOORD_TEST_BROKER_URL", "redis://127.0.0.1:1/0")
+
+app = Celery("tests", broker=BROKER, backend=BROKER)
+app.conf.update(
+    broker_connection_retry_on_startup=True,
+    task_acks_late=False,
+    worker_prefetch_multiplier=1,
+    worker_hijack_root_logger=False,
+    result_expires=600,
+)
+
+RUNS_TTL = 600
+
+
+def record(name: str, *values: object) -> None:
+    """One run of ``name`` (with ``values``), seen by the test through Redis."""
+    client = get_client()
+    key = f"runs:{name}"
+    client.rpush(key, ":".join(str(v) for v in (os.getpid(), *values)))
+    client.expire(key, RUNS_TTL)
+
+
+def runs(name: str) -> list[str]:
+    return [v.decode() for v in get_client().lrange(f"runs:{name}", 0, -1)]
+
+
+# -- unique tasks -------------------------------------------------------------------------------------
+@app.task(base=UniqueTask, unique_key="report:{day}", unique_timeout=3)
+def build_report(day: int, seconds: float = 0.5) -> str:
+    record(f"build_report:{day}")
+    time.sleep(seconds)
+    return f"report {day}"
+
+
+@app.task(base=UniqueTask, unique_key="slow:{n}", unique_timeout=3, time_limit=2, soft_time_limit=None)
+def hits_hard_limit(n: int) -> None:
+    record(f"hits_hard_limit:{n}")
+    time.sleep(30)
+
+
+@app.task(base=UniqueTask, unique_key="revoked:{n}", unique_timeout=30)
+def runs_until_revoked(n: int) -> None:
+    record(f"runs_until_revoked:{n}")
+    time.sleep(60)
+
+
+@app.task(bind=True, base=UniqueTask, unique_key="flaky:{n}", unique_timeout=5, max_retries=3)
+def flaky(self, n: int, failures: int) -> str:
+    record(f"flaky:{n}", self.request.retries)
+    if self.request.retries < failures:
+        raise self.retry(countdown=1)
+    return "done"
+
+
+# -- @locked on tasks ---------------------------------------------------------------------------------
+@app.task(bind=True)
+@locked("sync:{account}", timeout=5, auto_renew=True, on_contended="skip")
+def sync_skip(self, account: int, seconds: float) -> str:
+    record(f"sync_skip:{account}")
+    time.sleep(seconds)
+    return "synced"
+
+
+@locked("sync-raise:{account}", timeout=5, on_contended="raise")
+@app.task
+def sync_raise(account: int, seconds: float) -> str:
+    record(f"sync_raise:{account}")
+    time.sleep(seconds)
+    return "synced"
+
+
+@app.task(bind=True, max_retries=5)
+@locked("sync-retry:{account}", timeout=5, on_contended="retry")
+def sync_retry(self, account: int, seconds: float) -> str:
+    record(f"sync_retry:{account}", self.request.retries)
+    time.sleep(seconds)
+    return "synced"
+
+
+@app.task(time_limit=2)
+@locked("locked-limit:{n}", timeout=3, auto_renew=True)
+def locked_hits_hard_limit(n: int) -> None:
+    record(f"locked_hits_hard_limit:{n}")
+    time.sleep(30)

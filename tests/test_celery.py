@@ -1,0 +1,379 @@
+"""Celery tasks under ``@locked`` and ``UniqueTask``, run by a real worker process.
+
+The worker (``celery -A tests.celery_app worker``) is started by the fixtures below, with Redis as
+its broker and result backend on a private redis-server; the locks live on the session's
+redis-server, as everywhere in the suite.  Tasks record their runs in Redis (``runs:<name>``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+celery = pytest.importorskip("celery")
+
+from django_redis_coord.server import RedisServer  # noqa: E402
+from tests import redis_session  # noqa: E402
+from tests.procs import run_processes  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+READY_TIMEOUT = 60.0
+
+
+class Worker:
+    """A ``celery worker`` process of tests.celery_app (its own process group: killed whole)."""
+
+    def __init__(self, broker_url: str, concurrency: int = 2, pool: str = "prefork", queue: str = "celery") -> None:
+        self.name = f"w{uuid.uuid4().hex[:8]}@127.0.0.1"
+        env = dict(os.environ, DCOORD_TEST_BROKER_URL=broker_url, DCOORD_TEST_REDIS_URL=redis_session.url(),
+                   DJANGO_SETTINGS_MODULE="tests.settings", PYTHONPATH=str(ROOT))
+        self.log = open(ROOT / ".venv" / f"celery-{self.name.split('@')[0]}.log", "w")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker", f"--pool={pool}",
+             f"--concurrency={concurrency}", "--loglevel=INFO", "-n", self.name, "-Q", queue, "--without-gossip",
+             "--without-mingle", "--without-heartbeat"],
+            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def wait_ready(self, app) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"the worker exited: see {self.log.name}"
+            if app.control.ping(destination=[self.name], timeout=0.5):
+                return
+        raise AssertionError(f"the worker was not ready in {READY_TIMEOUT} s: see {self.log.name}")
+
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool processes (a machine or container dying)."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def broker():
+    server = RedisServer().start()
+    os.environ["DCOORD_TEST_BROKER_URL"] = server.url
+    yield server
+    os.environ.pop("DCOORD_TEST_BROKER_URL", None)
+    server.cleanup()
+
+
+@pytest.fixture(scope="module")
+def celery_app(broker):
+    from tests import celery_app as module
+
+    module.app.conf.broker_url = broker.url
+    module.app.conf.result_backend = broker.url
+    return module
+
+
+@pytest.fixture(scope="module")
+def worker(celery_app, broker):
+    started = Worker(broker.url, concurrency=3)
+    try:
+        started.wait_ready(celery_app.app)
+        yield started
+    finally:
+        started.stop()
+
+
+def wait_for(predicate, timeout: float = 20.0, step: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"not true within {timeout} s: {predicate}")
+
+
+def key_is_free(client, name: str) -> bool:
+    from django_redis_coord.conf import coord_settings
+
+    return client.get(coord_settings().prefixed(name)) is None
+
+
+def fresh() -> int:
+    return uuid.uuid4().int % 10**9
+
+
+# -- UniqueTask: enqueue-time uniqueness ----------------------------------------------------------------
+def test_second_enqueue_returns_the_pending_instance(worker, celery_app, redis_client):
+    day = fresh()
+    first = celery_app.build_report.delay(day, 1.0)
+    second = celery_app.build_report.delay(day, 1.0)
+    assert second.id == first.id
+    assert first.get(timeout=20) == f"report {day}"
+    assert celery_app.runs(f"build_report:{day}") and len(celery_app.runs(f"build_report:{day}")) == 1
+    wait_for(lambda: key_is_free(redis_client, f"report:{day}"))
+    third = celery_app.build_report.delay(day, 0.1)  # finished: a new instance is accepted
+    assert third.id != first.id
+    assert third.get(timeout=20) == f"report {day}"
+    assert len(celery_app.runs(f"build_report:{day}")) == 2
+
+
+def holder_of(client, name: str):
+    from django_redis_coord.conf import coord_settings
+    from django_redis_coord.listing import HolderListing
+
+    found = HolderListing(client).holder(coord_settings().prefixed(name))
+    return found[0] if found else None
+
+
+def _enqueue_many(day: int, count: int, seconds: float) -> list[str]:
+    from tests import celery_app as module
+
+    return [module.build_report.delay(day, seconds).id for _ in range(count)]
+
+
+def test_800_identical_enqueues_from_8_processes_run_once(worker, celery_app, redis_client):
+    day = fresh()
+    ids = [i for batch in run_processes(_enqueue_many, [(day, 100, 3.0)] * 8, timeout=120) for i in batch]
+    assert len(ids) == 800 and len(set(ids)) == 1  # every enqueue got the one pending instance
+    first = celery_app.app.AsyncResult(ids[0])
+    assert first.get(timeout=30) == f"report {day}"
+    assert len(celery_app.runs(f"build_report:{day}")) == 1
+    wait_for(lambda: key_is_free(redis_client, f"report:{day}"))
+    # Finished: the next burst makes exactly one more.
+    again = [i for batch in run_processes(_enqueue_many, [(day, 100, 1.0)] * 8, timeout=120) for i in batch]
+    assert len(set(again)) == 1 and again[0] != ids[0]
+    assert celery_app.app.AsyncResult(again[0]).get(timeout=30) == f"report {day}"
+    assert len(celery_app.runs(f"build_report:{day}")) == 2
+
+
+def test_the_run_takes_the_reservation_over_with_a_fresh_fence_and_a_label(worker, celery_app, redis_client):
+    day = fresh()
+    result = celery_app.build_report.apply_async((day, 2.0), countdown=1)
+    pending = holder_of(redis_client, f"report:{day}")
+    assert pending.label == f"celery tests.celery_app.build_report[{result.id}] pending"
+    wait_for(lambda: celery_app.runs(f"build_report:{day}"))
+    running = holder_of(redis_client, f"report:{day}")
+    assert running.label == f"celery tests.celery_app.build_report[{result.id}] running"
+    assert running.fence > pending.fence
+    assert running.pid != os.getpid()  # the worker's pool process holds it now
+    assert celery_app.build_report.delay(day).id == result.id  # still refused while it runs
+    result.get(timeout=20)
+    wait_for(lambda: key_is_free(redis_client, f"report:{day}"))
+
+
+def test_duplicate_can_raise(worker, celery_app, redis_client):
+    from django_redis_coord.celery import DuplicateTask
+
+    day = fresh()
+    first = celery_app.build_report.delay(day, 1.0)
+    strict = celery_app.build_report.s(day).set()  # the same task, asked to raise instead
+    celery_app.build_report.unique_on_duplicate = "raise"
+    try:
+        with pytest.raises(DuplicateTask) as raised:
+            strict.delay()
+    finally:
+        celery_app.build_report.unique_on_duplicate = "return"
+    assert raised.value.task_id == first.id
+    assert raised.value.lock_name == f"report:{day}"
+    assert 1 <= raised.value.retry_after <= 3600
+    first.get(timeout=20)
+
+
+# -- the celery-singleton failure cases ------------------------------------------------------------------
+def test_hard_time_limit_frees_the_key_at_once(worker, celery_app, redis_client):
+    n = fresh()
+    result = celery_app.hits_hard_limit.delay(n)
+    wait_for(lambda: celery_app.runs(f"hits_hard_limit:{n}"))
+    started = time.monotonic()
+    with pytest.raises(Exception) as raised:
+        result.get(timeout=20)
+    assert type(raised.value).__name__ == "TimeLimitExceeded"
+    wait_for(lambda: key_is_free(redis_client, f"slow:{n}"), timeout=10)
+    # time_limit=2, unique_timeout=30: the worker's main process released it, not the TTL.
+    assert time.monotonic() - started < 10
+    assert celery_app.hits_hard_limit.delay(n).id != result.id
+
+
+def test_revoke_terminate_frees_the_key_at_once(worker, celery_app, redis_client):
+    n = fresh()
+    result = celery_app.runs_until_revoked.delay(n)
+    wait_for(lambda: celery_app.runs(f"runs_until_revoked:{n}"))
+    assert not key_is_free(redis_client, f"revoked:{n}")
+    started = time.monotonic()
+    result.revoke(terminate=True, signal="SIGTERM")
+    wait_for(lambda: key_is_free(redis_client, f"revoked:{n}"), timeout=10)
+    assert time.monotonic() - started < 10  # unique_timeout=30: not the TTL
+    wait_for(lambda: result.state == "REVOKED")
+    again = celery_app.runs_until_revoked.delay(n)
+    assert again.id != result.id
+    wait_for(lambda: len(celery_app.runs(f"runs_until_revoked:{n}")) == 2)
+    again.revoke(terminate=True, signal="SIGKILL")
+    wait_for(lambda: key_is_free(redis_client, f"revoked:{n}"), timeout=10)
+
+
+def test_a_retried_task_keeps_its_reservation(worker, celery_app, redis_client):
+    n = fresh()
+    result = celery_app.flaky.delay(n, 2)  # fails twice, each time retried 1 s later
+    wait_for(lambda: celery_app.runs(f"flaky:{n}"))
+    refused = 0
+    while result.state not in ("SUCCESS", "FAILURE"):
+        assert celery_app.flaky.delay(n, 0).id == result.id  # pending (retrying) or running
+        refused += 1
+        time.sleep(0.05)
+    assert result.get(timeout=20) == "done"
+    assert refused > 20  # the 2 s of countdowns were covered
+    retries = [int(run.split(":")[1]) for run in celery_app.runs(f"flaky:{n}")]
+    assert retries == [0, 1, 2]
+    wait_for(lambda: key_is_free(redis_client, f"flaky:{n}"))
+
+
+def test_a_killed_worker_frees_the_key_within_unique_timeout(celery_app, broker, redis_client, worker):
+    own = Worker(broker.url, concurrency=1, queue="doomed")
+    try:
+        own.wait_ready(celery_app.app)
+        day = fresh()
+        result = celery_app.build_report.apply_async((day, 30.0), queue="doomed")
+        wait_for(lambda: celery_app.runs(f"build_report:{day}"))
+        own.kill()
+        killed = time.monotonic()
+        assert celery_app.build_report.delay(day).id == result.id  # still held
+        accepted = wait_for(lambda: (r := celery_app.build_report.delay(day, 0.1)).id != result.id and r, timeout=10)
+        waited = time.monotonic() - killed
+        # unique_timeout=3: the run's TTL, renewed every second until the kill.
+        assert waited <= 3 + 0.5
+        assert accepted.get(timeout=20) == f"report {day}"
+        assert len(celery_app.runs(f"build_report:{day}")) == 2
+    finally:
+        own.stop()
+
+
+# -- @locked on tasks: run-time exclusion -------------------------------------------------------------------
+def test_locked_under_app_task_skips_a_contended_run(worker, celery_app, redis_client):
+    account = fresh()
+    first = celery_app.sync_skip.delay(account, 2.0)
+    wait_for(lambda: celery_app.runs(f"sync_skip:{account}"))
+    second = celery_app.sync_skip.delay(account, 0.1)
+    assert second.get(timeout=20) is None  # skipped: SUCCESS with None, the body never ran
+    assert second.state == "SUCCESS"
+    assert first.get(timeout=20) == "synced"
+    assert len(celery_app.runs(f"sync_skip:{account}")) == 1
+    wait_for(lambda: key_is_free(redis_client, f"sync:{account}"))
+    assert celery_app.sync_skip.delay(account, 0.1).get(timeout=20) == "synced"
+
+
+def test_locked_over_a_task_object_raises_lock_contended(worker, celery_app, redis_client):
+    from celery import Task
+
+    assert isinstance(celery_app.sync_raise, Task)  # still the task: .delay, .name, ...
+    account = fresh()
+    first = celery_app.sync_raise.delay(account, 2.0)
+    wait_for(lambda: celery_app.runs(f"sync_raise:{account}"))
+    second = celery_app.sync_raise.delay(account, 0.1)
+    with pytest.raises(Exception) as raised:
+        second.get(timeout=20)
+    assert type(raised.value).__name__ == "LockContended"
+    assert second.state == "FAILURE"
+    assert first.get(timeout=20) == "synced"
+    assert len(celery_app.runs(f"sync_raise:{account}")) == 1
+
+
+def test_locked_retry_waits_for_the_holder(worker, celery_app, redis_client):
+    account = fresh()
+    first = celery_app.sync_retry.delay(account, 2.0)
+    wait_for(lambda: celery_app.runs(f"sync_retry:{account}"))
+    second = celery_app.sync_retry.delay(account, 0.1)
+    assert second.get(timeout=30) == "synced" and first.get(timeout=20) == "synced"
+    runs = celery_app.runs(f"sync_retry:{account}")
+    assert len(runs) == 2
+    assert int(runs[1].split(":")[1]) >= 1  # the second ran after at least one retry
+    assert second.date_done >= first.date_done  # it ran once the holder was done
+
+
+def test_locked_task_killed_by_a_hard_time_limit_frees_the_key_within_its_timeout(worker, celery_app,
+                                                                                   redis_client):
+    n = fresh()
+    result = celery_app.locked_hits_hard_limit.delay(n)
+    wait_for(lambda: celery_app.runs(f"locked_hits_hard_limit:{n}"))
+    with pytest.raises(Exception) as raised:
+        result.get(timeout=20)
+    limit_hit = time.monotonic()
+    assert type(raised.value).__name__ == "TimeLimitExceeded"
+    wait_for(lambda: key_is_free(redis_client, f"locked-limit:{n}"), timeout=10)
+    assert time.monotonic() - limit_hit <= 3 + 0.5  # timeout=3, renewed until the kill
+
+
+# -- bad input ----------------------------------------------------------------------------------------------
+def test_bad_options_get_typed_errors(celery_app):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from django_redis_coord import locked
+    from django_redis_coord.celery import UniqueTask
+    from django_redis_coord.exceptions import InvalidLockArgument, InvalidLockArgumentType, KeyTemplateError
+
+    app = celery_app.app
+    with pytest.raises(InvalidLockArgument, match="on_contended"):
+        locked("k", on_contended="later")
+    with pytest.raises(InvalidLockArgumentType, match="on_contended"):
+        locked("k", on_contended=True)
+    with pytest.raises(ImproperlyConfigured, match="sync"):
+        @locked("k", on_contended="retry")
+        async def not_a_celery_task(): ...
+
+    @locked("plain:{n}", on_contended="retry")
+    def plain(n): return n
+
+    with locked("plain:1"):
+        with pytest.raises(InvalidLockArgument, match="outside one"):
+            plain(1)
+
+    @app.task(base=UniqueTask, unique_key="typo:{dya}", name="tests.bad_key")
+    def bad_key(day): ...
+    with pytest.raises(KeyTemplateError, match="dya"):
+        bad_key.delay(1)
+
+    @app.task(base=UniqueTask, unique_on_duplicate="ignore", name="tests.bad_outcome")
+    def bad_outcome(): ...
+    with pytest.raises(InvalidLockArgument, match="unique_on_duplicate"):
+        bad_outcome.delay()
+
+    @app.task(base=UniqueTask, unique_timeout=0, name="tests.bad_timeout")
+    def bad_timeout(): ...
+    with pytest.raises(InvalidLockArgument, match="unique_timeout"):
+        bad_timeout.delay()
+
+
+def test_revoking_a_pending_task_frees_the_key_by_its_planned_start(worker, celery_app, redis_client):
+    day = fresh()
+    result = celery_app.build_report.apply_async((day, 0.1), countdown=2)
+    assert celery_app.build_report.delay(day).id == result.id
+    result.revoke()
+    # The worker drops it when it was due (in 2 s), and gives the key back then, not in an hour.
+    wait_for(lambda: key_is_free(redis_client, f"report:{day}"), timeout=10)
+    assert celery_app.runs(f"build_report:{day}") == []
+    assert celery_app.build_report.delay(day, 0.1).get(timeout=20) == f"report {day}"
+
+
+def test_a_killed_pool_process_frees_the_key_at_once(worker, celery_app, redis_client):
+    n = fresh()
+    result = celery_app.runs_until_revoked.delay(n)
+    wait_for(lambda: celery_app.runs(f"runs_until_revoked:{n}"))
+    child = holder_of(redis_client, f"revoked:{n}").pid
+    os.kill(child, signal.SIGKILL)  # the OOM killer, say
+    killed = time.monotonic()
+    wait_for(lambda: key_is_free(redis_client, f"revoked:{n}"), timeout=10)
+    assert time.monotonic() - killed < 10  # unique_timeout=30: the main process released it
+    with pytest.raises(Exception) as raised:
+        result.get(timeout=20)
+    assert type(raised.value).__name__ == "WorkerLostError"
