@@ -44,8 +44,9 @@ from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 
 from .conf import CoordSettings, coord_settings
-from .contention import Contention, answer_async, answer_sync, contended_error, contention
+from .contention import Contention, answer_async, answer_sync, contended_error, contention, skipped
 from .exceptions import (
+    InvalidLockArgument,
     InvalidLockArgumentType,
     KeyTemplateError,
     KeyTooLong,
@@ -56,11 +57,12 @@ from .exceptions import (
 from .key_names import checked_name, find_request, name_async, name_sync
 from .key_templates import VIEW_NAMES, KeyTemplate
 from .locked_context import ContextHolds
-from .locked_options import check_redlock_settings, checked_options
+from .locked_options import check_redlock_settings, checked_on_contended, checked_options
 from .permits import AsyncPermitHold, PermitHold
 from .release import AsyncRelease, Release, release_at_close, released_after
 from .shortcuts import DEFAULT as _DEFAULT
 from .shortcuts import locked_primitive
+from .task_objects import is_task, with_func
 from .unavailable import REDIS_ERRORS, redis_unavailable, unavailable_response
 
 __all__ = [
@@ -122,7 +124,9 @@ class Locked:
         label: Optional[str] = None,
         params: Optional[Mapping[str, Any]] = None,
         redlock: bool = False,
+        on_contended: Optional[str] = None,
     ) -> None:
+        self.on_contended = checked_on_contended(on_contended, key)
         timeout = checked_options(
             key, timeout=timeout, wait=wait, limit=limit, status=status, handler=handler, template_name=template_name,
             auto_renew=auto_renew, rollback_on_loss=rollback_on_loss, using=using, fail_open=fail_open, label=label,
@@ -182,16 +186,20 @@ class Locked:
         return unavailable_response(name, settings)
 
     def _refused(
-        self, request: Optional[HttpRequest], name: str, primitive: Any, started: float, settings: CoordSettings
+        self, request: Optional[HttpRequest], name: str, primitive: Any, started: float, settings: CoordSettings,
+        *, skippable: bool = False,
     ) -> Contention:
-        """The key is taken: what a view's answer needs; anything else gets :class:`LockContended`."""
+        """The key is taken: what a view's answer needs (or a decorated call's, when ``skippable``
+        and ``on_contended="skip"``); anything else gets :class:`LockContended`."""
         info = contention(name, primitive, _now() - started, settings, limit=self.limit, status=self.status)
-        if request is None:
+        if request is None and not (skippable and self.on_contended == "skip"):
             raise contended_error(info)
         return info
 
     # -- decoration ------------------------------------------------------------------------------
     def __call__(self, target: Any) -> Any:
+        if is_task(target):  # a Task of Django's tasks framework: the same Task, its function locked
+            return with_func(target, self._decorate(target.func, _dotted(target.func)))
         if isinstance(target, type):
             return self._decorate_class(target)
         if not callable(target):
@@ -266,7 +274,9 @@ class Locked:
             outcome = self._unavailable(request, name, settings, exc)
             return func(*args, **kwargs) if outcome is _RUN_UNLOCKED else outcome
         if not acquired:
-            info = self._refused(request, name, primitive, started, settings)
+            info = self._refused(request, name, primitive, started, settings, skippable=True)
+            if request is None:
+                return skipped(info)
             return answer_sync(request, info, settings, handler=self.handler, template_name=self.template_name)
         release = Release(primitive)
         token = _current.set(primitive)
@@ -317,7 +327,9 @@ class Locked:
             outcome = self._unavailable(request, name, settings, exc)
             return await _maybe_await(func(*args, **kwargs)) if outcome is _RUN_UNLOCKED else outcome
         if not acquired:
-            info = self._refused(request, name, primitive, started, settings)
+            info = self._refused(request, name, primitive, started, settings, skippable=True)
+            if request is None:
+                return skipped(info)
             return await answer_async(request, info, settings, handler=self.handler, template_name=self.template_name)
         release = AsyncRelease(primitive, asyncio.get_running_loop())
         token = _current.set(primitive)
@@ -342,6 +354,8 @@ class Locked:
     def _context_name(self) -> str:
         if self.key is None:
             raise KeyTemplateError("locked() used as a context manager needs a key.")
+        if self.on_contended == "skip":
+            raise InvalidLockArgument("on_contended='skip' is for decorated functions: a with block cannot be skipped")
         key = self._context_key
         if key is None:
             key = self._context_key = KeyTemplate(self.key, "")
@@ -383,7 +397,9 @@ def locked(key: Any = None, /, **options: Any) -> Any:
     on a template (a callable key goes by keyword: ``@locked(key=lambda request, pk: ...)``).
     Options: ``timeout``, ``wait``, ``limit``, ``status``, ``handler``, ``template_name``,
     ``auto_renew``, ``rollback_on_loss``, ``using``, ``fail_open``, ``label``, ``params``,
-    ``redlock`` (take the lock with Redlock over ``REDLOCK["MASTERS"]``).
+    ``redlock`` (take the lock with Redlock over ``REDLOCK["MASTERS"]``), ``on_contended``
+    (``"raise"`` or ``"skip"``: what a call without a request does when the key is taken).
+    Also decorates a ``Task`` of Django's tasks framework (``@locked`` above ``@task``).
     """
     if "key" in options:
         if key is not None:

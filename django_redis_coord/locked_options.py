@@ -14,7 +14,10 @@ from .exceptions import InvalidLockArgument, InvalidLockArgumentType
 from .expiry import no_expiry_timeout
 from .shortcuts import DEFAULT
 
-__all__ = ["checked_options", "check_redlock_settings"]
+__all__ = ["checked_options", "check_redlock_settings", "checked_on_contended", "ON_CONTENDED"]
+
+#: What ``on_contended`` accepts: what a call without a request does when the key is taken.
+ON_CONTENDED = ("skip", "raise", "retry")
 
 
 def checked_options(
@@ -86,3 +89,21 @@ def check_redlock_settings(key: Any, timeout: Any, settings: Optional[CoordSetti
             "redlock=True needs a timeout: a Redlock always expires (DEFAULT_TIMEOUT is None; pass timeout=...)",
             lock_name=key,
         )
+
+
+def checked_on_contended(value: Optional[str], key: Any) -> str:
+    """``on_contended`` of ``locked(...)``: ``"raise"`` (the default, :class:`LockContended`) or
+    ``"skip"`` (return a :class:`~django_redis_coord.contention.Skipped`).  ``"retry"`` is refused:
+    Django's tasks framework has no retry API, and nothing here can retry a plain call."""
+    if value is None:
+        return "raise"
+    if not isinstance(value, str):
+        raise InvalidLockArgumentType(f"on_contended must be one of {ON_CONTENDED}, not {value!r}", lock_name=key)
+    if value not in ON_CONTENDED:
+        raise InvalidLockArgument(f"on_contended must be one of {ON_CONTENDED}, not {value!r}", lock_name=key)
+    if value == "retry":
+        raise InvalidLockArgument(
+            "on_contended='retry' needs a task queue that can retry a task later; Django's tasks framework "
+            "has no retry API: use 'skip' or 'raise'", lock_name=key,
+        )
+    return value
