@@ -106,7 +106,7 @@ class _Uniqueness:
         return make(name, timeout=self.timeout, auto_renew=self.timeout is not None, label=label)
 
     def record_key(self, name: str) -> str:
-        return coord_settings().prefixed(name + PENDING_SUFFIX) + RESULT_SUFFIX
+        return f"{coord_settings().prefixed(name + PENDING_SUFFIX)!s}{RESULT_SUFFIX}"
 
     def refusal(self, name: str, state: str, result_id: Optional[str], pttl: Optional[int]) -> TaskAlreadyEnqueued:
         retry_after = math.ceil(pttl / 1000) if pttl is not None and pttl > 0 else None

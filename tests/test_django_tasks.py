@@ -98,7 +98,7 @@ def test_800_enqueues_from_8_processes_run_once_and_once_more_after(world, redis
         accepted = [i for report in reports for i in report["accepted"]]
         assert len(accepted) == 1, reports
         assert sum(report["refused"] for report in reports) == 799
-        wait_for(lambda: redis_client.llen(f"started:{key}") == round_number)
+        wait_for(lambda n=round_number: redis_client.llen(f"started:{key}") == n)
         # Running: still refused (as "running" now), and still no second run.
         late = world.report(world.enqueue(task, day, count=20))
         assert late["accepted"] == [] and late["refused"] == 20 and late["states"] == ["running"]
