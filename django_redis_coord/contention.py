@@ -21,7 +21,8 @@ from .conf import CoordSettings
 from .exceptions import LockContended
 from .keys import cacheable
 
-__all__ = ["Contention", "contention", "contended_error", "answer_sync", "answer_async"]
+__all__ = ["Contention", "contention", "contended_error", "answer_sync", "answer_async", "Skipped", "skipped",
+           "is_skipped"]
 
 logger = logging.getLogger("django_redis_coord")
 
@@ -83,6 +84,22 @@ def contended_error(info: Contention) -> LockContended:
     what = f"all {info.limit} permits of {info.name!r} are taken" if info.limit else f"{info.name!r} is held"
     message = what + (f"; retry in {info.retry_after} s" if info.retry_after is not None else "")
     return LockContended(message, lock_name=info.name, retry_after=info.retry_after)
+
+
+class Skipped(dict):
+    """What a function decorated with ``@locked(..., on_contended="skip")`` returns when the key is
+    taken, instead of running: ``{"skipped": True, "lock": name, "retry_after": seconds}``.  A
+    plain dict to JSON (a task's stored return value), so :func:`is_skipped` tells it from there."""
+
+
+def skipped(info: Contention) -> Skipped:
+    """The value a skipped call returns for the refusal ``info``."""
+    return Skipped(skipped=True, lock=info.name, retry_after=info.retry_after)
+
+
+def is_skipped(value: Any) -> bool:
+    """Whether ``value`` (a return value, also one read back from a task result) says the call was skipped."""
+    return isinstance(value, dict) and value.get("skipped") is True and set(value) == {"skipped", "lock", "retry_after"}
 
 
 def _handler(handler: Optional[Callable[..., Any]], settings: CoordSettings) -> Optional[Callable[..., Any]]:

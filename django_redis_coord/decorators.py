@@ -45,8 +45,9 @@ from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 
 from .conf import CoordSettings, coord_settings
-from .contention import Contention, answer_async, answer_sync, contended_error, contention
+from .contention import Contention, answer_async, answer_sync, contended_error, contention, skipped
 from .exceptions import (
+    InvalidLockArgument,
     InvalidLockArgumentType,
     KeyTemplateError,
     KeyTooLong,
@@ -57,11 +58,12 @@ from .exceptions import (
 from .key_names import checked_name, find_request, name_async, name_sync
 from .key_templates import VIEW_NAMES, KeyTemplate
 from .locked_context import ContextHolds
-from .locked_options import check_redlock_settings, checked_options
+from .locked_options import check_redlock_settings, checked_on_contended, checked_options
 from .permits import AsyncPermitHold, PermitHold
 from .release import AsyncRelease, Release, release_at_close, released_after
 from .shortcuts import DEFAULT as _DEFAULT
 from .shortcuts import locked_primitive
+from .task_objects import is_task, with_func
 from .unavailable import REDIS_ERRORS, redis_unavailable, unavailable_response
 
 __all__ = [
@@ -125,6 +127,7 @@ class Locked:
         redlock: bool = False,
         on_contended: Optional[str] = None,
     ) -> None:
+        self.on_contended = checked_on_contended(on_contended, key)
         timeout = checked_options(
             key, timeout=timeout, wait=wait, limit=limit, status=status, handler=handler, template_name=template_name,
             auto_renew=auto_renew, rollback_on_loss=rollback_on_loss, using=using, fail_open=fail_open, label=label,
@@ -144,9 +147,6 @@ class Locked:
         self.label = label
         self.params = dict(params or {})
         self.redlock = redlock
-        #: Outside views, when the key is taken: None or "raise" (LockContended), "skip" (return
-        #: None without running), "retry" (a Celery task retries: django_redis_coord.celery).
-        self.on_contended = on_contended
         # What each acquire is called with; a plain lock (neither a Redlock nor a semaphore).
         self._acquire_kw: dict[str, Any] = (
             {"blocking": True, "blocking_timeout": wait} if wait else {"blocking": False}
@@ -187,11 +187,13 @@ class Locked:
         return unavailable_response(name, settings)
 
     def _refused(
-        self, request: Optional[HttpRequest], name: str, primitive: Any, started: float, settings: CoordSettings
+        self, request: Optional[HttpRequest], name: str, primitive: Any, started: float, settings: CoordSettings,
+        *, skippable: bool = False,
     ) -> Contention:
-        """The key is taken: what a view's answer needs; anything else gets :class:`LockContended`."""
+        """The key is taken: what a view's answer needs (or a decorated call's, when ``skippable``
+        and ``on_contended="skip"``); anything else gets :class:`LockContended`."""
         info = contention(name, primitive, _now() - started, settings, limit=self.limit, status=self.status)
-        if request is None:
+        if request is None and not (skippable and self.on_contended == "skip"):
             if self.on_contended == "retry":
                 from .celery import retry_contended  # Celery only when asked for
 
@@ -199,16 +201,11 @@ class Locked:
             raise contended_error(info)
         return info
 
-    def _skipped(self, request: Optional[HttpRequest], name: str, primitive: Any, started: float) -> bool:
-        """``on_contended="skip"`` outside a view: the call returns ``None`` without running."""
-        if request is not None or self.on_contended != "skip":
-            return False
-        logger.info("%r is held: skipping the call (on_contended='skip'; retry after %s s)",
-                    name, getattr(primitive, "retry_after", None))
-        return True
-
     # -- decoration ------------------------------------------------------------------------------
     def __call__(self, target: Any) -> Any:
+        if is_task(target):  # a Task of Django's tasks framework: the same Task, its function locked
+            checked_on_contended(self.on_contended, self.key, retry=False)
+            return with_func(target, self._decorate(target.func, _dotted(target.func)))
         if isinstance(target, type):
             return self._decorate_class(target)
         celery_task = getattr(sys.modules.get("celery.app.task"), "Task", None)
@@ -292,9 +289,9 @@ class Locked:
             outcome = self._unavailable(request, name, settings, exc)
             return func(*args, **kwargs) if outcome is _RUN_UNLOCKED else outcome
         if not acquired:
-            if self._skipped(request, name, primitive, started):
-                return None
-            info = self._refused(request, name, primitive, started, settings)
+            info = self._refused(request, name, primitive, started, settings, skippable=True)
+            if request is None:
+                return skipped(info)
             return answer_sync(request, info, settings, handler=self.handler, template_name=self.template_name)
         release = Release(primitive)
         token = _current.set(primitive)
@@ -345,9 +342,9 @@ class Locked:
             outcome = self._unavailable(request, name, settings, exc)
             return await _maybe_await(func(*args, **kwargs)) if outcome is _RUN_UNLOCKED else outcome
         if not acquired:
-            if self._skipped(request, name, primitive, started):
-                return None
-            info = self._refused(request, name, primitive, started, settings)
+            info = self._refused(request, name, primitive, started, settings, skippable=True)
+            if request is None:
+                return skipped(info)
             return await answer_async(request, info, settings, handler=self.handler, template_name=self.template_name)
         release = AsyncRelease(primitive, asyncio.get_running_loop())
         token = _current.set(primitive)
@@ -372,6 +369,8 @@ class Locked:
     def _context_name(self) -> str:
         if self.key is None:
             raise KeyTemplateError("locked() used as a context manager needs a key.")
+        if self.on_contended == "skip":
+            raise InvalidLockArgument("on_contended='skip' is for decorated functions: a with block cannot be skipped")
         key = self._context_key
         if key is None:
             key = self._context_key = KeyTemplate(self.key, "")
@@ -414,7 +413,9 @@ def locked(key: Any = None, /, **options: Any) -> Any:
     Options: ``timeout``, ``wait``, ``limit``, ``status``, ``handler``, ``template_name``,
     ``auto_renew``, ``rollback_on_loss``, ``using``, ``fail_open``, ``label``, ``params``,
     ``redlock`` (take the lock with Redlock over ``REDLOCK["MASTERS"]``), ``on_contended``
-    (outside views: ``"raise"``, ``"skip"`` or, in a Celery task, ``"retry"``).
+    (outside views: ``"raise"``, ``"skip"`` (return a ``Skipped`` value without running) or, in a
+    Celery task, ``"retry"``).
+    Also decorates a ``Task`` of Django's tasks framework (``@locked`` above ``@task``).
     """
     if "key" in options:
         if key is not None:

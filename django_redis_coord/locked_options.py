@@ -14,9 +14,9 @@ from .exceptions import InvalidLockArgument, InvalidLockArgumentType
 from .expiry import no_expiry_timeout
 from .shortcuts import DEFAULT
 
-__all__ = ["checked_options", "check_redlock_settings", "ON_CONTENDED"]
+__all__ = ["checked_options", "check_redlock_settings", "checked_on_contended", "ON_CONTENDED"]
 
-#: What ``on_contended`` may say: the answer of a plain function or a task when the key is taken.
+#: What ``on_contended`` accepts: what a call without a request does when the key is taken.
 ON_CONTENDED = ("skip", "raise", "retry")
 
 
@@ -94,3 +94,22 @@ def check_redlock_settings(key: Any, timeout: Any, settings: Optional[CoordSetti
             "redlock=True needs a timeout: a Redlock always expires (DEFAULT_TIMEOUT is None; pass timeout=...)",
             lock_name=key,
         )
+
+
+def checked_on_contended(value: Optional[str], key: Any, *, retry: bool = True) -> str:
+    """``on_contended`` of ``locked(...)``: ``"raise"`` (the default, :class:`LockContended`),
+    ``"skip"`` (return a :class:`~django_redis_coord.contention.Skipped`) or ``"retry"`` (a Celery
+    task retries later: :mod:`django_redis_coord.celery`).  With ``retry=False`` (Django's tasks
+    framework, which has no retry API) ``"retry"`` is refused."""
+    if value is None:
+        return "raise"
+    if not isinstance(value, str):
+        raise InvalidLockArgumentType(f"on_contended must be one of {ON_CONTENDED}, not {value!r}", lock_name=key)
+    if value not in ON_CONTENDED:
+        raise InvalidLockArgument(f"on_contended must be one of {ON_CONTENDED}, not {value!r}", lock_name=key)
+    if value == "retry" and not retry:
+        raise InvalidLockArgument(
+            "on_contended='retry' needs a task queue that can retry a task later; Django's tasks framework "
+            "has no retry API: use 'skip' or 'raise'", lock_name=key,
+        )
+    return value

@@ -1,0 +1,172 @@
+"""Django's tasks framework with a real worker: django-tasks-db's ``db_worker`` on SQLite, started
+as a subprocess against the test session's redis-server; enqueues from processes of their own
+(tests/testapp/task_client.py), tasks in tests/testapp/tasks.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("django_tasks_db")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class TaskWorld:
+    """A SQLite database with django-tasks-db's tables, its workers and enqueuing processes."""
+
+    def __init__(self, redis_url: str, database: Path) -> None:
+        self.env = dict(
+            os.environ,
+            DJANGO_SETTINGS_MODULE="tests.testapp.task_settings",
+            PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            DCOORD_TEST_REDIS_URL=redis_url,
+            DCOORD_TASKS_DB=str(database),
+        )
+        self.workers: list[subprocess.Popen] = []
+        subprocess.run([sys.executable, "-m", "django", "migrate", "-v0"], env=self.env, cwd=ROOT, check=True,
+                       timeout=120)
+
+    def start_worker(self) -> subprocess.Popen:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "django", "db_worker", "--interval", "0.05", "--no-startup-delay", "--no-reload",
+             "-v0"],
+            env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        self.workers.append(worker)
+        return worker
+
+    def enqueue(self, task: str, arg: str, *, count: int = 1, wait: bool = False) -> subprocess.Popen:
+        args = [sys.executable, "-m", "tests.testapp.task_client", task, arg, "--count", str(count)]
+        return subprocess.Popen([*args, *(["--wait"] if wait else [])], env=self.env, cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def report(self, proc: subprocess.Popen) -> dict:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        return json.loads(out)
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+        for worker in self.workers:
+            try:
+                worker.wait(10)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+
+
+@pytest.fixture
+def world(redis_url, tmp_path):
+    tasks = TaskWorld(redis_url, tmp_path / "tasks.sqlite3")
+    yield tasks
+    tasks.stop()
+
+
+def wait_for(condition, timeout: float = 30.0, step: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError("timed out waiting")
+
+
+def runs(redis_client, name: str) -> int:
+    return int(redis_client.get(f"runs:{name}") or 0)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("task,name", [("unique_report", "report"), ("unique_areport", "areport")])
+def test_800_enqueues_from_8_processes_run_once_and_once_more_after(world, redis_client, task, name):
+    day = f"2026-11-{task}"
+    key = f"{name}:{day}"
+    world.start_worker()
+    world.start_worker()
+    for round_number in (1, 2):
+        reports = [world.report(p) for p in [world.enqueue(task, day, count=100) for _ in range(8)]]
+        accepted = [i for report in reports for i in report["accepted"]]
+        assert len(accepted) == 1, reports
+        assert sum(report["refused"] for report in reports) == 799
+        wait_for(lambda n=round_number: redis_client.llen(f"started:{key}") == n)
+        # Running: still refused (as "running" now), and still no second run.
+        late = world.report(world.enqueue(task, day, count=20))
+        assert late["accepted"] == [] and late["refused"] == 20 and late["states"] == ["running"]
+        redis_client.rpush(f"gate:{key}", 1)
+        wait_for(lambda: redis_client.llen(f"gate:{key}") == 0)
+        # The run's hold ends with the run: the next round's enqueue is accepted.
+        wait_for(lambda: not redis_client.exists(f"{key}"))
+        assert runs(redis_client, key) == round_number
+    time.sleep(0.5)  # a stray second run would have started by now (workers poll every 50 ms)
+    assert runs(redis_client, key) == 2
+
+
+@pytest.mark.timeout(120)
+def test_a_sigkilled_worker_frees_the_key_within_the_run_timeout(world, redis_client):
+    key = "report:killed"
+    worker = world.start_worker()
+    first = world.report(world.enqueue("unique_report", "killed"))
+    assert len(first["accepted"]) == 1
+    wait_for(lambda: redis_client.llen(f"started:{key}") == 1)
+    os.kill(worker.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    worker.wait()
+    accepted_at = None
+    while time.monotonic() - killed_at < 10:
+        report = world.report(world.enqueue("unique_report", "killed"))
+        if report["accepted"]:
+            accepted_at = time.monotonic()
+            break
+        assert report["states"] == ["running"]  # the dead run's hold, until its TTL ends
+    assert accepted_at is not None
+    elapsed = accepted_at - killed_at
+    # The documented bound: the run's timeout (2 s here), plus one enqueuing process's start-up.
+    assert elapsed <= 2 + 1.5, elapsed
+    print(f"\nenqueue accepted {elapsed:.2f} s after SIGKILL (run timeout 2 s)")
+    # The new instance runs on a new worker.
+    world.start_worker()
+    wait_for(lambda: redis_client.llen(f"started:{key}") == 2)
+    redis_client.rpush(f"gate:{key}", 1)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("task", ["nightly_under", "nightly_over"])
+def test_a_contended_run_with_skip_is_successful_and_says_skipped(world, redis_client, task):
+    from django_redis_coord import lock
+
+    region = f"eu-{task}"
+    world.start_worker()
+    with lock(f"nightly:{region}", timeout=30):  # another run holds it
+        report = world.report(world.enqueue(task, region, wait=True))
+    assert report["status"] == "SUCCESSFUL", report
+    assert report["return_value"]["skipped"] is True
+    assert report["return_value"]["lock"] == f"nightly:{region}"
+    assert runs(redis_client, f"nightly:{region}") == 0
+    # Free: it runs.
+    proc = world.enqueue(task, region, wait=True)
+    wait_for(lambda: redis_client.llen(f"started:nightly:{region}") == 1)
+    redis_client.rpush(f"gate:nightly:{region}", 1)
+    report = world.report(proc)
+    assert report["status"] == "SUCCESSFUL" and report["return_value"] == "done"
+
+
+@pytest.mark.timeout(120)
+def test_a_contended_run_with_raise_is_failed(world, redis_client):
+    from django_redis_coord import lock
+
+    world.start_worker()
+    with lock("nightly:raise", timeout=30):
+        report = world.report(world.enqueue("nightly_raise", "raise", wait=True))
+    assert report["status"] == "FAILED"
+    assert report["errors"] == ["django_redis_coord.exceptions.LockContended"]
+    assert runs(redis_client, "nightly:raise") == 0

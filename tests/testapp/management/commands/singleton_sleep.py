@@ -1,0 +1,20 @@
+"""A singleton command for tests/test_singleton_commands.py: records its start in Redis
+(``started:<name>``), then waits for ``gate:<name>`` (at most ``--for`` seconds)."""
+
+from django_redis_coord.commands import SingletonCommand
+from django_redis_coord.connection import get_client
+
+
+class Command(SingletonCommand):
+    lock_key = "sleep:{name}"
+    lock_timeout = 1  # renewed every 1/3 s while it runs
+
+    def add_arguments(self, parser):
+        parser.add_argument("--name", required=True)
+        parser.add_argument("--for", dest="seconds", type=float, default=30)
+
+    def handle(self, *args, name, seconds, **options):
+        client = get_client()
+        client.rpush(f"started:{name}", 1)
+        client.blpop([f"gate:{name}"], timeout=seconds)
+        self.stdout.write(f"done {name}")
