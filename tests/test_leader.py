@@ -19,6 +19,7 @@ import django_redis_coord.asyncio
 from django_redis_coord import Leader, lock_holder
 from django_redis_coord.asyncio import Leader as AsyncLeader
 from django_redis_coord.leader import _campaigning, _resign_all
+from django_redis_coord.listing import HolderListing
 from tests.procs import CTX
 from tests.safety.checkers import check_exclusion, check_fences, check_lost_updates, extract_holds
 from tests.safety.history import FAIL, OK, History, Recorder
@@ -154,6 +155,10 @@ def test_with_block_campaigns_in_the_background_and_resigns_on_exit(redis_client
         assert leader.campaign(blocking_timeout=2)
         assert lock_holder(redis_client, "election").label == "leader: beat"
         assert leader in _campaigning
+        # What `manage.py locks list` and the admin page read: a lock, labelled, its fence the term.
+        (listed,) = HolderListing(redis_client).holders()
+        assert (listed.name, listed.kind, listed.fence) == ("election", "lock", leader.term)
+        assert listed.label == "leader: beat" and listed.extra == {"role": "leader"}
     assert terms.of("revoked") == [leader.term] and lock_holder(redis_client, "election") is None
     assert leader not in _campaigning
 
@@ -357,7 +362,7 @@ def _paused_contender(url: str, resource_url: str, name: str, index: int, ready:
         acts.ok("read", len(elements))
         if writes >= 3 and not announced:
             announced = True
-            ready.put((os.getpid(), term))
+            ready.put((index, os.getpid(), term))
             resume.get(timeout=30)  # paused in here by the parent
         element = f"{index}-{writes}"
         acts.invoke("write", {"fence": term, "element": element})
@@ -373,9 +378,11 @@ def _paused_contender(url: str, resource_url: str, name: str, index: int, ready:
 
 def test_a_leader_paused_past_its_lease_is_revoked_before_it_acts_again(redis_servers):
     lock_server, resource_server = redis_servers(2)
-    ready, resume, out, stop = CTX.Queue(), CTX.Queue(), CTX.Queue(), CTX.Event()
+    ready, out, stop = CTX.Queue(), CTX.Queue(), CTX.Event()
+    resumes = [CTX.Queue() for _ in range(3)]
     procs = [CTX.Process(target=_paused_contender, daemon=True,
-                         args=(lock_server.url, resource_server.url, "election", index, ready, resume, stop, out))
+                         args=(lock_server.url, resource_server.url, "election", index, ready, resumes[index], stop,
+                               out))
              for index in range(3)]
     for proc in procs:
         proc.start()
@@ -383,20 +390,21 @@ def test_a_leader_paused_past_its_lease_is_revoked_before_it_acts_again(redis_se
     pauses = []  # (pid, term, stopped_at, continued_at, leader during the pause)
     try:
         for _ in range(2):
-            pid, term = ready.get(timeout=20)
+            index, pid, term = ready.get(timeout=20)
             os.kill(pid, signal.SIGSTOP)
             stopped_at = time.monotonic_ns()
             time.sleep(3 * LEASE)
             successor = lock_holder(admin, "election")
             continued_at = time.monotonic_ns()
             os.kill(pid, signal.SIGCONT)
-            resume.put(None)
+            resumes[index].put(None)
             pauses.append((pid, term, stopped_at, continued_at, successor))
         time.sleep(2 * LEASE)
     finally:
         stop.set()
-        for proc in procs:
+        for proc, resume in zip(procs, resumes):
             os.kill(proc.pid, signal.SIGCONT)
+            resume.put(None)  # for a leader that announced after the last pause: nobody pauses it
     results = [out.get(timeout=30) for _ in procs]
     for proc in procs:
         proc.join(10)
