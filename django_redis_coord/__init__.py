@@ -1,8 +1,8 @@
 """Distributed locks and semaphores on Redis for Django, Celery workers and plain scripts.
 
 The core primitives (:class:`Lock`, :class:`Semaphore`, :class:`Redlock`, :class:`DurableLock`,
-:class:`IdentityLock`, their asyncio twins in ``django_redis_coord.asyncio``) import nothing from
-Django.  The Django surfaces (settings, ``@locked``, the ``lock()`` shortcuts, the ``locks``
+:class:`IdentityLock`, :class:`Leader`, their asyncio twins in ``django_redis_coord.asyncio``)
+import nothing from Django.  The Django surfaces (settings, ``@locked``, the ``lock()`` shortcuts, the ``locks``
 command and the admin page) load only when used: their names below are served on first access.
 
 ``django_redis_coord.redlock`` and ``django_redis_coord.holders`` are modules; the Redlock
@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
     from .decorators import KeyTemplateError, KeyTooLong, LockContended, MissingKeyValue, current_lock, locked
     from .durable import DurableLock
     from .fencing import afenced_get, afenced_set, afenced_update, fenced_get, fenced_set, fenced_update
+    from .leader import Leader
     from .redlock import Redlock
     from .semaphores import Semaphore
     from .shortcuts import alock, aredlock, asemaphore, lock, semaphore
@@ -55,6 +56,7 @@ __all__ = [
     # core primitives (no Django)
     "DurableLock",
     "IdentityLock",
+    "Leader",
     "Lock",
     "Redlock",
     "Semaphore",
@@ -111,6 +113,7 @@ _LAZY: dict[str, str] = {
     "optimistic": ".transactions",
     "Redlock": ".redlock",
     "DurableLock": ".durable",
+    "Leader": ".leader",
     # Django glue
     "locked": ".decorators",
     "current_lock": ".decorators",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from ..holders import async_lock_holder, async_semaphore_holders
 from .durable import DurableLock
+from .leader import Leader
 from .lock import Lock
 from .redlock import Redlock
 from .semaphore import Semaphore
 
-__all__ = ["DurableLock", "Lock", "Redlock", "Semaphore", "async_lock_holder", "async_semaphore_holders"]
+__all__ = ["DurableLock", "Leader", "Lock", "Redlock", "Semaphore", "async_lock_holder", "async_semaphore_holders"]
