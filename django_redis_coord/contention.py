@@ -22,7 +22,7 @@ from .exceptions import LockContended
 from .keys import cacheable
 
 __all__ = ["Contention", "contention", "contended_error", "answer_sync", "answer_async", "Skipped", "skipped",
-           "is_skipped"]
+           "retry_later", "is_skipped"]
 
 logger = logging.getLogger("django_redis_coord")
 
@@ -84,6 +84,14 @@ def contended_error(info: Contention) -> LockContended:
     what = f"all {info.limit} permits of {info.name!r} are taken" if info.limit else f"{info.name!r} is held"
     message = what + (f"; retry in {info.retry_after} s" if info.retry_after is not None else "")
     return LockContended(message, lock_name=info.name, retry_after=info.retry_after)
+
+
+def retry_later(info: Contention) -> None:
+    """``on_contended="retry"``: raise Celery's ``Retry`` of the running task for ``info`` (see
+    :func:`django_redis_coord.celery.retry_contended`; Celery is imported only here)."""
+    from .celery import retry_contended
+
+    retry_contended(info)
 
 
 class Skipped(dict):

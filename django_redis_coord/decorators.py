@@ -33,21 +33,18 @@ import contextvars
 import functools
 import inspect
 import logging
-import sys
 import time
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Optional, Union
 
 from asgiref.sync import iscoroutinefunction
-from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 
 from .conf import CoordSettings, coord_settings
-from .contention import Contention, answer_async, answer_sync, contended_error, contention, skipped
+from .contention import Contention, answer_async, answer_sync, contended_error, contention, retry_later, skipped
 from .exceptions import (
-    InvalidLockArgument,
     InvalidLockArgumentType,
     KeyTemplateError,
     KeyTooLong,
@@ -55,15 +52,15 @@ from .exceptions import (
     LockLostError,
     MissingKeyValue,
 )
-from .key_names import checked_name, find_request, name_async, name_sync
+from .key_names import find_request, name_async, name_sync
 from .key_templates import VIEW_NAMES, KeyTemplate
 from .locked_context import ContextHolds
-from .locked_options import check_redlock_settings, checked_on_contended, checked_options
+from .locked_options import check_flavour, check_redlock_settings, checked_on_contended, checked_options
 from .permits import AsyncPermitHold, PermitHold
 from .release import AsyncRelease, Release, release_at_close, released_after
 from .shortcuts import DEFAULT as _DEFAULT
 from .shortcuts import locked_primitive
-from .task_objects import is_task, with_func
+from .task_objects import locked_task_object
 from .unavailable import REDIS_ERRORS, redis_unavailable, unavailable_response
 
 __all__ = [
@@ -91,7 +88,6 @@ _current: contextvars.ContextVar[Any] = contextvars.ContextVar("django_redis_coo
 
 #: What was decorated with ``redlock=True`` (wrapper -> dotted name): see :func:`redlock_user_names`.
 redlock_users: weakref.WeakKeyDictionary[Callable[..., Any], str] = weakref.WeakKeyDictionary()
-
 
 
 def current_lock() -> Any:
@@ -195,24 +191,17 @@ class Locked:
         info = contention(name, primitive, _now() - started, settings, limit=self.limit, status=self.status)
         if request is None and not (skippable and self.on_contended == "skip"):
             if self.on_contended == "retry":
-                from .celery import retry_contended  # Celery only when asked for
-
-                retry_contended(info)  # raises Celery's Retry
+                retry_later(info)  # Celery's Retry
             raise contended_error(info)
         return info
 
     # -- decoration ------------------------------------------------------------------------------
     def __call__(self, target: Any) -> Any:
-        if is_task(target):  # a Task of Django's tasks framework: the same Task, its function locked
-            checked_on_contended(self.on_contended, self.key, retry=False)
-            return with_func(target, self._decorate(target.func, _dotted(target.func)))
         if isinstance(target, type):
             return self._decorate_class(target)
-        celery_task = getattr(sys.modules.get("celery.app.task"), "Task", None)
-        if celery_task is not None and isinstance(target, celery_task):
-            from .celery import locked_task
-
-            return locked_task(self, target)
+        task = locked_task_object(self, target, lambda func: self._decorate(func, _dotted(func)))
+        if task is not None:  # a task of Django's tasks framework, or of Celery
+            return task
         if not callable(target):
             raise InvalidLockArgumentType(f"@locked decorates a function or a class, not {type(target).__name__}")
         # A class-based view's as_view() is a function of Django's, the same for every class:
@@ -235,18 +224,7 @@ class Locked:
         key.check_against(func, view_names=True, extra=self.params)
         label = self.label or default_name
         is_async = force_async or iscoroutinefunction(func)
-        if is_async and self.rollback_on_loss:
-            raise ImproperlyConfigured(
-                f"rollback_on_loss needs a sync view: Django's transactions are sync-only ({default_name})."
-            )
-        if is_async and self.on_contended == "retry":
-            raise ImproperlyConfigured(
-                f"on_contended='retry' retries a Celery task, and Celery runs sync functions only ({default_name})."
-            )
-        if not is_async and iscoroutinefunction(self.handler):
-            raise ImproperlyConfigured(
-                f"The contention handler {self.handler!r} is async, and {default_name} is sync: give it a sync one."
-            )
+        check_flavour(self, is_async, default_name)
         if is_async:
 
             @functools.wraps(func)
@@ -365,19 +343,7 @@ class Locked:
             await release.arelease()
         return result
 
-    # -- context manager -------------------------------------------------------------------------
-    def _context_name(self) -> str:
-        if self.key is None:
-            raise KeyTemplateError("locked() used as a context manager needs a key.")
-        if self.on_contended == "skip":
-            raise InvalidLockArgument("on_contended='skip' is for decorated functions: a with block cannot be skipped")
-        key = self._context_key
-        if key is None:
-            key = self._context_key = KeyTemplate(self.key, "")
-        if key.callable is not None:
-            return checked_name(key.callable(**self.params), key)
-        return key.render(self.params)
-
+    # -- context manager (see django_redis_coord.locked_context) ----------------------------------
     def __enter__(self) -> Any:
         return self._context.enter()
 

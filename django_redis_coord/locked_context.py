@@ -8,10 +8,28 @@ import time
 from typing import Any
 
 from .conf import CoordSettings, coord_settings
+from .exceptions import InvalidLockArgument, KeyTemplateError
+from .key_names import checked_name
+from .key_templates import KeyTemplate
 from .release import arelease_logged, release_logged
 from .unavailable import REDIS_ERRORS, redis_unavailable
 
 __all__ = ["ContextHolds"]
+
+
+def context_name(locked: Any) -> str:
+    """The name a ``with locked(...)`` block locks: the key template filled from ``params`` (a
+    ``with`` block has no call arguments), checked and parsed on first use."""
+    if locked.key is None:
+        raise KeyTemplateError("locked() used as a context manager needs a key.")
+    if locked.on_contended == "skip":
+        raise InvalidLockArgument("on_contended='skip' is for decorated functions: a with block cannot be skipped")
+    key = locked._context_key
+    if key is None:
+        key = locked._context_key = KeyTemplate(locked.key, "")
+    if key.callable is not None:
+        return checked_name(key.callable(**locked.params), key)
+    return key.render(locked.params)
 
 
 class ContextHolds:
@@ -27,7 +45,7 @@ class ContextHolds:
 
     def _start(self, *, is_async: bool) -> tuple[str, CoordSettings, Any, float]:
         locked = self.locked
-        name = locked._context_name()
+        name = context_name(locked)
         settings = coord_settings()
         return name, settings, locked._make(name, locked.label or name, settings, is_async=is_async), time.monotonic()
 

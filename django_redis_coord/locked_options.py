@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
+from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 
 from ._base import check_number
@@ -14,7 +15,7 @@ from .exceptions import InvalidLockArgument, InvalidLockArgumentType
 from .expiry import no_expiry_timeout
 from .shortcuts import DEFAULT
 
-__all__ = ["checked_options", "check_redlock_settings", "checked_on_contended", "ON_CONTENDED"]
+__all__ = ["checked_options", "check_redlock_settings", "checked_on_contended", "check_flavour", "ON_CONTENDED"]
 
 #: What ``on_contended`` accepts: what a call without a request does when the key is taken.
 ON_CONTENDED = ("skip", "raise", "retry")
@@ -113,3 +114,17 @@ def checked_on_contended(value: Optional[str], key: Any, *, retry: bool = True) 
             "has no retry API: use 'skip' or 'raise'", lock_name=key,
         )
     return value
+
+
+def check_flavour(locked: Any, is_async: bool, name: str) -> None:
+    """Refuse, when decorating ``name``, the options its flavour (sync or ``async def``) cannot honour."""
+    if is_async and locked.rollback_on_loss:
+        raise ImproperlyConfigured(f"rollback_on_loss needs a sync view: Django's transactions are sync-only ({name}).")
+    if is_async and locked.on_contended == "retry":
+        raise ImproperlyConfigured(
+            f"on_contended='retry' retries a Celery task, and Celery runs sync functions only ({name})."
+        )
+    if not is_async and iscoroutinefunction(locked.handler):
+        raise ImproperlyConfigured(
+            f"The contention handler {locked.handler!r} is async, and {name} is sync: give it a sync one."
+        )

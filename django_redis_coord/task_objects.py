@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["TASK_MODULES", "task_classes", "is_task", "with_func"]
+__all__ = ["TASK_MODULES", "task_classes", "is_task", "with_func", "locked_task_object"]
 
 #: Where each flavour of the framework defines ``Task``.
 TASK_MODULES = ("django.tasks.base", "django_tasks.base")
@@ -38,3 +38,21 @@ def with_func(task: Any, func: Callable[..., Any], cls: Any = None) -> Any:
     if cls is None or type(changed) is cls:
         return changed
     return cls(**{field.name: getattr(changed, field.name) for field in dataclasses.fields(changed) if field.init})
+
+
+def locked_task_object(locked: Any, target: Any, decorate: Callable[[Callable[..., Any]], Any]) -> Any:
+    """``@locked`` (the ``Locked`` object ``locked``) over a task object, or ``None`` when ``target``
+    is none: a ``Task`` of Django's tasks framework gives the same Task running its function
+    decorated with ``decorate`` (no ``on_contended="retry"``: the framework cannot retry); a Celery
+    task is left to :func:`django_redis_coord.celery.locked_task` (Celery imported only then)."""
+    if is_task(target):
+        from .locked_options import checked_on_contended
+
+        checked_on_contended(locked.on_contended, locked.key, retry=False)
+        return with_func(target, decorate(target.func))
+    celery_task = getattr(sys.modules.get("celery.app.task"), "Task", None)
+    if celery_task is not None and isinstance(target, celery_task):
+        from .celery import locked_task
+
+        return locked_task(locked, target)
+    return None
