@@ -61,8 +61,6 @@ from .scripts import sync_scripts
 
 __all__ = ["Redlock", "QuorumUnavailable", "DEFAULT_TIMEOUT", "DEFAULT_RETRY_DELAY"]
 
-#: A subclass's ``with`` block gives that subclass (a DurableLock's gives a DurableLock).
-
 logger = logging.getLogger("django_redis_coord")
 
 

@@ -285,14 +285,19 @@ def _sentinel_problems(sentinel: object) -> list[Problem]:
         problems.append(
             Problem("django_redis_coord.E008", f"{SETTING_NAME}['SENTINEL']['DB'] must be a database number.", hint)
         )
-    kwargs = sentinel.get("SENTINEL_KWARGS")
-    if kwargs is not None and not isinstance(kwargs, Mapping):
-        problems.append(
-            Problem("django_redis_coord.E008", f"{SETTING_NAME}['SENTINEL']['SENTINEL_KWARGS'] must be a dict.", hint)
-        )
-    elif kwargs is not None:
-        problems.extend(unknown_option_problems("['SENTINEL']['SENTINEL_KWARGS']", kwargs, "sentinel_kwargs"))
+    problems.extend(_options_problems("['SENTINEL']['SENTINEL_KWARGS']", sentinel.get("SENTINEL_KWARGS"),
+                                      "sentinel_kwargs", "django_redis_coord.E008", hint))
     return problems
+
+
+def _options_problems(path: str, options: object, kind: str, problem_id: str, hint: str) -> list[Problem]:
+    """An options dict of a section (``path``, e.g. ``['CLUSTER']['OPTIONS']``): a dict of names
+    redis-py knows for ``kind`` (see :func:`unknown_option_problems`), or absent."""
+    if options is None:
+        return []
+    if not isinstance(options, Mapping):
+        return [Problem(problem_id, f"{SETTING_NAME}{path} must be a dict.", hint)]
+    return unknown_option_problems(path, options, kind)
 
 
 def _section_problems(
@@ -344,13 +349,8 @@ def _cluster_problems(cluster: object, values: Mapping[str, Any]) -> list[Proble
                 hint,
             )
         )
-    options = cluster.get("OPTIONS")
-    if options is not None and not isinstance(options, Mapping):
-        problems.append(
-            Problem("django_redis_coord.E009", f"{SETTING_NAME}['CLUSTER']['OPTIONS'] must be a dict.", hint)
-        )
-    elif options is not None:
-        problems.extend(unknown_option_problems("['CLUSTER']['OPTIONS']", options, "cluster"))
+    problems.extend(_options_problems("['CLUSTER']['OPTIONS']", cluster.get("OPTIONS"), "cluster",
+                                      "django_redis_coord.E009", hint))
     return problems
 
 

@@ -46,8 +46,6 @@ from ..scripts import async_scripts
 
 __all__ = ["Redlock", "QuorumUnavailable"]
 
-#: A subclass's ``with`` block gives that subclass (a DurableLock's gives a DurableLock).
-
 logger = logging.getLogger("django_redis_coord")
 
 
