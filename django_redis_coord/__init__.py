@@ -16,6 +16,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from . import holders
+from .events import Events
 from .exceptions import (
     CoordError,
     CoordLockError,
@@ -55,6 +56,7 @@ __version__ = "0.1.0"
 __all__ = [
     # core primitives (no Django)
     "DurableLock",
+    "Events",
     "IdentityLock",
     "Leader",
     "Lock",

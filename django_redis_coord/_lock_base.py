@@ -12,6 +12,7 @@ from typing import Any, Optional, TypeVar, Union
 from ._arguments import Number, check_number, encode_token
 from ._grants import Grant
 from ._queued_base import DEFAULT_WAITER_LEASE, META_RETENTION_MS, QueuedBase
+from .events import Events
 from .exceptions import InvalidLockArgument, InvalidLockArgumentType, LockAcquireTimeout, LockError, LockLostError
 
 __all__ = ["AsyncWithBlock", "LockBase", "ReleaseOnExit", "WithBlock"]
@@ -112,10 +113,12 @@ class LockBase(ReleaseOnExit, QueuedBase):
         on_lost: Optional[Callable[[Any], None]] = None,
         reentrant: bool = False,
         waiter_lease: Number = DEFAULT_WAITER_LEASE,
+        events: Optional[Events] = None,
     ) -> None:
         self.sleep = sleep
         super().__init__(redis, name, timeout, blocking, blocking_timeout, label=label, auto_renew=auto_renew,
-                         on_lost=on_lost, raise_on_release_error=raise_on_release_error, waiter_lease=waiter_lease)
+                         on_lost=on_lost, raise_on_release_error=raise_on_release_error, waiter_lease=waiter_lease,
+                         events=events)
         if not isinstance(reentrant, bool):
             raise InvalidLockArgumentType(f"reentrant must be True or False, not {reentrant!r}", lock_name=name)
         if reentrant and not thread_local:
@@ -219,15 +222,17 @@ class LockBase(ReleaseOnExit, QueuedBase):
         local.count += 1
         return True
 
-    def _own(self, token: bytes, grant: Grant, sent_at: float) -> None:
-        """Record a granted hold and, when needed, hand it to the watchdog."""
+    def _own(self, token: bytes, grant: Grant, sent_at: float) -> Any:
+        """Record a granted hold and, when needed, hand it to the watchdog; returns the hold."""
         local = self._state()
+        self._began(local)
         local.token = token
         local.fence = grant.fence
         local.deadline = self.deadline_for(sent_at, grant.pttl)
         local.count = 1
         local.lost = False
         self._watch(local, token, grant.provisional)
+        return local
 
     def __repr__(self) -> str:
         return f"<{type(self).__module__}.{type(self).__qualname__} name={self.name!r} timeout={self.timeout!r}>"

@@ -17,6 +17,8 @@ from typing import Any, Optional, Union
 from ._arguments import Number, check_number, drift, to_ms
 from ._grants import Grant
 from ._holds import first_time
+from ._reporting import Reporting, check_events
+from .events import Events
 from .exceptions import InvalidLockArgument, InvalidLockArgumentType, LockError, NameKindConflict
 from .keys import KeySet, cacheable, encode_name, keys_for
 from .scripts import queue_script
@@ -37,7 +39,7 @@ NO_REPLY = (b"", 0)
 OWN_TOKEN = 4
 
 
-class QueuedBase:
+class QueuedBase(Reporting):
     """What every queued primitive (a lock, a semaphore) shares: settings, keys, the arguments
     of its scripts, the rules of waiting in line and the watchdog's view of a hold.
 
@@ -78,6 +80,7 @@ class QueuedBase:
         on_lost: Optional[Callable[[Any], Any]],
         raise_on_release_error: bool,
         waiter_lease: Number,
+        events: Optional[Events] = None,
     ) -> None:
         raw = encode_name(name)
         check_number("timeout", timeout, allow_none=True, positive=True, lock_name=name)
@@ -100,6 +103,7 @@ class QueuedBase:
         self.label = label
         self.auto_renew = auto_renew
         self.on_lost = on_lost
+        self.events = check_events(events, name)
         self.raise_on_release_error = raise_on_release_error
         self.waiter_lease = waiter_lease
         self.keys: KeySet = keys_for(raw, self.key_kind)
@@ -235,16 +239,30 @@ class QueuedBase:
     def _after_loss(self, result: Any) -> None:
         """What happens to the value ``on_lost`` returned (the asyncio flavour runs a coroutine)."""
 
+    def _report_loss(self, hold: Any) -> None:
+        """Tell ``events`` of the loss of ``hold`` (each flavour: see :mod:`._reporting`)."""
+        raise NotImplementedError
+
     def _mark_lost(self, local: Any) -> None:
         """Called by the watchdog when a hold could not be renewed in time (and by a release that
-        found the hold gone): ``on_lost`` runs once per hold, whichever thread gets here first."""
+        found the hold gone): ``events.lost`` and ``on_lost`` run once per hold, whichever thread
+        gets here first."""
         if not first_time(local, "lost"):
             return
+        self._report_loss(local)
         callback = self.on_lost
         if callback is not None:
             self._after_loss(callback(self._lost_subject(local)))
 
     # -- waiting ------------------------------------------------------------------------------
+    def taken(self, grant: Grant, sent_at: float) -> Optional[tuple[Grant, float]]:
+        """The outcome of ``_take``: the grant and its send instant, or ``None`` when refused (what
+        the refusal said is kept: see :meth:`_note_refusal`)."""
+        if grant.acquired:
+            return grant, sent_at
+        self._note_refusal(grant.pttl, grant.limit)
+        return None
+
     def wait_args(self, blocking: Optional[bool], blocking_timeout: Optional[Number]) -> tuple[bool, Optional[float]]:
         """Resolve ``blocking`` and the monotonic instant a blocking acquire gives up at."""
         if blocking is None:

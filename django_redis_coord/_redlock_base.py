@@ -18,7 +18,6 @@ from types import SimpleNamespace
 from typing import Any, Optional, Union
 
 from ._arguments import Number, as_bytes, check_number, drift, encode_token, new_token, to_ms
-from ._grants import Grant
 from ._holds import SharedHold as BaseSharedHold
 from ._holds import first_time
 from ._lock_base import LockBase, ReleaseOnExit
@@ -31,9 +30,12 @@ from ._redlock_commands import (
     describe_master,
     holder_hint,
     kth_largest,
+    quorum_busy_ms,
     script_command,
     tally_replies,
 )
+from ._reporting import Reporting, check_events
+from .events import Events
 from .exceptions import (
     InvalidLockArgument,
     InvalidLockArgumentType,
@@ -56,7 +58,7 @@ DEFAULT_RETRY_DELAY = 0.2
 DEFAULT_NODE_TIMEOUT = 0.1
 
 
-class RedlockBase(ReleaseOnExit):
+class RedlockBase(Reporting, ReleaseOnExit):
     """Arguments, commands and local state common to :class:`Redlock` and its asyncio twin."""
 
     kind = "redlock"
@@ -76,6 +78,7 @@ class RedlockBase(ReleaseOnExit):
         label: Optional[str] = None,
         auto_renew: bool = False,
         on_lost: Optional[Callable[[Any], Any]] = None,
+        events: Optional[Events] = None,
     ) -> None:
         if isinstance(masters, (str, bytes)) or not isinstance(masters, Iterable):
             raise InvalidLockArgumentType("masters must be a list of Redis clients", lock_name=name)
@@ -119,6 +122,7 @@ class RedlockBase(ReleaseOnExit):
         self.label = label
         self.auto_renew = auto_renew
         self.on_lost = on_lost
+        self.events = check_events(events, name)
         self._ttl_ms = to_ms(timeout)
         #: Fence of each live hold by token, for re-syncing a master that lost the hold.
         self._fences: dict[bytes, int] = {}
@@ -201,6 +205,8 @@ class RedlockBase(ReleaseOnExit):
         else the hint for the retry delay."""
         if len(grants.failures) > len(self.masters) - self.quorum:
             raise self.unreachable(grants.failures, "acquire")
+        busy = quorum_busy_ms(grants, self.quorum)  # unknown: the lease is an upper bound
+        self._note_refusal(busy if busy is not None else self._ttl_ms)
         return holder_hint(grants.refused)
 
     def tokens_of(self, replies: Sequence[Any], action: str) -> list[Optional[bytes]]:
@@ -232,6 +238,7 @@ class RedlockBase(ReleaseOnExit):
             raise self.unreachable(tally.failures, "release")
         self._forget(hold)
         if len(tally.ok) < self.quorum:
+            self._report_loss(hold)
             raise LockNotOwnedError("Cannot release a Redlock that's no longer owned", lock_name=self.name)
         if lost:
             raise LockLostError("The Redlock was lost before it was released", lock_name=self.name)
@@ -259,10 +266,16 @@ class RedlockBase(ReleaseOnExit):
         if self._state().token is None:
             raise LockError("Cannot reacquire an unlocked lock", lock_name=self.name)
 
+    def _report_loss(self, hold: SimpleNamespace) -> None:
+        """Tell ``events`` of the loss of ``hold`` (each flavour: see :mod:`._reporting`)."""
+        raise NotImplementedError
+
     def mark_lost(self, hold: SimpleNamespace) -> Any:
-        """Flag ``hold`` lost once; returns what ``on_lost`` returned (None when not called)."""
+        """Flag ``hold`` lost once and tell ``events``; returns what ``on_lost`` returned (None
+        when not called)."""
         if not first_time(hold, "lost"):
             return None
+        self._report_loss(hold)
         callback = self.on_lost
         return callback(self) if callback is not None else None
 
@@ -272,20 +285,6 @@ class RedlockBase(ReleaseOnExit):
             raise LockLostError("The Redlock is no longer held", lock_name=self.name)
 
     # -- reading the answers ------------------------------------------------------------------
-    def busy_for_ms(self, grants: Tally) -> Optional[int]:
-        """After a refused attempt: milliseconds until enough of the other holds on the refusing
-        masters end for a quorum to be free (the earliest a retry can succeed), from the remaining
-        times the masters reported; None when they cannot tell (a hold without expiry, or too many
-        masters did not answer)."""
-        need = self.quorum - len(grants.ok)
-        if need <= 0:
-            return 0
-        remaining = sorted(
-            max(0, pttl) for pttl in (int(Grant.from_reply(reply).pttl) for reply in grants.refused.values())
-            if pttl != -1
-        )
-        return remaining[need - 1] if len(remaining) >= need else None
-
     def quorum_deadline(self, sent_at: float, pttls: Iterable[int]) -> float:
         """Monotonic instant until which a quorum of the holds surely lasts (validity - drift)."""
         ttl = kth_largest(pttls, self.quorum) / 1000.0
@@ -308,6 +307,7 @@ class RedlockBase(ReleaseOnExit):
 
     def _own(self, token: bytes, fence: int, deadline: float) -> SimpleNamespace:
         hold = self._state()
+        self._began(hold)
         hold.token = token
         hold.fence = fence
         hold.deadline = deadline

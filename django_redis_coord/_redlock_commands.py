@@ -117,6 +117,21 @@ def holder_hint(refused: dict[int, Any]) -> Optional[float]:
     return min(remaining) / 1000.0 if remaining else None
 
 
+def quorum_busy_ms(grants: Tally, quorum: int) -> Optional[int]:
+    """After a refused attempt: milliseconds until enough of the other holds on the refusing
+    masters end for a quorum to be free (the earliest a retry can succeed), from the remaining
+    times the masters reported; None when they cannot tell (a hold without expiry, or too many
+    masters did not answer)."""
+    need = quorum - len(grants.ok)
+    if need <= 0:
+        return 0
+    remaining = sorted(
+        max(0, pttl) for pttl in (int(Grant.from_reply(reply).pttl) for reply in grants.refused.values())
+        if pttl != -1
+    )
+    return remaining[need - 1] if len(remaining) >= need else None
+
+
 def describe_master(master: Any, index: int) -> str:
     """How errors name the master ``master`` (number ``index``): its address, else its Sentinel service."""
     kwargs = getattr(getattr(master, "connection_pool", None), "connection_kwargs", {})

@@ -15,6 +15,7 @@ from typing import Any, Optional, Union
 from ._arguments import Number
 from ._grants import Grant
 from ._queued_base import DEFAULT_WAITER_LEASE, META_RETENTION_MS, QueuedBase
+from .events import Events, held_time
 from .exceptions import (
     InvalidLockArgument,
     InvalidLockArgumentType,
@@ -105,12 +106,15 @@ class SemaphoreBase(QueuedBase):
         on_lost: Optional[Callable[[Permit], Any]] = None,
         raise_on_release_error: bool = True,
         waiter_lease: Number = DEFAULT_WAITER_LEASE,
+        events: Optional[Events] = None,
     ) -> None:
         self.limit = limit
         super().__init__(redis, name, timeout, blocking, blocking_timeout, label=label, auto_renew=auto_renew,
-                         on_lost=on_lost, raise_on_release_error=raise_on_release_error, waiter_lease=waiter_lease)
+                         on_lost=on_lost, raise_on_release_error=raise_on_release_error, waiter_lease=waiter_lease,
+                         events=events)
         #: Permits held through this object, by token.
         self._permits: dict[bytes, Permit] = {}
+        self._refused: tuple[Optional[int], Optional[int]] = (None, None)
 
     def check_settings(self, name: object, timeout: Optional[Number]) -> None:
         if self.limit is not None:
@@ -157,6 +161,17 @@ class SemaphoreBase(QueuedBase):
     def _lost_subject(self, local: Any) -> Any:
         return local
 
+    def _note_refusal(self, pttl: Optional[int], limit: Optional[int] = None) -> None:
+        self._refused = (pttl, limit)
+
+    def _refusal(self) -> tuple[Optional[int], Optional[int]]:
+        return self._refused
+
+    @property
+    def refused_limit(self) -> Optional[int]:
+        """The limit stored in Redis (the one in force), from the latest refused acquire."""
+        return self._refused[1]
+
     # -- local bookkeeping -----------------------------------------------------------------------
     def _stack(self) -> list[bytes]:
         """Tokens of the permits the current thread (or task) acquired without an identity."""
@@ -173,6 +188,7 @@ class SemaphoreBase(QueuedBase):
             if permit.watched:
                 self._watchdog().unregister(self, permit)
             permit.fence, permit.deadline, permit.lost = grant.fence, deadline, False
+        self._began(permit)
         self._watch(permit, token, grant.provisional)
         return permit
 
@@ -183,6 +199,12 @@ class SemaphoreBase(QueuedBase):
         if not stack:
             raise LockError("Cannot release a semaphore this thread did not acquire", lock_name=self.name)
         return stack[-1]
+
+    def _to_release(self, identity: Optional[Identity]) -> tuple[bytes, Optional[Permit], Optional[float]]:
+        """The token a release of ``identity`` gives back, its permit here and how long it was held."""
+        token = self._token_to_release(identity)
+        permit = self._permits.get(token)
+        return token, permit, held_time(permit)
 
     def _stop_watching(self, token: bytes) -> None:
         """Before a permit's release: no renewal (nor claim) of it may go out from now on, or its

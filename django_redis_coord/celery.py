@@ -36,8 +36,9 @@ from .contention import Contention, contended_error
 from .exceptions import InvalidLockArgument, InvalidLockArgumentType, LockContended, LockError, LockNotOwnedError
 from .key_names import call_namespace, checked_name
 from .key_templates import KeyTemplate
+from .locks import Lock
 from .scripts import queue_script
-from .signalling import SignallingLock
+from .signalling import DjangoSignals, app_name, retry_after
 
 __all__ = [
     "UniqueTask",
@@ -78,7 +79,7 @@ def task_token(task_id: str) -> bytes:
 
 
 # -- the lock of a task's key ------------------------------------------------------------------------
-class HandOverLock(SignallingLock):
+class HandOverLock(Lock):
     """A lock that can take a hold over from another token, or hand its own over, in one step.
 
     ``replaces``: the token whose hold an acquire ends in the same MULTI/EXEC as it takes the key
@@ -88,7 +89,7 @@ class HandOverLock(SignallingLock):
     """
 
     replaces: Optional[bytes] = None
-    hands_to: Optional[SignallingLock] = None
+    hands_to: Optional[Lock] = None
 
     def do_acquire(self, token: bytes, enqueue: int, worker: str, reply_to: tuple[bytes, int] = NO_REPLY) -> Any:
         if self.replaces is None:
@@ -99,7 +100,7 @@ class HandOverLock(SignallingLock):
             queue_script(pipe, release, self.release_keys(), self.release_args(self.replaces))
             queue_script(pipe, acquire, self.acquire_keys(), self.acquire_args(token, enqueue, worker, reply_to))
             _ended, reply = pipe.execute()
-        return self._note_refusal(self.grant_from_reply(reply))
+        return self.grant_from_reply(reply)
 
     def do_release(self, token: bytes) -> None:
         target = self.hands_to
@@ -123,14 +124,14 @@ def _task_lock(name: str, timeout: float, *, label: str, auto_renew: bool) -> Ha
     """A :class:`HandOverLock` on ``KEY_PREFIX:name`` of the configured Redis."""
     settings = coord_settings()
     return HandOverLock(get_client(), settings.prefixed(name), timeout=timeout, auto_renew=auto_renew,
-                        label=label, app_name=name)
+                        label=label, events=DjangoSignals(name))
 
 
-def _release_quietly(hold: SignallingLock) -> None:
+def _release_quietly(hold: Lock) -> None:
     try:
         hold.release()
     except LockError as exc:  # its TTL ran out, or it was taken over: nothing left to end
-        logger.warning("%r: the task's hold had ended before its release (%s)", hold.app_name, exc)
+        logger.warning("%r: the task's hold had ended before its release (%s)", app_name(hold), exc)
 
 
 # -- @locked on tasks ----------------------------------------------------------------------------------
@@ -229,7 +230,7 @@ class UniqueTask(Task):
         (``unique_on_duplicate="return"``) or :class:`DuplicateTask`."""
         name = self.unique_name(args, kwargs)
         running = self._running_hold(task_id)
-        if running is not None and running.app_name == name:  # a retry of the run: it keeps the key
+        if running is not None and app_name(running) == name:  # a retry of the run: it keeps the key
             running.hands_to = _task_lock(name, self._pending_ttl(options), label=self._label(task_id, "retrying"),
                                           auto_renew=False)
             return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow, **options)
@@ -265,7 +266,7 @@ class UniqueTask(Task):
             return self.AsyncResult(pending)
         raise DuplicateTask(
             f"{self.name}: {name!r} is already pending or running" + (f" as task {pending}" if pending else ""),
-            lock_name=name, task_id=pending, retry_after=reservation.retry_after,
+            lock_name=name, task_id=pending, retry_after=retry_after(reservation),
         )
 
     # -- run ----------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from .key_templates import KeyTemplate
 from .release import release_logged
 from .shortcuts import lock
+from .signalling import retry_after
 
 __all__ = ["SingletonCommand", "EX_TEMPFAIL"]
 
@@ -80,7 +81,8 @@ class SingletonCommand(BaseCommand):
         wait = options.get("wait") or 0
         hold = lock(name, timeout=self.lock_timeout, auto_renew=True, label=f"manage.py {self.command_name}")
         if not hold.acquire(blocking=bool(wait), blocking_timeout=wait or None):
-            retry = f"; retry in {hold.retry_after} s" if getattr(hold, "retry_after", None) else ""
+            seconds = retry_after(hold)
+            retry = f"; retry in {seconds} s" if seconds else ""
             waited = f" after waiting {wait:g} s" if wait else ""
             raise CommandError(f"{name!r} is held by another run of {self.command_name}{waited}{retry}",
                                returncode=EX_TEMPFAIL)

@@ -20,6 +20,7 @@ from django.http.response import HttpResponseBase
 from .conf import CoordSettings
 from .exceptions import LockContended
 from .keys import cacheable
+from .signalling import retry_after
 
 __all__ = ["Contention", "contention", "contended_error", "answer_sync", "answer_async", "Skipped", "skipped",
            "retry_later", "is_skipped"]
@@ -72,7 +73,7 @@ def contention(name: str, primitive: Any, waited: float, settings: CoordSettings
     return Contention(
         name=name,
         key=primitive.name if isinstance(primitive.name, str) else primitive.name.decode(),
-        retry_after=getattr(primitive, "retry_after", None),
+        retry_after=retry_after(primitive),
         limit=in_force,
         wait_time=waited,
         status=status or settings.contention_status,

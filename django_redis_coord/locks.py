@@ -12,11 +12,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, Optional, Union
 
 from ._arguments import Number, as_bytes, check_number, encode_token, new_token, to_ms
 from ._holds import SharedHold, ThreadHold
 from ._lock_base import LockBase, WithBlock
+from .events import held_time
 from .exceptions import (
     LockError,
     LockLostError,
@@ -63,6 +65,7 @@ class Lock(WithBlock, QueuedPrimitive, LockBase):
         A blocking call queues in FIFO order and is woken by the releasing holder, or when the
         holder's TTL ends, or at ``blocking_timeout`` (honoured on the client's monotonic clock).
         """
+        started = time.monotonic()
         blocking, stop_at = self.acquire_arguments(sleep, blocking, blocking_timeout)
         if self.reenter(token):
             return True
@@ -70,8 +73,9 @@ class Lock(WithBlock, QueuedPrimitive, LockBase):
         token = new_token() if token is None else encode_token(token, self.name)
         taken = self._take(token, blocking, stop_at, own)
         if taken is None:
+            self._tell_contended(started)
             return False
-        self._own(token, *taken)
+        self._tell_acquired(self._own(token, *taken), started, self.release)
         return True
 
     def locked(self) -> bool:
@@ -95,7 +99,7 @@ class Lock(WithBlock, QueuedPrimitive, LockBase):
             local.count -= 1
             return
         lost = getattr(local, "lost", False)
-        fence = getattr(local, "fence", None)
+        fence, held = getattr(local, "fence", None), held_time(local)
         if getattr(local, "watched", False):
             self._watchdog().unregister(self, local)
         # Keep the token until Redis answered: a connection error must leave a way to retry.
@@ -110,6 +114,7 @@ class Lock(WithBlock, QueuedPrimitive, LockBase):
             self._forget_hold(local)
         if lost:
             raise LockLostError("The lock was lost before it was released", lock_name=self.name)
+        self._tell_released(fence, held)
 
     def do_release(self, token: bytes) -> None:
         script = self.scripts.get(self.redis, "lock_release")

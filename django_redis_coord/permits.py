@@ -8,7 +8,8 @@ from typing import Any, Optional
 
 from .connection import get_client
 from .exceptions import LockLostError
-from .semaphore_signalling import semaphore_class
+from .semaphores import Semaphore
+from .signalling import speak_for
 
 __all__ = ["PermitHold", "AsyncPermitHold"]
 
@@ -35,8 +36,9 @@ class PermitHold:
         return getattr(self.semaphore, "refused_limit", None) or self.semaphore.limit
 
     @property
-    def retry_after(self) -> Optional[int]:
-        return self.semaphore.retry_after
+    def refused_pttl(self) -> Optional[int]:
+        """After a refused acquire: ms until the earliest permit ends, as the refusal said."""
+        return self.semaphore.refused_pttl
 
     @property
     def fence(self) -> Optional[int]:
@@ -70,11 +72,9 @@ class AsyncPermitHold(PermitHold):
     def sync_twin(self) -> PermitHold:
         """The same permit seen through a sync semaphore (for a release after the loop ended)."""
         semaphore = self.semaphore
-        twin = semaphore_class(asyncio=False)(
-            get_client(), semaphore.name, semaphore.limit, semaphore.timeout, app_name=semaphore.app_name
-        )
+        twin = Semaphore(get_client(), semaphore.name, semaphore.limit, semaphore.timeout)
         share_permits(semaphore, twin)
-        twin.speak_for(semaphore)
+        speak_for(twin, semaphore)
         hold = PermitHold(twin)
         hold.identity, hold._fence = self.identity, self._fence
         return hold
@@ -90,9 +90,9 @@ class AsyncPermitHold(PermitHold):
 
 # -- adapter: private state of the semaphores read here ------------------------------------------
 def share_permits(source: Any, target: Any) -> None:
-    """Make ``target`` see the permits (and their start instants) ``source`` holds.
+    """Make ``target`` see the permits ``source`` holds (each with its fence and start instant).
 
     Reads private state of the core semaphore: a ``Semaphore.sync_twin(client)`` in
     :mod:`django_redis_coord.semaphores` (the core's, returning a sync semaphore that shares the
     permits) would remove this adapter."""
-    target._permits, target._acquired_at = source._permits, source._acquired_at
+    target._permits = source._permits

@@ -30,6 +30,7 @@ class QueuedPrimitive(QueuedBase):
     """
 
     scripts = sync_scripts
+    _report_loss = QueuedBase._tell_lost
 
     def _watchdog(self) -> Any:
         return _watchdog.sync_watchdog()
@@ -51,7 +52,7 @@ class QueuedPrimitive(QueuedBase):
         if not blocking:
             sent_at = time.monotonic()
             grant = self._attempt(token, self.acquire_mode(0, own), worker, None)
-            return (grant, sent_at) if grant.acquired else None
+            return self.taken(grant, sent_at)
         hub = waiting.hub_for(self.redis)
         waiter = hub.register(self.redis, self.refresh_interval)
         try:
@@ -65,7 +66,7 @@ class QueuedPrimitive(QueuedBase):
                     raise
         finally:
             hub.unregister(waiter)
-        return (grant, sent_at) if grant.acquired else None
+        return self.taken(grant, sent_at)
 
     def _attempt(self, token: bytes, enqueue: int, worker: str, waiter: Optional[waiting.Waiter]) -> Grant:
         """One acquire call.  Interrupted, or no reply read (a timeout, a connection lost), it may

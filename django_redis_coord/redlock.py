@@ -56,6 +56,7 @@ from ._redlock_commands import (
     queue_commands,
     tally_replies,
 )
+from .events import held_time
 from .exceptions import QuorumUnavailable
 from .scripts import sync_scripts
 
@@ -247,6 +248,7 @@ class Redlock(WithBlock, RedlockBase):
         holder's remaining lease or ``blocking_timeout``).  Raises :class:`QuorumUnavailable`
         when fewer than a quorum of masters answer an attempt.
         """
+        started = time.monotonic()
         sleep, blocking, stop_at, raw = self.acquire_arguments(sleep, blocking, blocking_timeout, token)
         worker = threading.current_thread().name
         while True:
@@ -262,9 +264,11 @@ class Redlock(WithBlock, RedlockBase):
                     pass
                 raise
             if hint is True:
+                self._tell_acquired(self._state(), started, self.release)
                 return True
             delay = self.retry_delay(hint, sleep, stop_at) if blocking else None
             if delay is None:
+                self._tell_contended(started)
                 return False
             time.sleep(delay)
 
@@ -306,6 +310,8 @@ class Redlock(WithBlock, RedlockBase):
             return False
         return self.held_by(self.tokens_of(self._everywhere(self.get_command())[1], "check the lock"), token)
 
+    _report_loss = RedlockBase._tell_lost
+
     def _mark_lost(self, hold: SimpleNamespace) -> None:
         """Called by the watchdog when a hold could not be renewed on a quorum in time."""
         self.mark_lost(hold)
@@ -314,9 +320,11 @@ class Redlock(WithBlock, RedlockBase):
     def release(self) -> None:
         """Release the lock on every master; raises if it was not held on a quorum any more."""
         hold, token = self.hold_to_release()
+        fence, held = hold.fence, held_time(hold)
         if self.auto_renew:
             _watchdog.sync_watchdog().unregister(self, hold)
         self.released(hold, self._everywhere(self.release_command(token))[1])
+        self._tell_released(fence, held)
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
         """Add ``additional_time`` seconds to each master's remaining lease (or set it, with

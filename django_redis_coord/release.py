@@ -16,11 +16,14 @@ from typing import Any
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 
+from .asyncio.lock import Lock as AsyncLock
+from .asyncio.redlock import Redlock as AsyncRedlock
 from .connection import get_client, get_redlock_masters
 from .exceptions import LockError
 from .permits import AsyncPermitHold
+from .redlock import Redlock
 from .shortcuts import made_lock
-from .signalling import AsyncSignallingLock, AsyncSignallingRedlock, SignallingRedlock
+from .signalling import app_name, speak_for
 from .unavailable import REDIS_ERRORS, redis_unavailable
 
 __all__ = ["Release", "AsyncRelease", "release_at_close", "release_logged", "arelease_logged", "released_after"]
@@ -137,7 +140,7 @@ class AsyncRelease(Release):
         if isinstance(primitive, AsyncPermitHold):
             permit = primitive.semaphore.permit(primitive.identity)
             return permit is not None and permit.watched
-        if isinstance(primitive, AsyncSignallingLock):
+        if isinstance(primitive, AsyncLock):
             return hold_watched(primitive)
         return True
 
@@ -177,16 +180,16 @@ def _sync_twin(primitive: Any) -> Any:
     """A sync object holding what the asyncio ``primitive`` holds (same name, token, fence)."""
     if isinstance(primitive, AsyncPermitHold):
         return primitive.sync_twin()
-    if isinstance(primitive, AsyncSignallingRedlock):
-        twin: Any = SignallingRedlock(
+    if isinstance(primitive, AsyncRedlock):
+        twin: Any = Redlock(
             get_redlock_masters(), primitive.name, timeout=primitive.timeout, thread_local=False,
-            node_timeout=primitive.node_timeout, label=primitive.label, app_name=primitive.app_name,
+            node_timeout=primitive.node_timeout, label=primitive.label,
         )
     else:  # a copy of the sync lock made once per name (not checked and computed again)
-        twin = made_lock(primitive.app_name, primitive.name, asyncio=False, timeout=primitive.timeout,
+        twin = made_lock(app_name(primitive), primitive.name, asyncio=False, timeout=primitive.timeout,
                          auto_renew=False)._fresh(get_client())
     copy_hold(primitive, twin)  # neither object is shared with a thread
-    twin.speak_for(primitive)
+    speak_for(twin, primitive)
     return twin
 
 

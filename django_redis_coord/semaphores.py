@@ -36,6 +36,7 @@ and so does the form with the limit and the lease given up front, waiting in lin
 from __future__ import annotations
 
 import threading
+import time
 from types import TracebackType
 from typing import Any, Optional, TypeVar, Union
 
@@ -111,12 +112,15 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         blocking call waits in FIFO order and is woken by a release, when the earliest lease
         ends, or at ``blocking_timeout`` (kept on the client's monotonic clock).
         """
+        started = time.monotonic()
         blocking, stop_at = self.wait_args(blocking, blocking_timeout)
         token = encode_identity(identity, self.name) if identity is not None else new_token()
         taken = self._take(token, blocking, stop_at, own=identity is None)
         if taken is None:
+            self._tell_contended(started)
             return False
-        self._own(token, *taken, anonymous=identity is None)
+        permit = self._own(token, *taken, anonymous=identity is None)
+        self._tell_acquired(permit, started, lambda: self.release(identity))
         return True
 
     def release(self, identity: Optional[Identity] = None) -> bool:
@@ -125,11 +129,16 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         True when it was released; False when that identity holds no permit (never had one, or
         its lease ended).  Free permits go to the first waiters at once.
         """
-        token = self._token_to_release(identity)
+        token, permit, held = self._to_release(identity)
         self._stop_watching(token)
         # Keep local state until Redis answered: a connection error must leave a way to retry.
         released = self.do_release(token)
         self._forget(token)
+        if permit is not None:
+            if released and not permit.lost:
+                self._tell_released(permit.fence, held)
+            else:
+                self._tell_lost(permit)
         return released
 
     def extend(self, additional_time: Number, replace_ttl: bool = False, identity: Optional[Identity] = None) -> bool:

@@ -4,7 +4,8 @@
 primitives on the client of :func:`django_redis_coord.connection.get_client`, with the
 configured ``KEY_PREFIX``, ``DEFAULT_TIMEOUT`` and ``AUTO_RENEW``; :func:`alock` and
 :func:`asemaphore` are the asyncio forms (call them inside a coroutine).  The objects they return
-are the core classes plus the signals of :mod:`django_redis_coord.signals`.  :func:`redlock` and
+are the core classes, whose ``events`` send the signals of :mod:`django_redis_coord.signals`
+(see :mod:`django_redis_coord.signalling`).  :func:`redlock` and
 :func:`aredlock` build a :class:`~django_redis_coord.Redlock` over the masters of
 ``REDLOCK["MASTERS"]``, with the same signals.
 
@@ -21,18 +22,17 @@ from __future__ import annotations
 
 from typing import Any, Optional, Union
 
+from .asyncio.lock import Lock as AsyncLock
+from .asyncio.redlock import Redlock as AsyncRedlock
+from .asyncio.semaphore import Semaphore as AsyncSemaphore
 from .conf import coord_settings
 from .connection import get_async_client, get_async_redlock_masters, get_client, get_redlock_masters
 from .exceptions import InvalidLockArgument
 from .keys import cacheable
-from .semaphore_signalling import semaphore_class
-from .signalling import (
-    AsyncSignallingLock,
-    AsyncSignallingRedlock,
-    SignallingLock,
-    SignallingRedlock,
-    retry_after_seconds,
-)
+from .locks import Lock
+from .redlock import Redlock
+from .semaphores import Semaphore
+from .signalling import DjangoSignals, name_view
 
 __all__ = [
     "lock",
@@ -41,11 +41,6 @@ __all__ = [
     "asemaphore",
     "redlock",
     "aredlock",
-    "SignallingLock",
-    "AsyncSignallingLock",
-    "SignallingRedlock",
-    "AsyncSignallingRedlock",
-    "retry_after_seconds",
     "locked_primitive",
     "made_lock",
 ]
@@ -71,9 +66,9 @@ def _options(timeout: Any, auto_renew: Optional[bool]) -> tuple[Any, bool]:
 
 
 def _new_lock(name: Name, key: Name, *, asyncio: bool, client: Any, **kwargs: Any) -> Any:
-    """The one place a signalling lock is made: :func:`lock`, :func:`alock` and :func:`made_lock`."""
-    lock_class = AsyncSignallingLock if asyncio else SignallingLock
-    return lock_class(client, key, app_name=name, **kwargs)
+    """The one place a lock is made: :func:`lock`, :func:`alock` and :func:`made_lock`."""
+    lock_class = AsyncLock if asyncio else Lock
+    return lock_class(client, key, events=DjangoSignals(name), **kwargs)
 
 
 def lock(
@@ -83,7 +78,7 @@ def lock(
     auto_renew: Optional[bool] = None,
     client: Any = None,
     **kwargs: Any,
-) -> SignallingLock:
+) -> Lock:
     """A :class:`~django_redis_coord.locks.Lock` named ``KEY_PREFIX:name`` on the configured Redis.
 
     ``timeout`` defaults to ``DEFAULT_TIMEOUT`` and ``auto_renew`` to ``AUTO_RENEW``; every
@@ -102,7 +97,7 @@ def alock(
     auto_renew: Optional[bool] = None,
     client: Any = None,
     **kwargs: Any,
-) -> AsyncSignallingLock:
+) -> AsyncLock:
     """The asyncio form of :func:`lock` (call it inside a coroutine: the client is per event loop)."""
     timeout, auto_renew = _options(timeout, auto_renew)
     return _new_lock(name, coord_settings().prefixed(name), asyncio=True,
@@ -121,7 +116,7 @@ def made_lock(name: Name, key: Name, *, asyncio: bool, timeout: Any, auto_renew:
     if made is None:
         made = _new_lock(name, key, asyncio=asyncio, client=None, timeout=timeout, auto_renew=auto_renew,
                          label=label, thread_local=False)
-        made.name_view(view)
+        name_view(made, view)
         if cacheable(name) and cacheable(label):  # long names are not kept (see keys.CACHED_NAME_MAX)
             if len(_made) >= _MADE_MAX:
                 _made.clear()
@@ -150,13 +145,13 @@ def redlock_node_timeout(timeout: Any) -> dict[str, Any]:
 
 def _new_redlock(name: Name, timeout: Any, auto_renew: Optional[bool], *, asyncio: bool, masters: Any,
                  **kwargs: Any) -> Any:
-    """The one place a signalling Redlock is made: :func:`redlock`, :func:`aredlock` and ``@locked``."""
+    """The one place a Redlock is made: :func:`redlock`, :func:`aredlock` and ``@locked``."""
     timeout, auto_renew = _redlock_options(name, timeout, auto_renew)
     if masters is None:
         masters = get_async_redlock_masters() if asyncio else get_redlock_masters()
-    redlock_class = AsyncSignallingRedlock if asyncio else SignallingRedlock
+    redlock_class = AsyncRedlock if asyncio else Redlock
     return redlock_class(masters, coord_settings().prefixed(name), timeout=timeout, auto_renew=auto_renew,
-                         app_name=name, **{**redlock_node_timeout(timeout), **kwargs})
+                         events=DjangoSignals(name), **{**redlock_node_timeout(timeout), **kwargs})
 
 
 def redlock(
@@ -166,7 +161,7 @@ def redlock(
     auto_renew: Optional[bool] = None,
     masters: Any = None,
     **kwargs: Any,
-) -> SignallingRedlock:
+) -> Redlock:
     """A :class:`~django_redis_coord.Redlock` named ``KEY_PREFIX:name`` over ``REDLOCK["MASTERS"]``.
 
     ``timeout`` defaults to ``DEFAULT_TIMEOUT`` (which must not be None: a Redlock always expires)
@@ -188,24 +183,25 @@ def aredlock(
     auto_renew: Optional[bool] = None,
     masters: Any = None,
     **kwargs: Any,
-) -> AsyncSignallingRedlock:
+) -> AsyncRedlock:
     """The asyncio form of :func:`redlock` (call it inside a coroutine: the clients are per event loop)."""
     return _new_redlock(name, timeout, auto_renew, asyncio=True, masters=masters, **kwargs)
 
 
 def make_semaphore(name: Name, limit: int, timeout: Any = DEFAULT, *, asyncio: bool = False,
                    auto_renew: Optional[bool] = None, client: Any = None, **kwargs: Any) -> Any:
-    """A signalling semaphore named ``KEY_PREFIX:name`` with ``limit`` permits (see :func:`semaphore`)."""
+    """A semaphore named ``KEY_PREFIX:name`` with ``limit`` permits (see :func:`semaphore`)."""
     timeout, auto_renew = _options(timeout, auto_renew)
     settings = coord_settings()
     if client is None:
         client = get_async_client() if asyncio else get_client()
-    return semaphore_class(asyncio=asyncio)(
-        client, settings.prefixed(name), limit, timeout, app_name=name, auto_renew=auto_renew, **kwargs
+    semaphore_class = AsyncSemaphore if asyncio else Semaphore
+    return semaphore_class(
+        client, settings.prefixed(name), limit, timeout, events=DjangoSignals(name), auto_renew=auto_renew, **kwargs
     )
 
 
-def semaphore(name: Name, limit: int, timeout: Any = DEFAULT, **kwargs: Any) -> Any:
+def semaphore(name: Name, limit: int, timeout: Any = DEFAULT, **kwargs: Any) -> Semaphore:
     """A :class:`~django_redis_coord.semaphores.Semaphore` of ``limit`` permits named ``KEY_PREFIX:name``.
 
     ``timeout`` (each permit's lease) defaults to ``DEFAULT_TIMEOUT`` and ``auto_renew`` to
@@ -216,7 +212,7 @@ def semaphore(name: Name, limit: int, timeout: Any = DEFAULT, **kwargs: Any) -> 
     return make_semaphore(name, limit, timeout, asyncio=False, **kwargs)
 
 
-def asemaphore(name: Name, limit: int, timeout: Any = DEFAULT, **kwargs: Any) -> Any:
+def asemaphore(name: Name, limit: int, timeout: Any = DEFAULT, **kwargs: Any) -> AsyncSemaphore:
     """The asyncio form of :func:`semaphore` (call it inside a coroutine)."""
     return make_semaphore(name, limit, timeout, asyncio=True, **kwargs)
 
@@ -237,5 +233,5 @@ def locked_primitive(name: str, *, asyncio: bool, timeout: Any, auto_renew: Opti
         made = made_lock(name, coord_settings().prefixed(name), asyncio=asyncio, timeout=timeout,
                          auto_renew=auto_renew, label=label, view=view)
         return made._fresh(get_async_client() if asyncio else get_client())
-    primitive.name_view(view)
+    name_view(primitive, view)
     return primitive

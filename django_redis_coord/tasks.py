@@ -42,6 +42,7 @@ from .key_templates import KeyTemplate
 from .locked_options import checked_on_contended
 from .release import arelease_logged, release_logged
 from .shortcuts import DEFAULT, alock, lock
+from .signalling import retry_after
 from .task_objects import is_task, with_func
 
 __all__ = [
@@ -245,10 +246,10 @@ async def _aend_pending(unique: _Uniqueness, name: str, token: Optional[str]) ->
 
 
 def _refused_run(unique: _Uniqueness, name: str, hold: Any) -> Any:
-    retry_after = getattr(hold, "retry_after", None)
+    seconds = retry_after(hold)
     if unique.on_contended == "skip":
-        return Skipped(skipped=True, lock=name, retry_after=retry_after)
-    raise LockContended(f"{name!r} is held by another run of {unique.path}", lock_name=name, retry_after=retry_after)
+        return Skipped(skipped=True, lock=name, retry_after=seconds)
+    raise LockContended(f"{name!r} is held by another run of {unique.path}", lock_name=name, retry_after=seconds)
 
 
 def _run_wrapper(func: Callable[..., Any], unique: _Uniqueness) -> Callable[..., Any]:

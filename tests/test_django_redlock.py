@@ -16,9 +16,12 @@ from django.test import AsyncClient, Client, override_settings
 from django.urls import path
 
 from django_redis_coord import NO_EXPIRY, Lock, QuorumUnavailable, aredlock, lock_holder, locked
+from django_redis_coord.asyncio import Redlock as AsyncCoreRedlock
 from django_redis_coord.decorators import LockContended, current_lock, redlock_users
 from django_redis_coord.exceptions import InvalidLockArgument, InvalidLockArgumentType, LockNotOwnedError
-from django_redis_coord.shortcuts import AsyncSignallingRedlock, SignallingRedlock, redlock
+from django_redis_coord.redlock import Redlock as CoreRedlock
+from django_redis_coord.shortcuts import redlock
+from django_redis_coord.signalling import app_name
 from tests.procs import run_processes
 from tests.test_django_decorators import entered, in_thread, wait_for
 
@@ -194,7 +197,7 @@ def test_wait_lets_the_second_request_in_after_the_first(three, redis_client, rf
 def async_views():
     @locked("aview:{pk}", timeout=30, redlock=True)
     async def aview(request, pk):
-        assert isinstance(request.coord_lock, AsyncSignallingRedlock)
+        assert isinstance(request.coord_lock, AsyncCoreRedlock)
         await ahold_until_go(f"aview:{pk}")
         return HttpResponse(f"fence={request.coord_lock.fence}")
 
@@ -241,12 +244,12 @@ def test_plain_function_and_context_manager(three):
     @locked("job:{n}", timeout=10, redlock=True)
     def job(n):
         held = current_lock()
-        assert isinstance(held, SignallingRedlock) and held.valid
+        assert isinstance(held, CoreRedlock) and held.valid
         return held.fence
 
     assert job(1) > 0
     with locked("job:{n}", params={"n": 2}, timeout=10, redlock=True) as held:
-        assert isinstance(held, SignallingRedlock)
+        assert isinstance(held, CoreRedlock)
         fence = held.fence
         assert [lock_holder(server.client(), "job:2").fence for server in three] == [fence] * 3
         with pytest.raises(LockContended) as info:
@@ -264,7 +267,7 @@ def test_async_plain_function_and_context_manager(three):
 
     async def scenario():
         async with locked("ajob:{n}", params={"n": 1}, timeout=10, redlock=True) as held:
-            assert isinstance(held, AsyncSignallingRedlock)
+            assert isinstance(held, AsyncCoreRedlock)
             with pytest.raises(LockContended):
                 await job(1)
             other = await job(2)
@@ -281,13 +284,13 @@ def test_factories_use_the_settings(three, redis_client):
              "REDLOCK": {"MASTERS": [server.url for server in three]}}
     with override_settings(DJANGO_REDIS_COORD=value):
         with redlock("ledger") as held:
-            assert held.name == "shop:ledger" and held.app_name == "ledger" and held.timeout == 20
+            assert held.name == "shop:ledger" and app_name(held) == "ledger" and held.timeout == 20
             assert holders(three, "shop:ledger") == [held.local.token] * 3
         assert holders(three, "shop:ledger") == [None] * 3
 
         async def scenario():
             async with aredlock("ledger", timeout=5) as aheld:
-                assert isinstance(aheld, AsyncSignallingRedlock)
+                assert isinstance(aheld, AsyncCoreRedlock)
                 return aheld.fence, holders(three, "shop:ledger")
 
         fence, during = asyncio.run(scenario())
@@ -389,7 +392,7 @@ def test_signals_fire_with_fences(three, redis_client, rf, received):
     fence = int(response.content)
     assert acquired["fence"] == released["fence"] == fence and master_fences == [fence] * 3
     assert acquired["kind"] == "redlock" and acquired["name"] == "signalled"
-    assert isinstance(acquired["instance"], SignallingRedlock)
+    assert isinstance(acquired["instance"], CoreRedlock)
     assert 25 <= contended["retry_after"] <= 30 and released["held_time"] > 0
 
 

@@ -198,7 +198,7 @@ def test_receivers_connected_after_the_decorator_and_after_unheard_requests_get_
     later (after decorating, after requests nobody heard, during a hold) gets the same arguments."""
     from django.http import HttpResponse
 
-    from django_redis_coord.shortcuts import SignallingLock
+    from django_redis_coord.locks import Lock as CoreLock
 
     @locked("late:{pk}", timeout=20)
     def view(request, pk):
@@ -221,7 +221,7 @@ def test_receivers_connected_after_the_decorator_and_after_unheard_requests_get_
         assert kinds(events) == ["released"]
         released = events[0][1]
         assert released["name"] == "late:1" and released["key"] == "late:1" and released["kind"] == "lock"
-        assert released["held_time"] >= 0.05 and released["fence"] > 0 and released["sender"] is SignallingLock
+        assert released["held_time"] >= 0.05 and released["fence"] > 0 and released["sender"] is CoreLock
         assert released["instance"] is held
 
         events.clear()
@@ -234,7 +234,7 @@ def test_receivers_connected_after_the_decorator_and_after_unheard_requests_get_
         (_, acquired), (_, contended), (_, released), (_, permit_acquired), (_, permit_released) = events
         assert acquired["name"] == "late:2" and acquired["fence"] == released["fence"] > 0
         assert acquired["wait_time"] >= 0 and released["held_time"] >= 0
-        assert acquired["instance"] is released["instance"] and acquired["sender"] is SignallingLock
+        assert acquired["instance"] is released["instance"] and acquired["sender"] is CoreLock
         assert contended["instance"] is holder and 1 <= contended["retry_after"] <= 20
         assert permit_acquired["kind"] == permit_released["kind"] == "semaphore"
         assert permit_acquired["name"] == "late-pool" and permit_acquired["fence"] == permit_released["fence"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 import weakref
 from collections.abc import Awaitable
 from types import SimpleNamespace
@@ -19,6 +20,7 @@ from .._arguments import Number, as_bytes, check_number, encode_token, new_token
 from .._grants import Grant
 from .._lock_base import AsyncWithBlock, LockBase
 from .._tasks import run_to_completion
+from ..events import held_time
 from ..exceptions import (
     LockError,
     LockLostError,
@@ -67,14 +69,14 @@ class Lock(AsyncWithBlock, QueuedPrimitive, LockBase):
         local = self.local
         return local.space() if isinstance(local, TaskLocal) else local
 
-    def _own(self, token: bytes, grant: Grant, sent_at: float) -> None:
-        super()._own(token, grant, sent_at)
+    def _own(self, token: bytes, grant: Grant, sent_at: float) -> Any:
+        hold = super()._own(token, grant, sent_at)
         task = asyncio.current_task() if isinstance(self.local, TaskLocal) else None
         if task is not None:  # a hold of this task only: nobody else can release it
-            hold = self._state()
             callback = functools.partial(_ended_holding, weakref.ref(self), hold, token)
             task.add_done_callback(callback)
             hold.task_end = (task, callback)  # removed on release (a long-lived task acquires many times)
+        return hold
 
     async def acquire(
         self,
@@ -84,6 +86,7 @@ class Lock(AsyncWithBlock, QueuedPrimitive, LockBase):
         token: Optional[Union[str, bytes]] = None,
     ) -> bool:
         """Acquire the lock; see :meth:`django_redis_coord.locks.Lock.acquire`."""
+        started = time.monotonic()
         blocking, stop_at = self.acquire_arguments(sleep, blocking, blocking_timeout)
         if self.reenter(token):
             return True
@@ -91,8 +94,9 @@ class Lock(AsyncWithBlock, QueuedPrimitive, LockBase):
         token = new_token() if token is None else encode_token(token, self.name)
         taken = await self._take(token, blocking, stop_at, own)
         if taken is None:
+            await self._atell_contended(started)
             return False
-        self._own(token, *taken)
+        await self._atell_acquired(self._own(token, *taken), started, self._release_call)
         return True
 
     async def locked(self) -> bool:
@@ -113,11 +117,13 @@ class Lock(AsyncWithBlock, QueuedPrimitive, LockBase):
             local.count -= 1
             return
         lost = getattr(local, "lost", False)
+        fence, held = getattr(local, "fence", None), held_time(local)
         # Once asked, the release completes even if this task is cancelled meanwhile (a client
         # going away under ASGI): otherwise the lock would stay held, renewed by nobody.
         await run_to_completion(self._release_call())
         if lost:
             raise LockLostError("The lock was lost before it was released", lock_name=self.name)
+        await self._atell_released(fence, held)
 
     def _release_call(self) -> Awaitable[None]:
         """Stop renewing this task's hold and return the call that releases it; that call needs
@@ -141,6 +147,7 @@ class Lock(AsyncWithBlock, QueuedPrimitive, LockBase):
         except LockNotOwnedError:
             if self._still_holding(local, token, fence):
                 self._forget_hold(local)
+                await self._atell_lost_now(local)
                 self._mark_lost(local)  # found here before the watchdog did: on_lost still fires once
             raise
         if self._still_holding(local, token, fence):

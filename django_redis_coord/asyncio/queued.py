@@ -79,6 +79,7 @@ class QueuedPrimitive(QueuedBase):
     """The asyncio side of a queued primitive; see :class:`django_redis_coord.queued.QueuedPrimitive`."""
 
     scripts = async_scripts
+    _report_loss = QueuedBase._atell_lost
 
     def _watchdog(self) -> Any:
         return _watchdog.async_watchdog()
@@ -101,7 +102,7 @@ class QueuedPrimitive(QueuedBase):
         if not blocking:
             sent_at = time.monotonic()
             grant = await self._attempt(token, self.acquire_mode(0, own), worker, cancels, None)
-            return (grant, sent_at) if grant.acquired else None
+            return self.taken(grant, sent_at)
         hub = waiting.hub_for(self.redis)
         waiter = await hub.register(self.redis, self.refresh_interval)
         try:
@@ -117,7 +118,7 @@ class QueuedPrimitive(QueuedBase):
                     raise
         finally:
             hub.unregister(waiter)
-        return (grant, sent_at) if grant.acquired else None
+        return self.taken(grant, sent_at)
 
     async def _attempt(self, token: bytes, enqueue: int, worker: str, cancels: int,
                        waiter: Optional[waiting.AsyncWaiter]) -> Grant:

@@ -41,6 +41,7 @@ from .._redlock_commands import (
     tally_replies,
 )
 from .._tasks import drop_closed_loops, in_background, run_to_completion
+from ..events import held_time
 from ..exceptions import QuorumUnavailable
 from ..scripts import async_scripts
 
@@ -199,6 +200,7 @@ class Redlock(AsyncWithBlock, RedlockBase):
         token: Optional[Union[str, bytes]] = None,
     ) -> bool:
         """Acquire the lock on a quorum of masters; see :meth:`django_redis_coord.Redlock.acquire`."""
+        started = time.monotonic()
         sleep, blocking, stop_at, raw = self.acquire_arguments(sleep, blocking, blocking_timeout, token)
         task = asyncio.current_task()
         worker = task.get_name() if task is not None else "asyncio"
@@ -212,9 +214,11 @@ class Redlock(AsyncWithBlock, RedlockBase):
                 await run_to_completion(self._undo(raw, set()))
                 raise
             if hint is True:
+                await self._atell_acquired(self._state(), started, self._release_call)
                 return True
             delay = self.retry_delay(hint, sleep, stop_at) if blocking else None
             if delay is None:
+                await self._atell_contended(started)
                 return False
             await asyncio.sleep(delay)
 
@@ -250,14 +254,19 @@ class Redlock(AsyncWithBlock, RedlockBase):
             return False
         return self.held_by(self.tokens_of((await self._everywhere(self.get_command()))[1], "check the lock"), token)
 
+    _report_loss = RedlockBase._atell_lost
+
     def _mark_lost(self, hold: SimpleNamespace) -> None:
         result = self.mark_lost(hold)
         if asyncio.iscoroutine(result):
             in_background(result)
 
     async def release(self) -> None:
+        hold = self._state()
+        fence, held = hold.fence, held_time(hold)
         # Completes even if this task is cancelled meanwhile (see Lock.release).
         await run_to_completion(self._release_call())
+        await self._atell_released(fence, held)
 
     def _release_call(self) -> Any:
         """The call that releases this task's hold, needing nothing from the task (see

@@ -10,6 +10,7 @@ other's permit::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable
 from types import TracebackType
 from typing import Any, Optional, TypeVar, Union
@@ -63,18 +64,25 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         blocking_timeout: Optional[Number] = None,
     ) -> bool:
         """Take a permit; see :meth:`django_redis_coord.semaphores.Semaphore.acquire`."""
+        started = time.monotonic()
         blocking, stop_at = self.wait_args(blocking, blocking_timeout)
         token = encode_identity(identity, self.name) if identity is not None else new_token()
         taken = await self._take(token, blocking, stop_at, own=identity is None)
         if taken is None:
+            await self._atell_contended(started)
             return False
-        self._own(token, *taken, anonymous=identity is None)
+        permit = self._own(token, *taken, anonymous=identity is None)
+        await self._atell_acquired(permit, started, lambda: self._release_call(identity))
         return True
 
     async def release(self, identity: Optional[Identity] = None) -> bool:
         """Return a permit; see :meth:`django_redis_coord.semaphores.Semaphore.release`."""
+        _, permit, held = self._to_release(identity)
         # Completes even if this task is cancelled meanwhile (see Lock.release).
-        return await run_to_completion(self._release_call(identity))
+        released = await run_to_completion(self._release_call(identity))
+        if released and permit is not None and not permit.lost:
+            await self._atell_released(permit.fence, held)
+        return released
 
     def _release_call(self, identity: Optional[Identity] = None) -> Awaitable[bool]:
         """The call that returns this task's permit (or ``identity``'s), needing nothing from the
@@ -84,8 +92,11 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         return self._release_permit(token, self._stack())
 
     async def _release_permit(self, token: bytes, stack: list[bytes]) -> bool:
+        permit = self._permits.get(token)
         released = await self.do_release(token)
         self._forget(token, stack)
+        if permit is not None and (permit.lost or not released):
+            await self._atell_lost_now(permit)
         return released
 
     async def extend(
