@@ -48,6 +48,21 @@ def check_number(name: str, value: object, *, allow_none: bool, positive: bool, 
         )
 
 
+def check_max_hold(max_hold: object, timeout: object, auto_renew: bool, lock_name: object) -> None:
+    """``max_hold`` (seconds) caps a renewed hold: it needs renewal, and at least ``timeout``."""
+    check_number("max_hold", max_hold, allow_none=True, positive=True, lock_name=lock_name)
+    if max_hold is None:
+        return
+    if not auto_renew:
+        raise InvalidLockArgument(
+            "max_hold caps a renewed hold: it needs auto_renew=True (without renewal the timeout ends the hold)",
+            lock_name=lock_name,
+        )
+    if isinstance(timeout, (int, float)) and max_hold < timeout:  # type: ignore[operator]
+        raise InvalidLockArgument(f"max_hold ({max_hold}s) must be at least timeout ({timeout}s)",
+                                  lock_name=lock_name)
+
+
 def to_ms(seconds: Number) -> int:
     """Whole milliseconds, never rounding a positive duration down to zero."""
     return max(1, int(round(seconds * 1000)))

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from types import SimpleNamespace
 from typing import Any, Optional
 
-__all__ = ["SharedHold", "ThreadHold", "first_time", "first_of"]
+__all__ = ["SharedHold", "ThreadHold", "capped_ms", "first_time", "first_of"]
 
 
 _FLAGS = threading.Lock()
@@ -43,6 +44,15 @@ def first_of(seen: set, key: Any) -> bool:
         seen.add(key)
         return True
 
+
+
+def capped_ms(ttl_ms: int, hold: Any, max_hold: Optional[float]) -> int:
+    """The TTL a renewal of ``hold`` asks for: ``ttl_ms``, or less so that the hold ends
+    ``max_hold`` seconds after it began (its ``started`` instant); 1 ms once that has passed."""
+    started = getattr(hold, "started", None)
+    if max_hold is None or started is None:
+        return ttl_ms
+    return max(1, min(ttl_ms, int((started + max_hold - time.monotonic()) * 1000)))
 
 
 class SharedHold:

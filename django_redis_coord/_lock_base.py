@@ -114,11 +114,12 @@ class LockBase(ReleaseOnExit, QueuedBase):
         reentrant: bool = False,
         waiter_lease: Number = DEFAULT_WAITER_LEASE,
         events: Optional[Events] = None,
+        max_hold: Optional[Number] = None,
     ) -> None:
         self.sleep = sleep
         super().__init__(redis, name, timeout, blocking, blocking_timeout, label=label, auto_renew=auto_renew,
                          on_lost=on_lost, raise_on_release_error=raise_on_release_error, waiter_lease=waiter_lease,
-                         events=events)
+                         events=events, max_hold=max_hold)
         if not isinstance(reentrant, bool):
             raise InvalidLockArgumentType(f"reentrant must be True or False, not {reentrant!r}", lock_name=name)
         if reentrant and not thread_local:

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Optional, Union
 
-from ._arguments import Number, check_number, drift, to_ms
+from ._arguments import Number, check_max_hold, check_number, drift, to_ms
 from ._grants import Grant
-from ._holds import first_time
+from ._holds import capped_ms, first_time
 from ._reporting import Reporting, check_events
 from .events import Events
 from .exceptions import InvalidLockArgument, InvalidLockArgumentType, LockError, NameKindConflict
@@ -81,6 +81,7 @@ class QueuedBase(Reporting):
         raise_on_release_error: bool,
         waiter_lease: Number,
         events: Optional[Events] = None,
+        max_hold: Optional[Number] = None,
     ) -> None:
         raw = encode_name(name)
         check_number("timeout", timeout, allow_none=True, positive=True, lock_name=name)
@@ -91,6 +92,7 @@ class QueuedBase(Reporting):
             raise InvalidLockArgumentType("auto_renew must be True or False", lock_name=name)
         if auto_renew and timeout is None:
             raise InvalidLockArgument("auto_renew needs a timeout to renew", lock_name=name)
+        check_max_hold(max_hold, timeout, auto_renew, name)
         if on_lost is not None and not callable(on_lost):
             raise InvalidLockArgumentType("on_lost must be a callable (called with the lock) or None", lock_name=name)
         if label is not None and not isinstance(label, str):
@@ -103,6 +105,7 @@ class QueuedBase(Reporting):
         self.label = label
         self.auto_renew = auto_renew
         self.on_lost = on_lost
+        self.max_hold = max_hold
         self.events = check_events(events, name)
         self.raise_on_release_error = raise_on_release_error
         self.waiter_lease = waiter_lease
@@ -198,13 +201,15 @@ class QueuedBase(Reporting):
         """What the watchdog resets the TTL to on each renewal."""
         return self._ttl_ms
 
-    def queue_renewal(self, pipe: Any, token: bytes, claim: bool = False) -> None:
+    def queue_renewal(self, pipe: Any, token: bytes, claim: bool = False, hold: Any = None) -> None:
         """Add a renewal of the hold ``token`` to a pipeline (used by the watchdog).  ``claim``: the
         claim of a provisional hand-off's full TTL, which leaves a hold its holder extended (or
-        reset) since its grant as it is (a renewal resets it)."""
+        reset) since its grant as it is (a renewal resets it).  With ``max_hold``, the TTL asked
+        for ends the hold (its state ``hold``) that long after it began."""
         script = self.scripts.get(self.redis, self.extend_script)
         mode = "claim" if claim else "replace" if self._ttl_ms else "persist"
-        queue_script(pipe, script, self.extend_keys(), self.extend_args(token, self._ttl_ms, mode))
+        ms = capped_ms(self._ttl_ms, hold, self.max_hold)
+        queue_script(pipe, script, self.extend_keys(), self.extend_args(token, ms, mode))
 
     def check_extendable(self, action: str) -> None:
         """Refuse to extend (or reacquire) a hold that has no timeout."""

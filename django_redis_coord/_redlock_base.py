@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable, Sequence
 from types import SimpleNamespace
 from typing import Any, Optional, Union
 
-from ._arguments import Number, as_bytes, check_number, drift, encode_token, new_token, to_ms
+from ._arguments import Number, as_bytes, check_max_hold, check_number, drift, encode_token, new_token, to_ms
 from ._holds import SharedHold as BaseSharedHold
-from ._holds import first_time
+from ._holds import capped_ms, first_time
 from ._lock_base import LockBase, ReleaseOnExit
 from ._redlock_commands import (
     Command,
@@ -79,6 +79,7 @@ class RedlockBase(Reporting, ReleaseOnExit):
         auto_renew: bool = False,
         on_lost: Optional[Callable[[Any], Any]] = None,
         events: Optional[Events] = None,
+        max_hold: Optional[Number] = None,
     ) -> None:
         if isinstance(masters, (str, bytes)) or not isinstance(masters, Iterable):
             raise InvalidLockArgumentType("masters must be a list of Redis clients", lock_name=name)
@@ -123,6 +124,8 @@ class RedlockBase(Reporting, ReleaseOnExit):
         self.auto_renew = auto_renew
         self.on_lost = on_lost
         self.events = check_events(events, name)
+        check_max_hold(max_hold, timeout, auto_renew, name)
+        self.max_hold = max_hold
         self._ttl_ms = to_ms(timeout)
         #: Fence of each live hold by token, for re-syncing a master that lost the hold.
         self._fences: dict[bytes, int] = {}
@@ -351,14 +354,15 @@ class RedlockBase(Reporting, ReleaseOnExit):
     def renew_ttl_ms(self) -> int:
         return self._ttl_ms
 
-    def queue_renewal(self, pipe: Any, token: bytes, claim: bool = False) -> None:
+    def queue_renewal(self, pipe: Any, token: bytes, claim: bool = False, hold: Any = None) -> None:
         """Add the renewal of hold ``token`` to a watchdog batch (see ``self.redis``); a Redlock
-        grants no provisional holds, so there is nothing to ``claim``."""
-        pipe.add(token)
+        grants no provisional holds, so there is nothing to ``claim``.  ``max_hold`` caps the TTL
+        asked for as for a lock."""
+        pipe.add(token, capped_ms(self._ttl_ms, hold, self.max_hold))
 
     # -- watchdog batch -----------------------------------------------------------------------
-    def renewal_commands(self, tokens: Sequence[bytes]) -> list[Command]:
-        return [self.extend_command(token, self._ttl_ms, "replace") for token in tokens]
+    def renewal_commands(self, renewals: Sequence[tuple[bytes, int]]) -> list[Command]:
+        return [self.extend_command(token, ms, "replace") for token, ms in renewals]
 
     def renewal_outcome(self, replies: Sequence[Any], offset: int) -> tuple[Any, list[int]]:
         """What the watchdog gets for one hold: the quorum pttl, -2 (lost) or an error; plus the

@@ -107,11 +107,12 @@ class SemaphoreBase(QueuedBase):
         raise_on_release_error: bool = True,
         waiter_lease: Number = DEFAULT_WAITER_LEASE,
         events: Optional[Events] = None,
+        max_hold: Optional[Number] = None,
     ) -> None:
         self.limit = limit
         super().__init__(redis, name, timeout, blocking, blocking_timeout, label=label, auto_renew=auto_renew,
                          on_lost=on_lost, raise_on_release_error=raise_on_release_error, waiter_lease=waiter_lease,
-                         events=events)
+                         events=events, max_hold=max_hold)
         #: Permits held through this object, by token.
         self._permits: dict[bytes, Permit] = {}
         self._refused: tuple[Optional[int], Optional[int]] = (None, None)

@@ -122,12 +122,15 @@ class Locked:
         params: Optional[Mapping[str, Any]] = None,
         redlock: bool = False,
         on_contended: Optional[str] = None,
+        max_hold: Optional[float] = None,
     ) -> None:
         self.on_contended = checked_on_contended(on_contended, key)
+        if max_hold is not None and auto_renew is None:
+            auto_renew = True  # a cap on renewals asks for renewals
         timeout = checked_options(
             key, timeout=timeout, wait=wait, limit=limit, status=status, handler=handler, template_name=template_name,
             auto_renew=auto_renew, rollback_on_loss=rollback_on_loss, using=using, fail_open=fail_open, label=label,
-            params=params, redlock=redlock, on_contended=on_contended,
+            params=params, redlock=redlock, on_contended=on_contended, max_hold=max_hold,
         )
         self.key = key
         self.timeout = timeout
@@ -143,6 +146,7 @@ class Locked:
         self.label = label
         self.params = dict(params or {})
         self.redlock = redlock
+        self.max_hold = max_hold
         # What each acquire is called with; a plain lock (neither a Redlock nor a semaphore).
         self._acquire_kw: dict[str, Any] = (
             {"blocking": True, "blocking_timeout": wait} if wait else {"blocking": False}
@@ -162,7 +166,8 @@ class Locked:
         if self.redlock:
             check_redlock_settings(self.key, self.timeout, settings)
         primitive = locked_primitive(name, asyncio=is_async, timeout=self.timeout, auto_renew=self.auto_renew,
-                                     label=label, view=view, limit=self.limit, redlock=self.redlock)
+                                     label=label, view=view, limit=self.limit, redlock=self.redlock,
+                                     max_hold=self.max_hold)
         if self.limit is None:
             return primitive
         return AsyncPermitHold(primitive) if is_async else PermitHold(primitive)
@@ -378,7 +383,8 @@ def locked(key: Any = None, /, **options: Any) -> Any:
     on a template (a callable key goes by keyword: ``@locked(key=lambda request, pk: ...)``).
     Options: ``timeout``, ``wait``, ``limit``, ``status``, ``handler``, ``template_name``,
     ``auto_renew``, ``rollback_on_loss``, ``using``, ``fail_open``, ``label``, ``params``,
-    ``redlock`` (take the lock with Redlock over ``REDLOCK["MASTERS"]``), ``on_contended``
+    ``redlock`` (take the lock with Redlock over ``REDLOCK["MASTERS"]``), ``max_hold`` (seconds: a
+    renewed hold ends that long after it began, with the loss signal), ``on_contended``
     (outside views: ``"raise"``, ``"skip"`` (return a ``Skipped`` value without running) or, in a
     Celery task, ``"retry"``).
     Also decorates a ``Task`` of Django's tasks framework (``@locked`` above ``@task``).

@@ -26,6 +26,7 @@ def checked_options(
     handler: Optional[Callable[..., Any]], template_name: Optional[str], auto_renew: Optional[bool],
     rollback_on_loss: bool, using: Optional[str], fail_open: Optional[bool], label: Optional[str],
     params: Optional[Mapping[str, Any]], redlock: bool, on_contended: Optional[str] = None,
+    max_hold: Optional[float] = None,
 ) -> Any:
     """Refuse what ``locked(key, **options)`` cannot work with; the timeout to use (``NO_EXPIRY``
     read as ``None``, :data:`~django_redis_coord.shortcuts.DEFAULT` kept for ``DEFAULT_TIMEOUT``)."""
@@ -63,6 +64,9 @@ def checked_options(
         raise InvalidLockArgumentType(f"using must be a database alias (a str), not {using!r}", lock_name=key)
     if auto_renew and timeout is None:
         raise InvalidLockArgument("auto_renew needs a timeout to renew", lock_name=key)
+    check_number("max_hold", max_hold, allow_none=True, positive=True, lock_name=key)
+    if max_hold is not None and auto_renew is False:
+        raise InvalidLockArgument("max_hold caps a renewed hold: it needs auto_renew", lock_name=key)
     if on_contended is not None and not isinstance(on_contended, str):
         raise InvalidLockArgumentType(f"on_contended must be one of {ON_CONTENDED}, not {on_contended!r}",
                                       lock_name=key)

@@ -182,13 +182,13 @@ class _RenewalBatch:
 
     def __init__(self, owner: Redlock) -> None:
         self.owner = owner
-        self.tokens: list[bytes] = []
+        self.renewals: list[tuple[bytes, int]] = []
 
-    def add(self, token: bytes) -> None:
-        self.tokens.append(token)
+    def add(self, token: bytes, ms: int) -> None:
+        self.renewals.append((token, ms))
 
     def execute(self, raise_on_error: bool = False) -> list[Any]:
-        return self.owner._renew_many(self.tokens)
+        return self.owner._renew_many(self.renewals)
 
 
 class _QuorumClient:
@@ -347,11 +347,11 @@ class Redlock(WithBlock, RedlockBase):
     def _repair(self, token: bytes, nodes: list[int]) -> None:
         self._fan_out(self.only(nodes, self.repair_commands(token, threading.current_thread().name)))
 
-    def _renew_many(self, tokens: list[bytes]) -> list[Any]:
+    def _renew_many(self, renewals: list[tuple[bytes, int]]) -> list[Any]:
         """The watchdog's batch: renew each hold on all masters in one round."""
-        _, replies = self._fan_out([self.renewal_commands(tokens)] * len(self.masters))
+        _, replies = self._fan_out([self.renewal_commands(renewals)] * len(self.masters))
         outcomes = []
-        for offset, token in enumerate(tokens):
+        for offset, (token, _) in enumerate(renewals):
             outcome, repair = self.renewal_outcome(replies, offset)
             if repair:
                 self._repair(token, repair)

@@ -106,16 +106,16 @@ def alock(
 
 
 def made_lock(name: Name, key: Name, *, asyncio: bool, timeout: Any, auto_renew: bool,
-              label: Optional[str] = None, view: Optional[str] = None) -> Any:
+              label: Optional[str] = None, view: Optional[str] = None, max_hold: Optional[float] = None) -> Any:
     """A lock without a client, shared (``thread_local=False``), made once per key, name,
     label, view, flavour, timeout and renewal: each use takes a copy of it on a client
     (``made_lock(...)._fresh(client)``), a fraction of the cost of making one (``@locked``
     makes one per request)."""
-    cache_key = (key, name, label, view, asyncio, timeout, type(timeout), auto_renew)
+    cache_key = (key, name, label, view, asyncio, timeout, type(timeout), auto_renew, max_hold)
     made = _made.get(cache_key)
     if made is None:
         made = _new_lock(name, key, asyncio=asyncio, client=None, timeout=timeout, auto_renew=auto_renew,
-                         label=label, thread_local=False)
+                         label=label, thread_local=False, max_hold=max_hold)
         name_view(made, view)
         if cacheable(name) and cacheable(label):  # long names are not kept (see keys.CACHED_NAME_MAX)
             if len(_made) >= _MADE_MAX:
@@ -218,20 +218,22 @@ def asemaphore(name: Name, limit: int, timeout: Any = DEFAULT, **kwargs: Any) ->
 
 
 def locked_primitive(name: str, *, asyncio: bool, timeout: Any, auto_renew: Optional[bool], label: Optional[str],
-                     view: Optional[str], limit: Optional[int] = None, redlock: bool = False) -> Any:
+                     view: Optional[str], limit: Optional[int] = None, redlock: bool = False,
+                     max_hold: Optional[float] = None) -> Any:
     """What ``@locked`` holds for one call, made by the factories above: a lock (a copy of
     :func:`made_lock`'s on the current client), a semaphore of ``limit`` permits, or a Redlock.
     None is per thread (``thread_local=False``): a view's hold may end in the thread that closes
     its response.  ``view`` (a dotted path) is named in the holder info."""
     if redlock:
         primitive = _new_redlock(name, timeout, auto_renew, asyncio=asyncio, masters=None, label=label,
-                                 thread_local=False)
+                                 thread_local=False, max_hold=max_hold)
     elif limit is not None:
-        primitive = make_semaphore(name, limit, timeout, asyncio=asyncio, auto_renew=auto_renew, label=label)
+        primitive = make_semaphore(name, limit, timeout, asyncio=asyncio, auto_renew=auto_renew, label=label,
+                                   max_hold=max_hold)
     else:
         timeout, auto_renew = _options(timeout, auto_renew)
         made = made_lock(name, coord_settings().prefixed(name), asyncio=asyncio, timeout=timeout,
-                         auto_renew=auto_renew, label=label, view=view)
+                         auto_renew=auto_renew, label=label, view=view, max_hold=max_hold)
         return made._fresh(get_async_client() if asyncio else get_client())
     name_view(primitive, view)
     return primitive

@@ -234,7 +234,7 @@ class Watchdog:
         try:
             pipe = batch[0].owner.redis.pipeline(transaction=False)
             for hold in batch:
-                hold.owner.queue_renewal(pipe, hold.token, hold.once)
+                hold.owner.queue_renewal(pipe, hold.token, hold.once, hold.local)
             sent_at = time.monotonic()
             replies = pipe.execute(raise_on_error=False)
         except Exception as exc:  # connection refused, timeout, ...
@@ -253,7 +253,13 @@ class Watchdog:
 
     @staticmethod
     def _lose(hold: Hold) -> None:
-        logger.error("Lost %s %r: it could not be renewed before its deadline", hold.owner.kind, hold.owner.name)
+        max_hold = getattr(hold.owner, "max_hold", None)
+        started = getattr(hold.local, "started", None)
+        if max_hold is not None and started is not None and time.monotonic() >= started + max_hold - hold.interval:
+            logger.error("Ended %s %r at max_hold: held for %gs, no renewal past that", hold.owner.kind,
+                         hold.owner.name, max_hold)
+        else:
+            logger.error("Lost %s %r: it could not be renewed before its deadline", hold.owner.kind, hold.owner.name)
         try:
             hold.owner._mark_lost(hold.local)
         except Exception:  # a failing callback must not stop the watchdog
@@ -336,7 +342,7 @@ class AsyncWatchdog:
         try:
             pipe = client.pipeline(transaction=False)
             for hold in batch:
-                hold.owner.queue_renewal(pipe, hold.token, hold.once)
+                hold.owner.queue_renewal(pipe, hold.token, hold.once, hold.local)
             replies = await pipe.execute(raise_on_error=False)
         except Exception as exc:
             replies = [exc] * len(batch)

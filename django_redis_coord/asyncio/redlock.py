@@ -156,13 +156,13 @@ class _TaskHold:
 class _RenewalBatch:
     def __init__(self, owner: Redlock) -> None:
         self.owner = owner
-        self.tokens: list[bytes] = []
+        self.renewals: list[tuple[bytes, int]] = []
 
-    def add(self, token: bytes) -> None:
-        self.tokens.append(token)
+    def add(self, token: bytes, ms: int) -> None:
+        self.renewals.append((token, ms))
 
     async def execute(self, raise_on_error: bool = False) -> list[Any]:
-        return await self.owner._renew_many(self.tokens)
+        return await self.owner._renew_many(self.renewals)
 
 
 class _QuorumClient:
@@ -298,10 +298,10 @@ class Redlock(AsyncWithBlock, RedlockBase):
         worker = task.get_name() if task is not None else "asyncio"
         await self._fan_out(self.only(nodes, self.repair_commands(token, worker)))
 
-    async def _renew_many(self, tokens: list[bytes]) -> list[Any]:
-        _, replies = await self._fan_out([self.renewal_commands(tokens)] * len(self.masters))
+    async def _renew_many(self, renewals: list[tuple[bytes, int]]) -> list[Any]:
+        _, replies = await self._fan_out([self.renewal_commands(renewals)] * len(self.masters))
         outcomes = []
-        for offset, token in enumerate(tokens):
+        for offset, (token, _) in enumerate(renewals):
             outcome, repair = self.renewal_outcome(replies, offset)
             if repair:
                 await self._repair(token, repair)
