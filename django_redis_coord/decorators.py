@@ -125,8 +125,7 @@ class Locked:
         max_hold: Optional[float] = None,
     ) -> None:
         self.on_contended = checked_on_contended(on_contended, key)
-        if max_hold is not None and auto_renew is None:
-            auto_renew = True  # a cap on renewals asks for renewals
+        auto_renew = True if max_hold is not None and auto_renew is None else auto_renew  # a cap asks for renewals
         timeout = checked_options(
             key, timeout=timeout, wait=wait, limit=limit, status=status, handler=handler, template_name=template_name,
             auto_renew=auto_renew, rollback_on_loss=rollback_on_loss, using=using, fail_open=fail_open, label=label,
@@ -383,8 +382,7 @@ def locked(key: Any = None, /, **options: Any) -> Any:
     on a template (a callable key goes by keyword: ``@locked(key=lambda request, pk: ...)``).
     Options: ``timeout``, ``wait``, ``limit``, ``status``, ``handler``, ``template_name``,
     ``auto_renew``, ``rollback_on_loss``, ``using``, ``fail_open``, ``label``, ``params``,
-    ``redlock`` (take the lock with Redlock over ``REDLOCK["MASTERS"]``), ``max_hold`` (seconds: a
-    renewed hold ends that long after it began, with the loss signal), ``on_contended``
+    ``redlock`` (take the lock with Redlock over ``REDLOCK["MASTERS"]``), ``max_hold`` (seconds), ``on_contended``
     (outside views: ``"raise"``, ``"skip"`` (return a ``Skipped`` value without running) or, in a
     Celery task, ``"retry"``).
     Also decorates a ``Task`` of Django's tasks framework (``@locked`` above ``@task``).
