@@ -218,8 +218,10 @@ class RWLockBase(QueuedBase):
         if local.token == token:
             local.token = None
             local.reads = local.writes = 0
-        if not released or lost:  # a LockLostError is a LockNotOwnedError, as redis-py raises here
-            raise LockLostError("The hold was lost before it was released", lock_name=self.name)
+        if not released:
+            raise LockNotOwnedError("Cannot release a lock that's no longer owned", lock_name=self.name)
+        if lost:
+            raise LockLostError("The lock was lost before it was released", lock_name=self.name)
 
     def _held(self, mode: str, action: str) -> Any:
         """The hold state to extend (or reacquire): the current thread's hold of ``mode``."""

@@ -3,6 +3,8 @@ holders and waiters, keys, and a writer's wait behind many looping readers (acro
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import random
 import signal
@@ -23,6 +25,7 @@ from django_redis_coord import (
     Semaphore,
 )
 from django_redis_coord._queued_base import META_RETENTION_MS
+from django_redis_coord.asyncio.rwlock import ReadWriteLock as AsyncReadWriteLock
 from django_redis_coord.exceptions import LockUpgradeError
 from django_redis_coord.holders import rwlock_holders
 from django_redis_coord.keys import key_slot
@@ -367,7 +370,7 @@ def test_a_with_block_that_cannot_acquire_in_time_raises(redis_client):
         with ReadWriteLock(redis_client, "cm", timeout=10, blocking_timeout=0.1).read:
             pass
     holder.write.release()
-    with pytest.raises(LockLostError):
+    with pytest.raises(LockNotOwnedError):  # as redis-py's Lock: its TTL ended it before the release
         with ReadWriteLock(redis_client, "cm", timeout=0.1).read:
             time.sleep(0.25)
 
@@ -494,3 +497,112 @@ def test_a_writer_behind_sixteen_looping_readers_waits_at_most_the_longest_reade
         assert waited <= longest + MARGIN, (waited, longest)
         # The write was held alone: no reader hold overlaps it.
         assert all(end <= granted or start >= released for start, end in reader_holds)
+
+
+# -- asyncio ----------------------------------------------------------------------------------------------
+def test_async_readers_share_and_waiting_tasks_are_served_fifo_across_modes(async_redis):
+    async def scenario():
+        client = async_redis()
+        first = AsyncReadWriteLock(client, "a:fifo", timeout=10)
+        assert await first.read.acquire()
+        spans: dict[int, tuple] = {}
+
+        async def queued(index, mode):
+            rw = AsyncReadWriteLock(client, "a:fifo", timeout=10)
+            async with rw.hold(mode) as hold:
+                start = time.monotonic_ns()
+                fence = hold.fence
+                await asyncio.sleep(0.1)
+                spans[index] = (mode, fence, start, time.monotonic_ns())
+
+        modes = ["write", "read", "read", "write"]
+        tasks = []
+        for index, mode in enumerate(modes):
+            tasks.append(asyncio.create_task(queued(index, mode)))
+            while await client.zcard(first.keys.queue) < index + 1:
+                await asyncio.sleep(0.005)
+        assert await first.read.locked() and not await first.write.locked()
+        await first.read.release()
+        await asyncio.gather(*tasks)
+        await client.aclose()
+        return [spans[index] for index in range(len(modes))]
+
+    w1, r2, r3, w4 = asyncio.run(scenario())
+    assert w1[1] < r2[1] and w1[1] < r3[1] and max(r2[1], r3[1]) < w4[1]
+    assert min(r2[2], r3[2]) > w1[3] and max(r2[2], r3[2]) < min(r2[3], r3[3])  # the readers together
+    assert w4[2] > max(r2[3], r3[3])
+
+
+def test_async_holds_are_per_task_and_reenter_per_task(async_redis):
+    async def scenario():
+        client = async_redis()
+        rw = AsyncReadWriteLock(client, "a:tasks", timeout=10)
+        both_in = asyncio.Event()
+        fences = []
+
+        async def reader():
+            async with rw.read:
+                fence = rw.read.fence
+                async with rw.read:  # a read inside a read of the same task joins it
+                    assert rw.read.fence == fence
+                fences.append(fence)
+                if len(fences) == 2:
+                    both_in.set()
+                await both_in.wait()
+                assert len(await rw.holders()) == 2  # one hold per task, not per object
+                with pytest.raises(LockUpgradeError):
+                    await rw.write.acquire()
+
+        await asyncio.gather(reader(), reader())
+        assert fences[0] != fences[1] and not await rw.locked()
+        with pytest.raises(LockError):
+            await rw.read.release()  # this task holds nothing
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_async_a_cancelled_writer_lets_the_readers_behind_it_in(async_redis):
+    async def scenario():
+        client = async_redis()
+        holder = AsyncReadWriteLock(client, "a:cancel", timeout=10)
+        assert await holder.read.acquire()
+        writer = asyncio.create_task(AsyncReadWriteLock(client, "a:cancel", timeout=10).write.acquire())
+        while await client.zcard(holder.keys.queue) < 1:
+            await asyncio.sleep(0.005)
+        reader_rw = AsyncReadWriteLock(client, "a:cancel", timeout=10)
+        reader = asyncio.create_task(reader_rw.read.acquire(blocking_timeout=5))
+        while await client.zcard(holder.keys.queue) < 2:
+            await asyncio.sleep(0.005)
+        assert not reader.done()  # behind the writer
+        writer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await writer
+        assert await asyncio.wait_for(reader, 2)
+        assert [h.extra["mode"] for h in await holder.holders()] == ["read", "read"]
+        assert await client.zcard(holder.keys.queue) == 0
+        await holder.read.release()
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_async_renewal_and_a_task_that_ends_holding(async_redis, caplog):
+    async def scenario():
+        client = async_redis()
+        rw = AsyncReadWriteLock(client, "a:renewed", timeout=0.5, auto_renew=True)
+        async with rw.write:
+            await asyncio.sleep(1.6)
+            assert rw.write.valid and await rw.write.owned()
+        with caplog.at_level(logging.WARNING, logger="django_redis_coord"):
+            assert await asyncio.create_task(rw.read.acquire())  # acquired in a task of its own
+            await asyncio.sleep(0)
+        assert any("ended without releasing" in r.getMessage() for r in caplog.records)
+        for _ in range(300):  # no longer renewed: its TTL ends it
+            if not await client.exists("a:renewed"):
+                break
+            await asyncio.sleep(0.01)
+        assert not await client.exists("a:renewed")
+        await client.aclose()
+
+    asyncio.run(scenario())
