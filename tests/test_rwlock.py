@@ -606,3 +606,29 @@ def test_async_renewal_and_a_task_that_ends_holding(async_redis, caplog):
         await client.aclose()
 
     asyncio.run(scenario())
+
+
+# -- what the listing reads ------------------------------------------------------------------------------
+def test_the_listing_finds_the_registry_entry_and_the_readers_count_is_one_script_away(redis_client):
+    from django_redis_coord.listing import HolderListing
+    from django_redis_coord.scripts import sync_scripts
+
+    readers = [ReadWriteLock(redis_client, "report:{7}", timeout=30, label=f"r{i}") for i in range(3)]
+    for rw in readers:
+        assert rw.read.acquire()
+    plain = Lock(redis_client, "plain", timeout=30)
+    assert plain.acquire()
+    listing = HolderListing(redis_client)
+    entries = {(entry.kind, entry.raw_name) for entry in listing.entries()}
+    assert entries == {("rw", b"report:{7}"), ("lock", b"plain")}
+    assert [h.name for h in listing.holders()] == ["plain"]  # the listing shows read-write locks once it reads "rw"
+    # What it would read them with: the semaphore's many-holders script, given the lock's keys.
+    keys = readers[0].keys
+    reply = sync_scripts.get(redis_client, "sem_inspect_many")((keys.name, keys.meta, keys.queue), (),
+                                                               client=redis_client)
+    record = reply.split(b":", 2)[2] if isinstance(reply, bytes) else reply.encode().split(b":", 2)[2]
+    _limit, used, waiting = record.split(b" ", 3)[:3]
+    assert (used, waiting) == (b"3", b"0") and record.count(b'"mode": "read"') == 3
+    for rw in readers:
+        rw.read.release()
+    plain.release()
