@@ -45,9 +45,10 @@ _COUNTS = {READ: "reads", WRITE: "writes"}
 _CACHED_INFO_MAX = 1024
 
 
-def hold_mode(token: bytes) -> str:
-    """The mode (:data:`READ` or :data:`WRITE`) of a read-write lock's token."""
-    return _MODES[token[0]]
+def hold_mode(token: bytes) -> Optional[str]:
+    """The mode (:data:`READ` or :data:`WRITE`) of a read-write lock's token; ``None`` for a token
+    that is not one (a semaphore's permit under the same name)."""
+    return _MODES.get(token[0]) if token else None
 
 
 def _add_mode(info: str, mode: str) -> str:
@@ -126,7 +127,7 @@ class RWLockBase(QueuedBase):
     def acquire_args(self, token: bytes, enqueue: int, worker: str,
                      reply_to: tuple[bytes, Any] = NO_REPLY) -> tuple:
         args = super().acquire_args(token, enqueue, worker, reply_to)
-        return (*args[:4], _with_mode(args[4], hold_mode(token)), *args[5:])
+        return (*args[:4], _with_mode(args[4], hold_mode(token) or ""), *args[5:])
 
     def checked_pttl(self, pttl: int) -> int:
         """The reply of ``sem_extend.lua``: the new lease, or an error."""

@@ -440,6 +440,7 @@ def test_bad_modes_and_names_used_by_other_kinds_are_refused(redis_client):
     assert semaphore.acquire("peter")
     with pytest.raises(NameKindConflict):
         rw.write.acquire(blocking=False)
+    assert not rw.read.locked() and not rw.write.locked()  # a permit is neither
     assert semaphore.release("peter")
 
 
