@@ -16,6 +16,7 @@ Python code expects.  The tree (``also``: further base classes)::
     │   ├── LockContended               ``@locked``: the key is held (plain functions, ``with``)
     │   ├── LockAcquireTimeout          a ``with`` block could not acquire in time
     │   ├── LockLostError               also redis LockNotOwnedError: the hold ended unreleased
+    │   ├── LockUpgradeError            a write asked for by the holder of a read (read-write lock)
     │   ├── ConnectionPoolTooSmall      also ValueError
     │   ├── SemaphoreLimitNotSet        also TypeError
     │   ├── StaleFenceError             a fenced write from a holder older than one seen
@@ -50,6 +51,7 @@ __all__ = [
     "NameKindConflict",
     "LockLostError",
     "LockAcquireTimeout",
+    "LockUpgradeError",
     "QuorumUnavailable",
     "ReplicationNotAcknowledged",
     "RedisServerNotFound",
@@ -101,6 +103,14 @@ class ConnectionPoolTooSmall(CoordLockError, ValueError):
 
 class LockLostError(CoordLockError, LockNotOwnedError):
     """The hold ended without a release: it expired, was taken over or could not be renewed."""
+
+
+class LockUpgradeError(CoordLockError):
+    """A thread (or task) holding a read hold of a read-write lock asked for its write hold.
+
+    Refused at once, with nothing sent to Redis: the write could only be granted once every read
+    has ended, this thread's own included, so waiting for it would wait for ever (or until
+    ``blocking_timeout``).  Release the read first, or take the write from the start."""
 
 
 class StaleFenceError(CoordLockError):

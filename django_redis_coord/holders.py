@@ -29,6 +29,9 @@ __all__ = [
 
 #: Kinds of primitive a holder can hold (as in the key layout), with a human title.
 KINDS: dict[str, str] = {"lock": "Lock", "sem": "Semaphore"}
+#: Kinds whose name can have several holders at once (a semaphore's permits, a read-write lock's
+#: readers); each holder's id names its fence too (:attr:`HolderInfo.id`).
+MANY_HOLDERS = ("sem", "rw")
 
 
 def text(value: Any) -> str:
@@ -166,9 +169,9 @@ class HolderInfo:
 
     @property
     def id(self) -> str:
-        """One hold's own id: the primitive's, and for a semaphore permit its fence after a dot,
-        since several permits of one semaphore are listed at once."""
-        return f"{self.primitive_id}.{self.fence}" if self.kind == "sem" else self.primitive_id
+        """One hold's own id: the primitive's, and for a semaphore permit (or a read-write lock's
+        hold) its fence after a dot, since several holders of one name are listed at once."""
+        return f"{self.primitive_id}.{self.fence}" if self.kind in MANY_HOLDERS else self.primitive_id
 
     @property
     def kind_title(self) -> str:
@@ -300,24 +303,25 @@ async def async_lock_holder(client: Any, name: Union[str, bytes]) -> Optional[Ho
 __all__ += ["semaphore_holders", "async_semaphore_holders", "permits_from_inspect"]
 
 
-def permits_from_inspect(name: bytes, reply: Any) -> list[HolderInfo]:
-    """The live permits in a ``sem_inspect.lua`` "full" reply, oldest grant first."""
+def permits_from_inspect(name: bytes, reply: Any, kind: str = "sem") -> list[HolderInfo]:
+    """The live permits in a ``sem_inspect.lua`` "full" reply, oldest grant first (``kind``:
+    ``"rw"`` for the holds of a read-write lock, which the same script reads)."""
     now_ms, limit, used, waiters = reply[:4]
     counts = {"used": int(used), "limit": int(limit) if limit else None, "server_now_ms": int(now_ms)}
     permits = []
     for index in range(5, len(reply), 3):
         token, pttl, record = reply[index : index + 3]
         fence, since, _claim, info = (text(record) if record else "0 0 0 {}").split(" ", 3)
-        permit = HolderInfo.from_inspect(name, "sem", (token, pttl, fence, info, since or None, waiters), **counts)
+        permit = HolderInfo.from_inspect(name, kind, (token, pttl, fence, info, since or None, waiters), **counts)
         if permit is not None:
             permits.append(permit)
     permits.sort(key=lambda permit: permit.fence)
     return permits
 
 
-def _sem_inspect_call(client: Any, registry: Any, name: Union[str, bytes]) -> tuple[bytes, Any]:
+def _sem_inspect_call(client: Any, registry: Any, name: Union[str, bytes], kind: bytes = b"sem") -> tuple[bytes, Any]:
     raw = encode_name(name)
-    keys = keys_for(raw, b"sem")
+    keys = keys_for(raw, kind)
     script = registry.get(client, "sem_inspect")
     return raw, script((keys.name, keys.meta, keys.queue), ("full",), client=client)
 
@@ -332,3 +336,21 @@ async def async_semaphore_holders(client: Any, name: Union[str, bytes]) -> list[
     """Asyncio twin of :func:`semaphore_holders`."""
     raw, reply = _sem_inspect_call(client, async_scripts, name)
     return permits_from_inspect(raw, await reply)
+
+
+# -- read-write locks --------------------------------------------------------------------------------
+__all__ += ["rwlock_holders", "async_rwlock_holders"]
+
+
+def rwlock_holders(client: Any, name: Union[str, bytes]) -> list[HolderInfo]:
+    """Every live hold of read-write lock ``name`` (fence order): its readers, or its writer.
+
+    Each holder's ``extra["mode"]`` is ``"read"`` or ``"write"``; ``used`` is how many hold it."""
+    raw, reply = _sem_inspect_call(client, sync_scripts, name, b"rw")
+    return permits_from_inspect(raw, reply, "rw")
+
+
+async def async_rwlock_holders(client: Any, name: Union[str, bytes]) -> list[HolderInfo]:
+    """Asyncio twin of :func:`rwlock_holders`."""
+    raw, reply = _sem_inspect_call(client, async_scripts, name, b"rw")
+    return permits_from_inspect(raw, await reply, "rw")

@@ -15,11 +15,15 @@ from typing import Any
 
 from redis.commands.core import AsyncScript, Script
 
+#: The helper files of each family of scripts (by the start of their names), after ``common.lua``.
+FAMILIES = {"sem_": ["lib/semaphore.lua"], "rw_": ["lib/semaphore.lua", "lib/rwlock.lua"]}
+
 
 def script_files(name: str) -> list[str]:
     """The files script ``name`` is made of, in order: ``common.lua``, the helpers of its family
-    (``lib/semaphore.lua`` for the ``sem_*`` scripts) and ``<name>.lua``."""
-    family = ["lib/semaphore.lua"] if name.startswith("sem_") else []
+    (:data:`FAMILIES`: ``lib/semaphore.lua`` for the ``sem_*`` scripts, and ``lib/rwlock.lua``
+    after it for the read-write lock's ``rw_*``) and ``<name>.lua``."""
+    family = next((files for start, files in FAMILIES.items() if name.startswith(start)), [])
     return ["common.lua", *family, f"{name}.lua"]
 
 

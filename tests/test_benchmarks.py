@@ -215,3 +215,27 @@ def test_locked_view_variants_take_turns_request_by_request_in_a_changing_order(
     calls.clear()
     _interleaved(("a", "b", "c"), turns, 1, timed)
     assert calls != first
+
+
+def test_rwlock_benchmark_end_to_end_with_tiny_sizes(redis_servers, tmp_path):
+    from benchmarks import bench_rwlock
+
+    assert "rwlock" in run.discover()
+    tiny = bench_rwlock.Sizes(pair_seconds=0.05, pair_rounds=1, procs=2, contention_seconds=0.3, readers=(3,),
+                              reader_hold=(0.02, 0.05), writes=3, writer_patience=0.5)
+    ctx = Context(redis_servers(1)[0], quick=True, results_dir=tmp_path, verbose=False)
+    section = bench_rwlock.run(ctx, sizes=tiny)
+    write_report(section, ctx, started=0.0)
+    report = (tmp_path / "rwlock.md").read_text()
+    for heading in ("## Uncontended acquire + release", "## 2 processes on one name", "## A writer behind"):
+        assert heading in report, heading
+    figures = section.figures
+    assert figures["pairs_ratio.lock"] == pytest.approx(1.0)
+    assert figures["pairs_per_s.read"] > 0 and figures["pairs_per_s.write"] > 0
+    assert figures["many.lock.holds_per_s"] > 0 and figures["many.read.holds_per_s"] > 0
+    # Ours serves every write behind the readers, within the longest reader hold and the hand-off.
+    assert figures["writer.ours.3.gave_up"] == 0
+    assert 0 < figures["writer.ours.3.wait_p50_ms"] <= figures["writer.ours.3.wait_p99_ms"]
+    assert figures["writer.ours.3.longest_reader_hold_ms"] >= 20
+    # The readers-first lock written by hand is measured in the same run (its writer may starve).
+    assert "writer.reader-count.3.gave_up" in figures and "| reader count | 3 |" in report

@@ -26,6 +26,7 @@ import django_redis_coord
 from django_redis_coord import Lock, LockNotOwnedError, Semaphore, lock_holder, scripts
 from django_redis_coord.asyncio import Lock as AsyncLock
 from django_redis_coord.listing import HolderListing
+from django_redis_coord.rwlock import ReadWriteLock
 from django_redis_coord.scripts import script_text
 
 PACKAGE = Path(django_redis_coord.__file__).parent
@@ -129,14 +130,14 @@ def _lua_without_strings_and_comments(text: str) -> str:
 
 def test_the_script_registry_builds_each_script_from_the_shipped_files_only():
     """A script is its own file after helper blocks copied unchanged from ``common.lua`` (and
-    ``lib/semaphore.lua`` for the ``sem_*`` scripts), and every function it calls is Lua's or
-    defined in it."""
-    common = (LUA / "common.lua").read_text(encoding="utf-8")
-    semaphore_helpers = (LUA / "lib" / "semaphore.lua").read_text(encoding="utf-8")
+    ``lib/semaphore.lua`` for the ``sem_*`` scripts, with ``lib/rwlock.lua`` for the ``rw_*``), and
+    every function it calls is Lua's or defined in it."""
     carried = set()
     for name in SCRIPT_NAMES:
         own = (LUA / f"{name}.lua").read_text(encoding="utf-8")
-        libraries = [common, semaphore_helpers] if name.startswith("sem_") else [common]
+        *parts, _ = scripts.script_files(name)
+        libraries = [(LUA / part).read_text(encoding="utf-8") for part in parts]
+        assert parts[0] == "common.lua" and ("lib/semaphore.lua" in parts) == name.startswith(("sem_", "rw_"))
         text = script_text(name)
         assert text.endswith(own)
         head = text[: len(text) - len(own)]
@@ -150,8 +151,8 @@ def test_the_script_registry_builds_each_script_from_the_shipped_files_only():
         assert not missing, f"{name} calls {sorted(missing)} without defining them"
         carried |= set(re.findall(r"^local function (\w+)", head, re.MULTILINE))
     # The selection matters: not every script carries every helper.
-    assert len(script_text("lock_inspect")) < len(common)
-    assert {"hand_off", "queue_waiter", "sem_hand_off"} <= carried
+    assert len(script_text("lock_inspect")) < len((LUA / "common.lua").read_text(encoding="utf-8"))
+    assert {"hand_off", "queue_waiter", "sem_hand_off", "rw_hand_off"} <= carried
 
 
 def test_hostile_names_never_reach_redis_as_script_text(redis_servers, monkeypatch):
@@ -180,6 +181,11 @@ def test_hostile_names_never_reach_redis_as_script_text(redis_servers, monkeypat
         semaphore = Semaphore(client, name, limit=1, timeout=5)
         assert semaphore.acquire("')--" + str(name))
         semaphore.release("')--" + str(name))
+        rw = ReadWriteLock(client, name, timeout=5, label="]] --")
+        assert rw.read.acquire(blocking=False) and rw.read.acquire(blocking=False)  # a hold, then re-entry
+        assert ReadWriteLock(client, name, timeout=5).write.acquire(blocking_timeout=0.05) is False
+        rw.read.release()
+        rw.read.release()
         assert HolderListing(client).holders(search=str(name)[:8]) is not None
     assert client.get("canary") == b"alive"
     assert requested and set(requested) <= set(SCRIPT_NAMES)

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 import django_redis_coord
-from django_redis_coord import durable, locks, redlock, semaphores
+from django_redis_coord import durable, locks, redlock, rwlock, semaphores
 from django_redis_coord.asyncio import durable as async_durable
 from django_redis_coord.asyncio import lock as async_lock
 from django_redis_coord.asyncio import redlock as async_redlock
+from django_redis_coord.asyncio import rwlock as async_rwlock
 from django_redis_coord.asyncio import semaphore as async_semaphore
 
 PACKAGE = Path(django_redis_coord.__file__).resolve().parent
@@ -24,6 +25,12 @@ FAMILIES = {
     "Semaphore": (semaphores.Semaphore, async_semaphore.Semaphore),
     "Redlock": (redlock.Redlock, async_redlock.Redlock),
     "DurableLock": (durable.DurableLock, async_durable.DurableLock),
+    # A read-write lock's holds (``lock.read``, ``lock.write``) are what acquires and releases.
+    "RWHold": (rwlock.RWHold, async_rwlock.RWHold),
+}
+#: Twins whose objects are not held themselves (no with block of their own).
+HOLDERS_OF_HOLDS = {
+    "ReadWriteLock": (rwlock.ReadWriteLock, async_rwlock.ReadWriteLock),
 }
 
 
@@ -51,6 +58,15 @@ def test_the_asyncio_twin_has_the_same_public_methods_and_parameters(family):
     assert hasattr(asynchronous, "__aenter__") and hasattr(asynchronous, "__aexit__")
 
 
+@pytest.mark.parametrize("family", sorted(HOLDERS_OF_HOLDS))
+def test_twins_holding_holds_have_the_same_public_methods_and_parameters(family):
+    sync, asynchronous = HOLDERS_OF_HOLDS[family]
+    assert public_api(sync) == public_api(asynchronous)
+    for method in ("locked", "holders", "do_release", "do_extend", "do_inspect"):
+        assert not inspect.iscoroutinefunction(getattr(sync, method)), (family, method)
+        assert inspect.iscoroutinefunction(getattr(asynchronous, method)), (family, method)
+
+
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_what_talks_to_redis_is_awaited_in_the_asyncio_twin(family):
     sync, asynchronous = FAMILIES[family]
@@ -70,7 +86,7 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "asyncio").glob("*.py")), ids=lambda path: path.name)
 def test_asyncio_modules_take_nothing_private_from_a_sync_module(path):
-    twins = {"locks", "semaphores", "redlock", "durable", "waiting", "queued"}
+    twins = {"locks", "semaphores", "redlock", "durable", "waiting", "queued", "rwlock"}
     for module, names in _imports(path):
         assert module not in twins, f"{path.name} imports from the sync twin {module}: use _{module}_base"
         if not module.startswith("_"):
@@ -78,7 +94,7 @@ def test_asyncio_modules_take_nothing_private_from_a_sync_module(path):
             assert not private, f"{path.name} imports private {private} from {module}"
 
 
-@pytest.mark.parametrize("family", ["lock", "semaphore", "redlock", "durable", "waiting", "queued"])
+@pytest.mark.parametrize("family", ["lock", "semaphore", "redlock", "durable", "waiting", "queued", "rwlock"])
 def test_each_family_has_a_base_a_sync_and_an_asyncio_module(family):
     sync = {"lock": "locks", "semaphore": "semaphores"}.get(family, family)
     assert (PACKAGE / f"_{family}_base.py").exists()

@@ -128,19 +128,21 @@ end
 
 -- Take the first queued waiter whose lease is still running off the queue, dropping the dead ones
 -- before it.  The caller grants it and announces the grant (notify()).  Stops at `except` (may be
--- nil: the caller itself), leaving it queued.  Returns its token, its channel and id, what to
+-- nil: the caller itself), leaving it queued, and at a live waiter whose token starts with the
+-- letter `blocked` (may be nil: a read-write lock's writers while readers hold, see
+-- lib/rwlock.lua), leaving it first in line.  Returns its token, its channel and id, what to
 -- grant it (ms) and whether that is provisional (0 or 1), its holder info, the end of its lease and
 -- the lease; nil when nobody is left.  A long (or endless) hold goes to a waiter for two leases
 -- only, until it claims the rest: a waiter that died while queued stalls the queue for a bounded time.
-local function next_waiter(queue, waiters, now_ms, except)
+local function next_waiter(queue, waiters, now_ms, except, blocked)
   while true do
     local head
-    if except then  -- look before taking: the queue must not lose its expiry with its last entry
+    local look = except or blocked
+    if look then  -- look before taking: the queue must not lose its expiry with its last entry
       head = redis.call('ZRANGE', queue, 0, 0)[1]
       if not head or head == except then
         return nil
       end
-      redis.call('ZREM', queue, head)
     else
       head = redis.call('ZPOPMIN', queue)[1]
       if not head then
@@ -148,15 +150,24 @@ local function next_waiter(queue, waiters, now_ms, except)
       end
     end
     local data = redis.call('HGET', waiters, head)
+    local ttl, lease_until, lease, channel, id, info
+    if data then
+      ttl, lease_until, lease, channel, id, info = parse_waiter(data)
+      if lease_until < now_ms then
+        data = nil
+      elseif blocked and string.sub(head, 1, 1) == blocked then
+        return nil
+      end
+    end
+    if look then
+      redis.call('ZREM', queue, head)
+    end
     redis.call('HDEL', waiters, head)
     if data then
-      local ttl, lease_until, lease, channel, id, info = parse_waiter(data)
-      if lease_until >= now_ms then
-        if ttl == 0 or ttl > 2 * lease then
-          return head, channel, id, 2 * lease, 1, info, lease_until, lease
-        end
-        return head, channel, id, ttl, 0, info, lease_until, lease
+      if ttl == 0 or ttl > 2 * lease then
+        return head, channel, id, 2 * lease, 1, info, lease_until, lease
       end
+      return head, channel, id, ttl, 0, info, lease_until, lease
     end
   end
 end

@@ -19,13 +19,7 @@ if redis.call('EXISTS', queue) == 1 then
   sem_hand_off(permits, meta, queue, waiters, registry, member, limit, now_ms, now_us, nil)
 end
 if score then
-  -- The registry lists the latest lease end: recompute it only if it may have been this one.
-  if redis.call('ZCARD', permits) == 0 then
-    redis.call('ZREM', registry, member)
-    registry_removed(registry)
-  elseif redis.call('ZSCORE', registry, member) == score then
-    sem_publish(permits, registry, member, nil, now_ms)
-  end
+  sem_unlisted(permits, registry, member, score, now_ms)
 end
 sem_expire(permits, meta, retention, now_ms)
 return released

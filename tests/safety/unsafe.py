@@ -38,6 +38,9 @@ return 0
 class _Unsafe:
     """What every control keeps: its client, TTL, token, fence and local deadline (ns)."""
 
+    #: Recorded with the acquire (nothing for these).
+    details: dict = {}
+
     def __init__(self, client: Any, timeout: float) -> None:
         self.client = client
         self.timeout = timeout

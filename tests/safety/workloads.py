@@ -91,6 +91,8 @@ class _CoordAdapter:
     """What a client needs from one of our primitives (a fresh object per hold)."""
 
     primitive: Any
+    #: Recorded with the acquire (a read-write lock's mode).
+    details: dict = {}
 
     @property
     def fence(self) -> Optional[int]:
@@ -141,7 +143,7 @@ class CoordSemaphore(_CoordAdapter):
         return "ok" if self.primitive.release() else "not-owned"
 
 
-def make_adapter(w: Workload, client: Any, on_lost: Callable[[Any], None]) -> Any:
+def make_adapter(w: Workload, client: Any, on_lost: Callable[[Any], None], rng: Any = None) -> Any:
     kind = w.kind
     if kind == "lock":
         return CoordLock(client, w.name, w.ttl)
@@ -215,8 +217,15 @@ def _connect(url: str, w: Workload) -> Any:
     return redis.Redis.from_url(url, **options)
 
 
-def client_main(w: Workload, index: int) -> list:
-    """One client process: run ``w.rounds`` holds (or until ``w.duration``) and return its events."""
+def client_main(w: Workload, index: int, make: Optional[Callable[..., Any]] = None,
+                hold: Optional[Callable[..., None]] = None) -> list:
+    """One client process: run ``w.rounds`` holds (or until ``w.duration``) and return its events.
+
+    ``make(w, client, on_lost, rng)`` gives the adapter of each hold (default :func:`make_adapter`),
+    ``hold(w, rng, rec, adapter, resource, element)`` does the work under it (default :func:`_hold`);
+    what an adapter's ``details`` say is recorded with its grant."""
+    make = make or make_adapter
+    hold = hold or _hold
     rng = random.Random(w.seed * 1000 + index)
     rec = Recorder(index)
     lock_client = _connect(w.lock_url, w)
@@ -229,8 +238,8 @@ def client_main(w: Workload, index: int) -> list:
     for round_no in range(w.rounds if stop_at is None else 10**9):
         if stop_at is not None and time.monotonic() >= stop_at:
             break
-        adapter = make_adapter(w, lock_client, on_lost)
-        rec.invoke("acquire", {"blocking_timeout": w.blocking_timeout})
+        adapter = make(w, lock_client, on_lost, rng)
+        rec.invoke("acquire", {"blocking_timeout": w.blocking_timeout, **adapter.details})
         try:
             got = adapter.acquire(w.blocking_timeout)
         except IO_ERRORS as exc:
@@ -240,9 +249,9 @@ def client_main(w: Workload, index: int) -> list:
         if not got:
             rec.fail("acquire", "timed out")
             continue
-        rec.ok("acquire", {"fence": adapter.fence, "deadline": adapter.deadline_ns()})
+        rec.ok("acquire", {"fence": adapter.fence, "deadline": adapter.deadline_ns(), **adapter.details})
         try:
-            _hold(w, rng, rec, adapter, resource, f"{index}-{round_no}")
+            hold(w, rng, rec, adapter, resource, f"{index}-{round_no}")
         except IO_ERRORS:
             time.sleep(w.backoff)
         _release(w, rec, adapter)
@@ -316,9 +325,9 @@ def _release(w: Workload, rec: Recorder, adapter: Any) -> None:
 
 
 # -- running clients ----------------------------------------------------------------------------
-def _child(w: Workload, index: int, queue: Any) -> None:
+def _child(w: Workload, index: int, queue: Any, main: Callable[[Any, int], list] = client_main) -> None:
     try:
-        queue.put((index, True, client_main(w, index)))
+        queue.put((index, True, main(w, index)))
     except BaseException as exc:  # reported to the parent
         import traceback
 
@@ -510,15 +519,17 @@ class Outcome:
                 f"{len(self.history)} events, {self.faults} faults, {self.violations} violations\n{self.report}")
 
 
-def run_clients(w: Workload, nemesis: Optional[Nemesis] = None, timeout: float = 120.0) -> list[list]:
-    """Run ``w.processes`` clients (with the nemesis meanwhile); return each client's events.
+def run_clients(w: Workload, nemesis: Optional[Nemesis] = None, timeout: float = 120.0,
+                main: Callable[[Any, int], list] = client_main) -> list[list]:
+    """Run ``w.processes`` clients, each ``main(w, index)`` (with the nemesis meanwhile); return
+    each client's events.
 
     Raises AssertionError if a client failed or did not finish within ``timeout`` (a hang).
     """
     from tests.procs import CTX
 
     queue = CTX.Queue()
-    procs = [CTX.Process(target=_child, args=(w, index, queue), daemon=True) for index in range(w.processes)]
+    procs = [CTX.Process(target=_child, args=(w, index, queue, main), daemon=True) for index in range(w.processes)]
     for proc in procs:
         proc.start()
     if nemesis is not None:
@@ -554,8 +565,10 @@ def run_clients(w: Workload, nemesis: Optional[Nemesis] = None, timeout: float =
 
 
 def run_workload(w: Workload, nemesis: Optional[Nemesis] = None, timeout: float = 120.0,
-                 linearizability: bool = True) -> Outcome:
-    """Clear the resource, run the clients, read the final set and check the history."""
+                 linearizability: bool = True, main: Callable[[Any, int], list] = client_main,
+                 check: Optional[Callable[[History, list[str]], Report]] = None) -> Outcome:
+    """Clear the resource, run the clients (each ``main(w, index)``), read the final set and check
+    the history (``check(history, final)``, by default the lock's or the semaphore's checkers)."""
     resource_client = redis.Redis.from_url(w.resource_url or w.lock_url)
     resource = Resource(resource_client, w.name)
     resource.clear()
@@ -565,10 +578,13 @@ def run_workload(w: Workload, nemesis: Optional[Nemesis] = None, timeout: float 
     except IO_ERRORS:
         pass
     started = time.monotonic()
-    per_process = run_clients(w, nemesis, timeout)
+    per_process = run_clients(w, nemesis, timeout, main)
     elapsed = time.monotonic() - started
     history = History.merge(per_process)
-    if w.is_semaphore:
+    if check is not None:
+        final = resource.read()
+        report = check(history, final)
+    elif w.is_semaphore:
         report = check_semaphore_history(history, w.limit)
         final = None
     else:

@@ -127,12 +127,38 @@ local function sem_claim(permits, meta, registry, member, token, ttl, now_ms)
   return fence, pttl
 end
 
+-- Give a permit to the waiter next_waiter() just took off the queue (`head` and what follows are
+-- its values) and wake it.  `shortest`: the shortest lease granted so far in this round under a
+-- third of its waiter lease (see warn_next()); returns it, updated with this grant.
+local function sem_serve(permits, meta, registry, member, now_ms, now_us, shortest,
+                         head, channel, id, ttl, provisional, info, lease)
+  local fence, expiry = sem_grant(permits, meta, head, ttl, provisional, info, now_ms, now_us,
+                                  redis.call('HGET', meta, 'fence'))
+  sem_publish(permits, registry, member, expiry, now_ms)
+  notify(channel, id, int(fence) .. ' ' .. provisional)
+  if ttl > 0 and 3 * ttl < lease and (not shortest or ttl < shortest) then
+    return ttl
+  end
+  return shortest
+end
+
+-- After a round of grants whose shortest short lease is `shortest` (nil: none): a waiter looks
+-- again when the earliest lease ends, so tell the next one that (no later than `shortest`).
+local function sem_warn(permits, queue, waiters, shortest, now_ms, except)
+  if not shortest then
+    return
+  end
+  local left = sem_next_end(permits, now_ms)
+  if left and left < shortest then shortest = math.max(left, 0) end
+  warn_next(queue, waiters, shortest, now_ms, except)
+end
+
 -- Serve the FIFO queue while permits are free: each live waiter at the head (next_waiter()) gets a
 -- permit and is woken, as for locks.  Stops at `except` (the caller, may be nil).  Returns whether
 -- a permit is free with nobody queued ahead of `except`, and whether anyone was granted one here.
 local function sem_hand_off(permits, meta, queue, waiters, registry, member, limit, now_ms, now_us, except)
   local granted_any = false
-  local shortest  -- the shortest lease granted here under a third of its waiter lease (warn_next())
+  local shortest
   local free = false
   while redis.call('ZCARD', permits) < limit do
     local head, channel, id, ttl, provisional, info, _, lease = next_waiter(queue, waiters, now_ms, except)
@@ -140,20 +166,21 @@ local function sem_hand_off(permits, meta, queue, waiters, registry, member, lim
       free = true
       break
     end
-    local fence, expiry = sem_grant(permits, meta, head, ttl, provisional, info, now_ms, now_us,
-                                    redis.call('HGET', meta, 'fence'))
-    sem_publish(permits, registry, member, expiry, now_ms)
-    notify(channel, id, int(fence) .. ' ' .. provisional)
+    shortest = sem_serve(permits, meta, registry, member, now_ms, now_us, shortest,
+                         head, channel, id, ttl, provisional, info, lease)
     granted_any = true
-    if ttl > 0 and 3 * ttl < lease and (not shortest or ttl < shortest) then
-      shortest = ttl
-    end
   end
-  if shortest then
-    -- A waiter looks again when the earliest lease ends: tell it that one (no later than `shortest`).
-    local left = sem_next_end(permits, now_ms)
-    if left and left < shortest then shortest = math.max(left, 0) end
-    warn_next(queue, waiters, shortest, now_ms, except)
-  end
+  sem_warn(permits, queue, waiters, shortest, now_ms, except)
   return free, granted_any
+end
+
+-- The permit whose lease ended at `score` left the set: the registry lists the latest lease end,
+-- so recompute it only if it may have been this one (and drop it with the last permit).
+local function sem_unlisted(permits, registry, member, score, now_ms)
+  if redis.call('ZCARD', permits) == 0 then
+    redis.call('ZREM', registry, member)
+    registry_removed(registry)
+  elseif redis.call('ZSCORE', registry, member) == score then
+    sem_publish(permits, registry, member, nil, now_ms)
+  end
 end
