@@ -26,6 +26,7 @@ from .exceptions import (
     LockError,
     LockLostError,
     LockNotOwnedError,
+    LockUpgradeError,
     NameKindConflict,
     QuorumUnavailable,
     ReplicationNotAcknowledged,
@@ -34,7 +35,7 @@ from .exceptions import (
     TransactionConflict,
 )
 from .expiry import NO_EXPIRY
-from .holders import HolderInfo, lock_holder
+from .holders import HolderInfo, lock_holder, rwlock_holders
 from .holders import holders as lock_holders
 from .identity import IdentityLock
 from .locks import Lock
@@ -46,6 +47,7 @@ if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
     from .fencing import afenced_get, afenced_set, afenced_update, fenced_get, fenced_set, fenced_update
     from .leader import Leader
     from .redlock import Redlock
+    from .rwlock import ReadWriteLock
     from .semaphores import Semaphore
     from .shortcuts import alock, aredlock, asemaphore, lock, semaphore
     from .shortcuts import redlock as get_redlock
@@ -59,6 +61,7 @@ __all__ = [
     "Events",
     "IdentityLock",
     "Leader",
+    "ReadWriteLock",
     "Lock",
     "Redlock",
     "Semaphore",
@@ -69,6 +72,7 @@ __all__ = [
     "holders",
     "lock_holder",
     "lock_holders",
+    "rwlock_holders",
     # exceptions (see django_redis_coord.exceptions for the hierarchy)
     "CoordError",
     "CoordLockError",
@@ -81,6 +85,7 @@ __all__ = [
     "LockError",
     "LockLostError",
     "LockNotOwnedError",
+    "LockUpgradeError",
     "MissingKeyValue",
     "NameKindConflict",
     "QuorumUnavailable",
@@ -116,6 +121,7 @@ _LAZY: dict[str, str] = {
     "Redlock": ".redlock",
     "DurableLock": ".durable",
     "Leader": ".leader",
+    "ReadWriteLock": ".rwlock",
     # Django glue
     "locked": ".decorators",
     "current_lock": ".decorators",

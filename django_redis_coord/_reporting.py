@@ -61,18 +61,23 @@ class Reporting:
         """What :meth:`_note_refusal` kept: the holder's remaining ms and the limit in force."""
         return getattr(self._state(), "refusal", (None, None))
 
+    def _event_subject(self, hold: Any) -> Any:
+        """What ``events`` is told about for ``hold``: the primitive (a read-write lock: its side)."""
+        return self
+
     # -- sync --------------------------------------------------------------------------------------
-    def _tell_contended(self, started: float) -> None:
+    def _tell_contended(self, started: float, subject: Any = None) -> None:
         if self.events is not None:
             pttl, limit = self._refusal()
-            self.events.contended(self, wait_time=time.monotonic() - started, pttl=pttl, limit=limit)
+            self.events.contended(self if subject is None else subject, wait_time=time.monotonic() - started,
+                                  pttl=pttl, limit=limit)
 
     def _tell_acquired(self, hold: Any, started: float, give_back: Callable[[], Any]) -> None:
         """After a new hold: tell it; when that raises, give the hold back and re-raise."""
         if self.events is None:
             return
         try:
-            self.events.acquired(self, fence=hold.fence, wait_time=hold.started - started)
+            self.events.acquired(self._event_subject(hold), fence=hold.fence, wait_time=hold.started - started)
         except BaseException:
             try:
                 give_back()
@@ -80,28 +85,29 @@ class Reporting:
                 pass
             raise
 
-    def _tell_released(self, fence: Optional[int], held: Optional[float]) -> None:
+    def _tell_released(self, fence: Optional[int], held: Optional[float], subject: Any = None) -> None:
         if self.events is not None:
-            self.events.released(self, fence=fence, held_time=held)
+            self.events.released(self if subject is None else subject, fence=fence, held_time=held)
 
     def _tell_lost(self, hold: Any) -> None:
         """Once per hold (from ``_mark_lost``, or a release that found it gone): the sync
         flavour calls ``lost`` in this thread."""
         if self.events is not None and first_time(hold, "loss_reported"):
-            self.events.lost(self, fence=getattr(hold, "fence", None), held_time=held_time(hold))
+            self.events.lost(self._event_subject(hold), fence=getattr(hold, "fence", None), held_time=held_time(hold))
 
     # -- asyncio -----------------------------------------------------------------------------------
-    async def _atell_contended(self, started: float) -> None:
+    async def _atell_contended(self, started: float, subject: Any = None) -> None:
         if self.events is not None:
             pttl, limit = self._refusal()
-            await self.events.acontended(self, wait_time=time.monotonic() - started, pttl=pttl, limit=limit)
+            await self.events.acontended(self if subject is None else subject, wait_time=time.monotonic() - started,
+                                         pttl=pttl, limit=limit)
 
     async def _atell_acquired(self, hold: Any, started: float, give_back: Callable[[], Awaitable[Any]]) -> None:
         """The asyncio :meth:`_tell_acquired`: the hold is given back even when cancelled meanwhile."""
         if self.events is None:
             return
         try:
-            await self.events.aacquired(self, fence=hold.fence, wait_time=hold.started - started)
+            await self.events.aacquired(self._event_subject(hold), fence=hold.fence, wait_time=hold.started - started)
         except BaseException:
             try:
                 await run_to_completion(give_back())
@@ -109,16 +115,18 @@ class Reporting:
                 pass
             raise
 
-    async def _atell_released(self, fence: Optional[int], held: Optional[float]) -> None:
+    async def _atell_released(self, fence: Optional[int], held: Optional[float], subject: Any = None) -> None:
         if self.events is not None:
-            await self.events.areleased(self, fence=fence, held_time=held)
+            await self.events.areleased(self if subject is None else subject, fence=fence, held_time=held)
 
     async def _atell_lost_now(self, hold: Any) -> None:
         """A release found the hold gone: its caller awaits the loss's receivers (once per hold)."""
         if self.events is not None and first_time(hold, "loss_reported"):
-            await self.events.alost(self, fence=getattr(hold, "fence", None), held_time=held_time(hold))
+            await self.events.alost(self._event_subject(hold), fence=getattr(hold, "fence", None),
+                                    held_time=held_time(hold))
 
     def _atell_lost(self, hold: Any) -> None:
         """The asyncio flavour's loss comes from the watchdog task or a release: scheduled."""
         if self.events is not None and first_time(hold, "loss_reported"):
-            in_background(self.events.alost(self, fence=getattr(hold, "fence", None), held_time=held_time(hold)))
+            in_background(self.events.alost(self._event_subject(hold), fence=getattr(hold, "fence", None),
+                                            held_time=held_time(hold)))

@@ -22,6 +22,7 @@ from ._arguments import Number, new_token
 from ._grants import Grant
 from ._lock_base import ReleaseOnExit
 from ._queued_base import DEFAULT_WAITER_LEASE, META_RETENTION_MS, NO_REPLY, QueuedBase
+from .events import Events
 from .exceptions import (
     InvalidLockArgument,
     InvalidLockArgumentType,
@@ -103,11 +104,14 @@ class RWLockBase(QueuedBase):
         auto_renew: bool = False,
         on_lost: Optional[Callable[[Any], Any]] = None,
         waiter_lease: Number = DEFAULT_WAITER_LEASE,
+        events: Optional[Events] = None,
+        max_hold: Optional[Number] = None,
     ) -> None:
         if not isinstance(blocking, bool):
             raise InvalidLockArgumentType("blocking must be True or False", lock_name=name)
         super().__init__(redis, name, timeout, blocking, blocking_timeout, label=label, auto_renew=auto_renew,
-                         on_lost=on_lost, raise_on_release_error=raise_on_release_error, waiter_lease=waiter_lease)
+                         on_lost=on_lost, raise_on_release_error=raise_on_release_error, waiter_lease=waiter_lease,
+                         events=events, max_hold=max_hold)
 
     def check_mode(self, mode: object) -> str:
         """``mode`` when it is ``"read"`` or ``"write"``; else a typed error."""
@@ -151,6 +155,10 @@ class RWLockBase(QueuedBase):
         """``on_lost`` gets the hold object of the mode that was lost (``lock.read`` or ``lock.write``)."""
         return self.write if getattr(local, "mode", None) == WRITE else self.read
 
+    def _event_subject(self, hold: Any) -> Any:
+        """``events`` hears of ``lock.read`` or ``lock.write``, as ``on_lost`` does."""
+        return self._lost_subject(hold)
+
     def holding(self, mode: str) -> Optional[Any]:
         """The current thread's (task's) hold state when it holds ``mode`` (a read nested in its
         write counts as a read), else ``None``."""
@@ -183,6 +191,7 @@ class RWLockBase(QueuedBase):
     def _own(self, mode: str, token: bytes, grant: Grant, sent_at: float) -> Any:
         """Record a granted hold and, when needed, hand it to the watchdog; returns its state."""
         local = self._state()
+        self._began(local)
         local.token = token
         local.mode = mode
         local.fence = grant.fence
@@ -261,6 +270,11 @@ class RWHoldBase(ReleaseOnExit):
     @property
     def name(self) -> Any:
         return self.lock.name
+
+    @property
+    def refused_pttl(self) -> Optional[int]:
+        """After a refused acquire by this thread (task): ms until the hold it waited for ends."""
+        return self.lock.refused_pttl  # type: ignore[no-any-return]
 
     @property
     def timeout(self) -> Optional[Number]:

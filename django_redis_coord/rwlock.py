@@ -31,12 +31,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, Optional, Union
 
 from ._arguments import Number, check_number, to_ms
 from ._holds import ThreadHold
 from ._lock_base import WithBlock
 from ._rwlock_base import READ, WRITE, RWHoldBase, RWLockBase
+from .events import held_time
 from .holders import HolderInfo
 from .queued import QueuedPrimitive
 
@@ -127,14 +129,16 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
     def _acquire_mode(self, mode: str, blocking: Optional[bool] = None,
                       blocking_timeout: Optional[Number] = None) -> bool:
         """Acquire ``mode`` (``"read"`` or ``"write"``) for the current thread: see :meth:`RWHold.acquire`."""
+        started = time.monotonic()
         blocking, stop_at = self.wait_args(blocking, blocking_timeout)
         if self.reenter(mode):
             return True
         token = self.new_hold_token(mode)
         taken = self._take(token, blocking, stop_at, own=True)
         if taken is None:
+            self._tell_contended(started, self.hold(mode))
             return False
-        self._own(mode, token, *taken)
+        self._tell_acquired(self._own(mode, token, *taken), started, lambda: self._release_mode(mode))
         return True
 
     def _release_mode(self, mode: str) -> None:
@@ -143,9 +147,11 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
         if local is None:
             return
         token, lost = local.token, getattr(local, "lost", False)
+        fence, held = local.fence, held_time(local)
         self._stop_watching(local)
         released = self.do_release(token)
         self._release_done(local, token, released, lost)
+        self._tell_released(fence, held, self.hold(mode))
 
     # -- the only methods talking to Redis -----------------------------------------------------
     def do_release(self, token: bytes) -> bool:

@@ -199,3 +199,21 @@ def test_events_must_have_the_methods_of_events(redis_client):
         Lock(redis_client, "ev:bad", events=object())
     with pytest.raises(InvalidLockArgumentType, match="events must be"):
         Semaphore(redis_client, "ev:bad", limit=1, events=print)
+
+
+def test_a_read_write_lock_tells_of_each_side(redis_client):
+    from django_redis_coord.rwlock import ReadWriteLock
+
+    events = Recorder()
+    lock = ReadWriteLock(redis_client, "ev:rw", timeout=10, events=events)
+    other = ReadWriteLock(redis_client, "ev:rw", timeout=10, events=events)
+    with lock.read:
+        with lock.read:  # re-entered: nothing told
+            assert not other.write.acquire(blocking=False)
+    with lock.write:
+        pass
+    assert events.kinds() == ["acquired", "contended", "released", "acquired", "released"]
+    subjects = [subject for _, subject, _ in events.calls]
+    assert subjects == [lock.read, other.write, lock.read, lock.write, lock.write]
+    assert 9000 < events.calls[1][2]["pttl"] <= 10000 and other.write.refused_pttl == events.calls[1][2]["pttl"]
+    assert events.calls[3][2]["fence"] > events.calls[0][2]["fence"]

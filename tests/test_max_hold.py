@@ -146,3 +146,15 @@ def test_a_locked_view_that_hangs_past_max_hold_lets_the_next_caller_in(redis_cl
     finally:
         caller.join(10)
     assert outcome
+
+
+def test_a_read_write_lock_hold_is_capped(redis_client):
+    from django_redis_coord.rwlock import ReadWriteLock
+
+    lost = threading.Event()
+    lock = ReadWriteLock(redis_client, "capped:rw", timeout=TIMEOUT, auto_renew=True, max_hold=1.0,
+                         on_lost=lambda _hold: lost.set())
+    assert lock.write.acquire()
+    began = time.monotonic()
+    assert lost.wait(5) and 0.9 <= time.monotonic() - began <= 1.0 + TIMEOUT
+    assert ReadWriteLock(redis_client, "capped:rw", timeout=5).read.acquire(blocking_timeout=2)

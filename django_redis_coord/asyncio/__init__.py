@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from ..holders import async_lock_holder, async_semaphore_holders
+from ..holders import async_lock_holder, async_rwlock_holders, async_semaphore_holders
 from .durable import DurableLock
 from .leader import Leader
 from .lock import Lock
 from .redlock import Redlock
+from .rwlock import ReadWriteLock
 from .semaphore import Semaphore
 
-__all__ = ["DurableLock", "Leader", "Lock", "Redlock", "Semaphore", "async_lock_holder", "async_semaphore_holders"]
+__all__ = [
+    "DurableLock", "Leader", "Lock", "ReadWriteLock", "Redlock", "Semaphore", "async_lock_holder",
+    "async_rwlock_holders", "async_semaphore_holders",
+]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 import weakref
 from collections.abc import Awaitable
 from typing import Any, Optional, Union
@@ -25,6 +26,7 @@ from .._grants import Grant
 from .._lock_base import AsyncWithBlock
 from .._rwlock_base import READ, WRITE, RWHoldBase, RWLockBase
 from .._tasks import run_to_completion
+from ..events import held_time
 from ..holders import HolderInfo
 from .lock import _ended_holding
 from .queued import QueuedPrimitive, TaskLocal
@@ -94,22 +96,26 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
 
     async def _acquire_mode(self, mode: str, blocking: Optional[bool] = None,
                             blocking_timeout: Optional[Number] = None) -> bool:
+        started = time.monotonic()
         blocking, stop_at = self.wait_args(blocking, blocking_timeout)
         if self.reenter(mode):
             return True
         token = self.new_hold_token(mode)
         taken = await self._take(token, blocking, stop_at, own=True)
         if taken is None:
+            await self._atell_contended(started, self.hold(mode))
             return False
-        self._own(mode, token, *taken)
+        await self._atell_acquired(self._own(mode, token, *taken), started, lambda: self._release_mode(mode))
         return True
 
     async def _release_mode(self, mode: str) -> None:
         local = self._release_start(mode)
         if local is None:
             return
+        fence, held = local.fence, held_time(local)
         # Once asked, the release completes even if this task is cancelled meanwhile.
         await run_to_completion(self._release_call(local))
+        await self._atell_released(fence, held, self.hold(mode))
 
     def _release_call(self, local: Any) -> Awaitable[None]:
         """Stop renewing the hold ``local`` and return the call that releases it; that call needs
@@ -122,7 +128,10 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
         return self._release_hold(local, local.token, getattr(local, "lost", False))
 
     async def _release_hold(self, local: Any, token: bytes, lost: bool) -> None:
-        self._release_done(local, token, await self.do_release(token), lost)
+        released = await self.do_release(token)
+        if not released:
+            await self._atell_lost_now(local)
+        self._release_done(local, token, released, lost)
 
     # -- the only methods talking to Redis -----------------------------------------------------
     async def do_release(self, token: bytes) -> bool:
