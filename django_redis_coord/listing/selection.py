@@ -27,8 +27,8 @@ MAX_FILTER_LENGTH = 1000
 MAX_PID = 2**31
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_PART = re.compile(r"(\d{1,12}(?:\.\d{1,9})?)(ms|s|m|h|d)")
-_NUMBER = re.compile(r"\d{1,12}(?:\.\d{1,9})?")
+_PART = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,9})?)(ms|s|m|h|d)")
+_NUMBER = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
 
 
 def parse_duration(text: str) -> int:

@@ -66,12 +66,13 @@ class ReleaseAction(BaseCommand):
             if given:
                 raise CommandError(f"Give a NAME or filters ({', '.join(given)}), not both.", returncode=EXIT_USAGE)
             return self.release_one(options)
-        if not given:
-            raise CommandError("Name the hold to release, or choose holds with --host, --pid, --label-prefix "
-                               "or --older-than.", returncode=EXIT_USAGE)
         if options["fence"] is not None:
             raise CommandError("--fence names one hold of NAME: not with filters.", returncode=EXIT_USAGE)
-        self.release_matching(HoldSelection.parse(kind=options["kind"], **filters), options["yes"])
+        selection = HoldSelection.parse(kind=options["kind"], **filters)
+        if not selection.filters_holders:  # none given, or only empty ones: that would be every hold
+            raise CommandError("Name the hold to release, or choose holds with --host, --pid, --label-prefix "
+                               "or --older-than.", returncode=EXIT_USAGE)
+        self.release_matching(selection, options["yes"])
 
     # -- one hold, by name ---------------------------------------------------------------------
     def release_one(self, options: dict[str, Any]) -> None:
