@@ -401,7 +401,8 @@ def test_leaders_and_tasks_show_their_role_and_a_leader_its_term(users, redis_cl
         client = client_for(users["staff_view"])
         html = client.get(reverse(CHANGELIST)).content.decode()
         cells = dict(re.findall(r'data-name="([^"]+)".*?<td class="cut role"[^>]*>([^<]*)</td>', html, re.S))
-        assert cells == {"report:7": "task running", "scheduler": "leader"}
+        assert cells == {"report:7": "task", "scheduler": "leader"}
+        assert 'title="task running"' in html
         assert f'title="term {leader.term} (the fence)"' in html
         detail = client.get(detail_url("scheduler")).content.decode()
         assert '<tr class="record-role"><th scope="row">role</th><td>leader</td>' in detail
