@@ -99,12 +99,17 @@ def parse_info(info: Any) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
-def masked_record(meta: dict, token: Optional[bytes]) -> dict:
+def masked_record(meta: dict, token: Optional[bytes], raw: Any = None) -> dict:
     """The one masking rule of what a holder record shows: wherever the holder's token appears in
     it (its label, view, any field of ``extra``, nested values too), it is replaced by
     :func:`mask_token` of it, as the token itself is shown.  (A token of 8 characters or fewer is
-    masked only where it is a whole value: it may be part of any text.)"""
+    masked only where it is a whole value: it may be part of any text.)
+
+    ``raw``: the JSON ``meta`` was decoded from, when at hand: without an escape sequence and
+    without the token in it, no value can hold the token (the listing's common case, one scan)."""
     if not token or not meta:
+        return meta
+    if isinstance(raw, bytes) and b"\\" not in raw and token not in raw:
         return meta
     secret = text(token)
     return _masked(meta, secret, mask_token(token), len(secret) > 8)
@@ -122,10 +127,10 @@ def _masked(value: Any, secret: str, shown: str, inside: bool) -> Any:
     return value
 
 
-def owner_fields(meta: dict, token: Optional[bytes] = None) -> dict[str, Any]:
+def owner_fields(meta: dict, token: Optional[bytes] = None, raw: Any = None) -> dict[str, Any]:
     """The :class:`HolderInfo` fields of a decoded holder info: who holds, and ``extra`` (the rest),
     through :func:`masked_record`."""
-    meta = masked_record(meta, token)
+    meta = masked_record(meta, token, raw)
     return {
         "host": meta.pop("host", None),
         "pid": meta.pop("pid", None),
@@ -327,7 +332,7 @@ class HolderInfo:
             ttl_ms=pttl if pttl >= 0 else None,
             acquired_at_ms=int(since) if since else None,
             waiters=int(waiters),
-            **owner_fields(parse_info(info), token),
+            **owner_fields(parse_info(info), token, info),
             **more,
         )
 

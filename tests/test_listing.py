@@ -473,6 +473,13 @@ def test_the_token_is_masked_wherever_a_holder_record_repeats_it(listing, redis_
         lock.release()
         queued.join(10)
     assert waiter.owned()
+    # A token that JSON writes with escapes (a quote, a non-ASCII letter) is found as well.
+    for name, odd in (("quoted", 'say "hi" 0123456789'), ("accented", "jobé-0123456789")):
+        marked = Lock(redis_client, name, timeout=30, label=f"[{odd}]")
+        marked.acquire(token=odd)
+        [found] = listing.holder(name)
+        assert found.label == f"[{odd[:4]}…]", name
+        assert odd not in json.dumps(found.as_dict(), ensure_ascii=False)
     # A short token is masked only where it is a whole value (it could be part of any text).
     short = Lock(redis_client, "short-token", timeout=30, label="abc abc")
     short.holder_fields = {"same": "abc"}
