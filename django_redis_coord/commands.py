@@ -80,6 +80,7 @@ class ExclusiveRun:
         self.command = command
         self.hold = lock(name, timeout=timeout, auto_renew=True, label=f"manage.py {command}")
         self.hold.holder_fields = {"role": ROLE, "command": command}
+        self._installed = False
         self._previous: Any = None
 
     def acquire(self, wait: float = 0) -> None:
@@ -105,13 +106,14 @@ class ExclusiveRun:
     def __enter__(self) -> Any:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, _terminated)
+            self._installed = True
         return self.hold
 
     def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
                  traceback: Optional[TracebackType]) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-            self._previous = None
+        if self._installed:  # the handler before ours (None: one set outside Python, not restorable)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if self._previous is None else self._previous)
+            self._installed = False
         release_logged(self.hold)
 
 

@@ -162,9 +162,11 @@ def test_usage_errors_exit_1_without_taking_the_lock(redis_client, redis_url):
 def test_call_command_in_process(redis_client):
     redis_client.rpush("gate:h", 1)
     out = io.StringIO()
+    before = signal.getsignal(signal.SIGTERM)
     call_command("locks", "run", "inproc", "--", "gated", "--name", "h", stdout=out, stderr=io.StringIO())
     assert out.getvalue().strip() == "done h"
     assert not redis_client.exists("inproc")
+    assert signal.getsignal(signal.SIGTERM) is before  # the run's SIGTERM handler is gone with it
     redis_client.rpush("gate:h", 1)
     with pytest.raises(CommandError) as failed:
         call_command("locks", "run", "inproc", "--", "gated", "--name", "h", "--then", "command-error",
