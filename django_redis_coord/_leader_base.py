@@ -10,10 +10,10 @@ it has seen refuses a deposed leader's writes.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, Optional, Union
 
 from ._arguments import Number
@@ -47,12 +47,10 @@ def leader_label(label: Optional[str]) -> str:
 
 
 class LeaderHold:
-    """Mixed into the lock a leader holds: its holder record says ``"role": "leader"``."""
+    """Mixed into the lock a leader holds: its holder record says ``"role": "leader"`` (the
+    listing then shows the hold's fence as the leader's term)."""
 
-    def holder_info(self, worker: str) -> str:
-        info = json.loads(super().holder_info(worker))  # type: ignore[misc]
-        info["role"] = ROLE
-        return json.dumps(info)
+    holder_fields: Optional[Mapping[str, Any]] = MappingProxyType({"role": ROLE})
 
 
 class LeaderBase:

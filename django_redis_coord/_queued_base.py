@@ -11,7 +11,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Optional, Union
 
 from ._arguments import Number, check_max_hold, check_number, drift, to_ms
@@ -66,6 +66,10 @@ class QueuedBase(Reporting):
     acquire_setting: Any = ""
     #: The view the holder info names (``@locked`` sets the view's dotted path).
     view: Optional[str] = None
+    #: More fields of the holder record, shown to operators as ``HolderInfo.extra``: what the
+    #: hold is for (a leader's ``role``, a task's name and key, ...).  JSON values; ``host``,
+    #: ``pid``, ``thread``, ``label`` and ``view`` are the primitive's own and cannot be replaced.
+    holder_fields: Optional[Mapping[str, Any]] = None
 
     def __init__(
         self,
@@ -129,6 +133,9 @@ class QueuedBase(Reporting):
         """Holder metadata sent with each acquire (JSON); cached per label, view, process and worker
         (short ones only)."""
         key = (self.label, self.view, os.getpid(), worker)
+        if self.holder_fields:  # not cached: one label may come with other fields (another task's key)
+            head = {**self._info_head, "view": self.view} if self.view else self._info_head
+            return json.dumps({**self.holder_fields, **head, "pid": key[2], "thread": worker})
         info = _INFO_CACHE.get(key)
         if info is None:
             if len(_INFO_CACHE) > 4096:

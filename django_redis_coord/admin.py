@@ -10,7 +10,9 @@ CSRF, no caching):
 * a force-release confirmation page, which needs ``force_release_holder`` as well; only its POST
   (with the CSRF token and the identity of the hold the operator confirmed: its fence and a digest
   of its token) changes anything.  A POST without both is a 400 and releases nothing; one whose
-  hold has changed meanwhile releases nothing either.
+  hold has changed meanwhile releases nothing either;
+* a bulk force release of the holds chosen by filters, with the same permission and the same
+  rules per hold (:mod:`django_redis_coord.admin_bulk`).
 
 Tokens are never sent to the browser, only their first characters and a digest
 (:func:`~django_redis_coord.holders.hold_digest`).
@@ -36,6 +38,7 @@ from django.urls import path, reverse
 from django.utils.http import urlencode
 from redis.exceptions import RedisError
 
+from .admin_bulk import BulkReleaseViews
 from .conf import coord_settings
 from .connection import describe_connection, get_client
 from .exceptions import InvalidLockArgument
@@ -48,7 +51,7 @@ FORCE_RELEASE_PERMISSION = "django_redis_coord.force_release_holder"
 
 
 @admin.register(Holder)
-class HolderAdmin(admin.ModelAdmin):
+class HolderAdmin(BulkReleaseViews, admin.ModelAdmin):
     """Live holders, from the per-slot registries in Redis (see :mod:`django_redis_coord.listing`)."""
 
     list_per_page = 50
@@ -74,6 +77,7 @@ class HolderAdmin(admin.ModelAdmin):
         wrap = self.admin_site.admin_view
         return [
             path("", wrap(self.changelist_view), name=f"{base}_changelist"),
+            path("bulk-release/", wrap(self.bulk_release_view), name=f"{base}_bulk_release"),
             path("<str:holder_id>/", wrap(self.detail_view), name=f"{base}_detail"),
             path("<str:holder_id>/release/", wrap(self.release_view), name=f"{base}_release"),
         ]

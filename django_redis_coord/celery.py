@@ -231,12 +231,10 @@ class UniqueTask(Task):
         name = self.unique_name(args, kwargs)
         running = self._running_hold(task_id)
         if running is not None and app_name(running) == name:  # a retry of the run: it keeps the key
-            running.hands_to = _task_lock(name, self._pending_ttl(options), label=self._label(task_id, "retrying"),
-                                          auto_renew=False)
+            running.hands_to = self._hold(name, self._pending_ttl(options), task_id, "retrying")
             return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow, **options)
         task_id = task_id or _new_task_id()
-        reservation = _task_lock(name, self._pending_ttl(options), label=self._label(task_id, "pending"),
-                                 auto_renew=False)
+        reservation = self._hold(name, self._pending_ttl(options), task_id, "pending")
         if not reservation.acquire(token=task_token(task_id), blocking=False):
             return self._duplicate(name, reservation)
         try:
@@ -254,8 +252,14 @@ class UniqueTask(Task):
             delay = max(delay, (eta - now).total_seconds())
         return float(self.unique_pending_timeout) + max(0.0, delay)
 
-    def _label(self, task_id: Optional[str], phase: str) -> str:
-        return f"celery {self.name}[{task_id}] {phase}"
+    def _hold(self, name: str, timeout: float, task_id: Optional[str], phase: str,
+              auto_renew: bool = False) -> HandOverLock:
+        """The lock of key ``name`` for task ``task_id`` in ``phase`` (``pending``, ``running``,
+        ``retrying``...): labelled ``celery <task>[<id>] <phase>``, its holder record naming the
+        task, its id, the phase and the key for operators (``HolderInfo.extra``)."""
+        hold = _task_lock(name, timeout, label=f"celery {self.name}[{task_id}] {phase}", auto_renew=auto_renew)
+        hold.holder_fields = {"role": "task", "task": self.name, "task_id": task_id, "state": phase, "key": name}
+        return hold
 
     def _duplicate(self, name: str, reservation: HandOverLock) -> Any:
         holder = reservation.redis.get(reservation.name)
@@ -281,7 +285,7 @@ class UniqueTask(Task):
         if request.called_directly:  # task(...) in the caller's process: a plain call
             return super().__call__(*args, **kwargs)
         name = self.unique_name(args, kwargs)
-        hold = _task_lock(name, self.unique_timeout, label=self._label(request.id, "running"), auto_renew=True)
+        hold = self._hold(name, self.unique_timeout, request.id, "running", auto_renew=True)
         hold.replaces = task_token(request.id)
         if not hold.acquire(token=task_token(request.id), blocking=False):
             logger.warning("%s[%s]: %r is held by another instance (this one's reservation had expired): skipped",
@@ -315,7 +319,7 @@ def _release_for(task: Any, task_id: Optional[str], args: Any, kwargs: Any, why:
         return
     try:
         name = task.unique_name(args, kwargs)
-        lock = _task_lock(name, task.unique_timeout, label=task._label(task_id, why), auto_renew=False)
+        lock = task._hold(name, task.unique_timeout, task_id, why)
         lock.do_release(task_token(task_id))
     except LockNotOwnedError:
         return  # released already, or another instance's by now

@@ -24,7 +24,7 @@ from .scripts import async_scripts, sync_scripts
 
 __all__ = [
     "KINDS", "HolderInfo", "format_ms", "hold_digest", "holder_id", "holders", "lock_holder", "mask_token",
-    "owner_fields", "parse_holder_id", "parse_info",
+    "masked_record", "owner_fields", "parse_holder_id", "parse_info",
 ]
 
 #: Kinds of primitive a holder can hold (as in the key layout), with a human title.
@@ -102,8 +102,38 @@ def parse_info(info: Any) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
-def owner_fields(meta: dict) -> dict[str, Any]:
-    """The :class:`HolderInfo` fields of a decoded holder info: who holds, and ``extra`` (the rest)."""
+def masked_record(meta: dict, token: Optional[bytes], raw: Any = None) -> dict:
+    """The one masking rule of what a holder record shows: wherever the holder's token appears in
+    it (its label, view, any field of ``extra``, nested values too), it is replaced by
+    :func:`mask_token` of it, as the token itself is shown.  (A token of 8 characters or fewer is
+    masked only where it is a whole value: it may be part of any text.)
+
+    ``raw``: the JSON ``meta`` was decoded from, when at hand: without an escape sequence and
+    without the token in it, no value can hold the token (the listing's common case, one scan)."""
+    if not token or not meta:
+        return meta
+    if isinstance(raw, bytes) and b"\\" not in raw and token not in raw:
+        return meta
+    secret = text(token)
+    return _masked(meta, secret, mask_token(token), len(secret) > 8)
+
+
+def _masked(value: Any, secret: str, shown: str, inside: bool) -> Any:
+    if isinstance(value, str):
+        if value == secret or (inside and secret in value):
+            return value.replace(secret, shown)
+        return value
+    if isinstance(value, dict):
+        return {key: _masked(item, secret, shown, inside) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_masked(item, secret, shown, inside) for item in value]
+    return value
+
+
+def owner_fields(meta: dict, token: Optional[bytes] = None, raw: Any = None) -> dict[str, Any]:
+    """The :class:`HolderInfo` fields of a decoded holder info: who holds, and ``extra`` (the rest),
+    through :func:`masked_record`."""
+    meta = masked_record(meta, token, raw)
     return {
         "host": meta.pop("host", None),
         "pid": meta.pop("pid", None),
@@ -197,6 +227,40 @@ class HolderInfo:
         return " ".join(parts)
 
     @property
+    def role(self) -> Optional[str]:
+        """What the hold is for, from its holder record: ``"leader"`` (:class:`~django_redis_coord.Leader`),
+        ``"task"`` (a unique task of Celery or of Django's tasks framework), ``"command"`` (a
+        singleton management command, ``manage.py locks run``); ``None`` for a plain hold."""
+        role = self.extra.get("role")
+        return role if isinstance(role, str) else None
+
+    @property
+    def term(self) -> Optional[int]:
+        """A leader's term: the fence of its hold (``None`` for any other hold)."""
+        return self.fence if self.role == "leader" else None
+
+    @property
+    def role_summary(self) -> str:
+        """The role for a table cell: ``leader``, ``task running``, ``task pending``, ``command``; ``""``."""
+        role = self.role
+        if role == "task":
+            state = self.extra.get("state")
+            return f"task {state}" if isinstance(state, str) and state else role
+        return role or ""
+
+    @property
+    def role_details(self) -> list[tuple[str, Any]]:
+        """The holder record's fields besides who holds, in the order operators read them: the
+        role (and a leader's term) first, then ``extra``'s other fields by name."""
+        details: list[tuple[str, Any]] = []
+        if self.role is not None:
+            details.append(("role", self.role))
+        if self.term is not None:
+            details.append(("term", self.term))
+        details += sorted((key, value) for key, value in self.extra.items() if key != "role")
+        return details
+
+    @property
     def label_view(self) -> str:
         """``"label / view"``, either alone, or ``""``."""
         return " / ".join(part for part in (self.label, self.view) if part)
@@ -250,6 +314,8 @@ class HolderInfo:
             "used": self.used,
             "limit": self.limit,
             "extra": self.extra,
+            "role": self.role,
+            "term": self.term,
             "key": self.name,
         }
 
@@ -269,7 +335,7 @@ class HolderInfo:
             ttl_ms=pttl if pttl >= 0 else None,
             acquired_at_ms=int(since) if since else None,
             waiters=int(waiters),
-            **owner_fields(parse_info(info)),
+            **owner_fields(parse_info(info), token, info),
             **more,
         )
 

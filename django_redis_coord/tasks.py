@@ -98,13 +98,23 @@ class _Uniqueness:
 
     def pending(self, name: str, *, is_async: bool) -> Any:
         make = alock if is_async else lock
-        return make(name + PENDING_SUFFIX, timeout=self.pending_timeout, auto_renew=False,
+        hold = make(name + PENDING_SUFFIX, timeout=self.pending_timeout, auto_renew=False,
                     label=f"task {self.path} (pending)")
+        hold.holder_fields = self.holder_fields(name, "pending", None)
+        return hold
 
     def running(self, name: str, result_id: Optional[str], *, is_async: bool) -> Any:
         make = alock if is_async else lock
         label = f"task {self.path}" + (f" (result {result_id})" if result_id else "")
-        return make(name, timeout=self.timeout, auto_renew=self.timeout is not None, label=label)
+        hold = make(name, timeout=self.timeout, auto_renew=self.timeout is not None, label=label)
+        hold.holder_fields = self.holder_fields(name, "running", result_id)
+        return hold
+
+    def holder_fields(self, name: str, state: str, result_id: Optional[str]) -> dict[str, Any]:
+        """What operators see of a hold of this task (``HolderInfo.extra``): the task, its key
+        (rendered from the arguments), ``pending`` or ``running``, and the result id when known."""
+        fields = {"role": "task", "task": self.path, "key": name, "state": state}
+        return {**fields, "result_id": result_id} if result_id else fields
 
     def record_key(self, name: str) -> str:
         return f"{coord_settings().prefixed(name + PENDING_SUFFIX)!s}{RESULT_SUFFIX}"

@@ -61,10 +61,11 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def holders_table(holders: Sequence[HolderInfo]) -> str:
     """One row per holder (``locks list``)."""
-    headers = ["NAME", "KIND", "FENCE", "TTL", "HELD FOR", "OWNER", "LABEL / VIEW", "WAITING", "USAGE", "TOKEN"]
+    headers = ["NAME", "KIND", "FENCE", "TTL", "HELD FOR", "OWNER", "ROLE", "LABEL / VIEW", "WAITING", "USAGE",
+               "TOKEN"]
     rows = [
-        [h.short_name, h.kind, str(h.fence), h.ttl, h.held_for, h.owner, h.label_view or "-", str(h.waiters),
-         h.usage or "-", h.masked_token]
+        [h.short_name, h.kind, str(h.fence), h.ttl, h.held_for, h.owner, h.role_summary or "-", h.label_view or "-",
+         str(h.waiters), h.usage or "-", h.masked_token]
         for h in holders
     ]
     return render_table(headers, rows)
@@ -84,7 +85,7 @@ def holder_details(holder: HolderInfo) -> str:
         ("view", holder.view or "-"),
         ("token", holder.masked_token),
     ]
-    details += [(key, json.dumps(value)) for key, value in sorted(holder.extra.items())]
+    details += [(key, value if isinstance(value, str) else json.dumps(value)) for key, value in holder.role_details]
     width = max(len(key) for key, _ in details)
     return "\n".join(f"  {printable(key).ljust(width)}  {printable(value)}" for key, value in details)
 

@@ -1,15 +1,18 @@
 """Hold a lock from a separate OS process, for tests of what operators see.
 
-    python -m tests.hold_lock REDIS_URL NAME [--timeout S] [--label L] [--view V]
+    python -m tests.hold_lock REDIS_URL NAME [--timeout S] [--label L] [--auto-renew] [--host H]
 
 Acquires the lock (blocking, in FIFO order), prints ``HELD <fence>`` and keeps it until stdin is
 closed or a line is read; then releases it and prints ``RELEASED`` (or ``LOST`` when the hold was
-taken away meanwhile, e.g. by a force release).
+taken away meanwhile, e.g. by a force release).  With ``--auto-renew`` the watchdog renews it and
+its loss signal (``on_lost``) prints ``LOSS-SIGNAL``.  ``--host`` makes the holder record name
+another host: a holder on another machine, as far as the listing can tell.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import queue
 import subprocess
@@ -31,9 +34,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--timeout", type=float, default=None)
     parser.add_argument("--label", default=None)
     parser.add_argument("--blocking-timeout", type=float, default=60.0)
+    parser.add_argument("--auto-renew", action="store_true")
+    parser.add_argument("--host", default=None)
     options = parser.parse_args(argv)
     client = redis.Redis.from_url(options.url)
-    lock = Lock(client, options.name, timeout=options.timeout, label=options.label)
+    lock_class = Lock if options.host is None else elsewhere(options.host)
+    renewal: dict[str, Any] = {}
+    if options.auto_renew:
+        renewal = {"auto_renew": True, "on_lost": lambda lost: print("LOSS-SIGNAL", flush=True)}
+    lock = lock_class(client, options.name, timeout=options.timeout, label=options.label, **renewal)
     print("WAITING", flush=True)
     if not lock.acquire(blocking_timeout=options.blocking_timeout):
         print("TIMEOUT", flush=True)
@@ -49,6 +58,16 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def elsewhere(host: str) -> type[Lock]:
+    """A Lock whose holder record says it is held on ``host``."""
+
+    class ElsewhereLock(Lock):
+        def holder_info(self, worker: str) -> str:
+            return json.dumps({**json.loads(super().holder_info(worker)), "host": host})
+
+    return ElsewhereLock
+
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -56,12 +75,16 @@ class HolderProcess:
     """A ``python -m tests.hold_lock`` child: ``fence`` once it holds, ``finish()`` to release."""
 
     def __init__(self, url: str, name: str, *, timeout: Optional[float] = None, label: Optional[str] = None,
-                 wait: bool = True) -> None:
+                 wait: bool = True, auto_renew: bool = False, host: Optional[str] = None) -> None:
         args = [sys.executable, "-m", "tests.hold_lock", url, name]
         if timeout is not None:
             args += ["--timeout", str(timeout)]
         if label is not None:
             args += ["--label", label]
+        if auto_renew:
+            args += ["--auto-renew"]
+        if host is not None:
+            args += ["--host", host]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
         self.lines: queue.Queue[str] = queue.Queue()

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 CTX = multiprocessing.get_context("fork")
@@ -41,3 +45,20 @@ def _wrap(target: Callable[..., Any], args: tuple, queue: Any) -> None:
         import traceback
 
         queue.put((False, "".join(traceback.format_exception(exc))))
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def manage_py(redis_url: str, *args: str, **popen: Any) -> subprocess.Popen:
+    """``python -m django ARGS`` with the test settings on ``redis_url``, as a child process
+    (text pipes for stdout and stderr unless ``popen`` says otherwise)."""
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        DCOORD_TEST_REDIS_URL=redis_url,
+    )
+    options: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    options.update(popen)
+    return subprocess.Popen([sys.executable, "-m", "django", *args], env=env, cwd=ROOT, **options)

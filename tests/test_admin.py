@@ -44,6 +44,11 @@ def make_user(django_user_model, username: str, *, staff: bool, perms: tuple = (
 
 @pytest.fixture
 def users(django_user_model):
+    return admin_users(django_user_model)
+
+
+def admin_users(django_user_model) -> dict:
+    """One user per row of the permission matrix."""
     return {
         "staff_no_perm": make_user(django_user_model, "plain", staff=True),
         "non_staff_with_perm": make_user(django_user_model, "outsider", staff=False, perms=("view_holder",)),
@@ -385,3 +390,31 @@ def test_ids_of_names_no_primitive_may_have_are_not_found(users, redis_client):
             assert client.get(url).status_code == 404, (view, name[:20])
         url = reverse("admin:django_redis_coord_holder_release", args=[holder_id("lock", name)])
         assert client.post(url, {"fence": "1", "hold": "0" * 32}).status_code == 404
+
+
+# -- what a hold is for --------------------------------------------------------------------------
+def test_leaders_and_tasks_show_their_role_and_a_leader_its_term(users, redis_client):
+    from django_redis_coord import Leader
+
+    leader = Leader(redis_client, "scheduler", 10, label="beat")
+    assert leader.campaign(blocking_timeout=5)
+    task = Lock(redis_client, "report:7", timeout=60, label="celery shop.tasks.report[abc] running")
+    task.holder_fields = {"role": "task", "task": "shop.tasks.report", "task_id": "abc", "state": "running",
+                          "key": "report:7"}
+    task.acquire()
+    try:
+        client = client_for(users["staff_view"])
+        html = client.get(reverse(CHANGELIST)).content.decode()
+        cells = dict(re.findall(r'data-name="([^"]+)".*?<td class="cut role"[^>]*>([^<]*)</td>', html, re.S))
+        assert cells == {"report:7": "task", "scheduler": "leader"}
+        assert 'title="task running"' in html
+        assert f'title="term {leader.term} (the fence)"' in html
+        detail = client.get(detail_url("scheduler")).content.decode()
+        assert '<tr class="record-role"><th scope="row">role</th><td>leader</td>' in detail
+        assert f'<tr class="record-term"><th scope="row">term</th><td>{leader.term}</td>' in detail
+        detail = client.get(detail_url("report:7")).content.decode()
+        for key, value in (("task", "shop.tasks.report"), ("task_id", "abc"), ("key", "report:7"),
+                           ("state", "running")):
+            assert f'<tr class="record-{key}"><th scope="row">{key}</th><td>{value}</td>' in detail, key
+    finally:
+        leader.resign()

@@ -25,7 +25,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
 
-from django_redis_coord import Lock, Semaphore
+from django_redis_coord import Leader, Lock, Semaphore
 from tests.hold_lock import HolderProcesses
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,6 +180,14 @@ def test_operator_finds_a_holder_and_sees_it_go(
         redis_client, "imports:catalogue", timeout=300, label="catalogue import, " * 6, thread_local=False).acquire)
     taker.start()
     taker.join()
+    # A leader (its role and term shown) and a unique task's run, as the operator tools show them.
+    leader = Leader(redis_client, "beat:scheduler", 3, label="celery beat")  # renewed every second
+    assert leader.campaign(blocking_timeout=5)
+    task = Lock(redis_client, "report:2026-11-26", timeout=300,
+                label="celery shop.tasks.build_report[5f1c…] running")
+    task.holder_fields = {"role": "task", "task": "shop.tasks.build_report", "state": "running",
+                          "key": "report:2026-11-26"}
+    task.acquire()
 
     changelist = live_server.url + reverse("admin:django_redis_coord_holder_changelist")
     browser.get(f"{live_server.url}{reverse('admin:login')}?next={reverse('admin:django_redis_coord_holder_changelist')}"
@@ -196,6 +204,11 @@ def test_operator_finds_a_holder_and_sees_it_go(
     assert str(report.pid) in listed["reports:nightly"] and str(report.fence) in listed["reports:nightly"]
     assert "nightly report" in listed["reports:nightly"]
     assert "2/3" in listed["exports:csv"]
+    role = browser.find_element(By.CSS_SELECTOR, 'tr.holder-row[data-name="beat:scheduler"] td.role')
+    assert role.text == "leader" and role.get_attribute("title") == f"term {leader.term} (the fence)"
+    assert str(leader.term) in listed["beat:scheduler"]
+    task_role = browser.find_element(By.CSS_SELECTOR, 'tr.holder-row[data-name="report:2026-11-26"] td.role')
+    assert task_role.text == "task" and task_role.get_attribute("title") == "task running"
     header = browser.find_element(By.ID, "header")
     assert header.value_of_css_property("background-color") not in ("rgba(0, 0, 0, 0)", "transparent"), (
         "the admin stylesheet did not load"
@@ -250,3 +263,25 @@ def test_operator_finds_a_holder_and_sees_it_go(
     assert str(heir_fence) in dict(rows(browser))["orders:sync"]
     assert sync.finish() == "LOST"
     screenshot(browser, "admin-holders-force-released.png")
+
+    # Release by filter: the form, the list of what matches, the confirmation.
+    browser.get(changelist + "?refresh=0")
+    browser.find_element(By.ID, "bulk-release-link").click()
+    wait_until(browser, lambda d: d.find_elements(By.ID, "bulk-filters"), what="the filter form")
+    browser.find_element(By.ID, "id_label_prefix").send_keys("leader")  # depose a stuck leader
+    browser.find_element(By.ID, "bulk-preview").click()
+    wait_until(browser, lambda d: d.find_elements(By.ID, "confirm-bulk-release"), what="the matching holds")
+    matched = [row.get_attribute("data-name") for row in browser.find_elements(By.CSS_SELECTOR, "tr.bulk-row")]
+    assert matched == ["beat:scheduler"]
+    matched_terms = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "tr.bulk-row td code")]
+    assert matched_terms == [str(leader.term)]
+    screenshot(browser, "admin-holders-bulk-release.png")
+    browser.find_element(By.ID, "confirm-bulk-release").click()
+    wait_until(browser, lambda d: "Released 1 hold" in d.page_source, what="the bulk release's message")
+    names = [name for name, _ in rows(browser)]
+    assert "beat:scheduler" not in names and "report:2026-11-26" in names and "orders:sync" in names
+    # The leader's next renewal fails: its term ends, and (campaigning again, alone) it leads a new one.
+    deposed = int(matched_terms[0])
+    wait_until(browser, lambda d: leader.term is not None and leader.term > deposed, what="a new term")
+    leader.resign()
+    task.release()

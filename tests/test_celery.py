@@ -138,6 +138,18 @@ def holder_of(client, name: str):
     return found[0] if found else None
 
 
+def locks_list_json() -> dict:
+    """``manage.py locks list --json`` by name."""
+    import io
+    import json
+
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command("locks", "list", "--json", stdout=out)
+    return {item["name"]: item for item in json.loads(out.getvalue())}
+
+
 def _enqueue_many(day: int, count: int, seconds: float) -> list[str]:
     from tests import celery_app as module
 
@@ -164,11 +176,20 @@ def test_the_run_takes_the_reservation_over_with_a_fresh_fence_and_a_label(worke
     result = celery_app.build_report.apply_async((day, 2.0), countdown=1)
     pending = holder_of(redis_client, f"report:{day}")
     assert pending.label == f"celery tests.celery_app.build_report[{result.id}] pending"
+    # What operators see (manage.py locks, the admin page): the task, its key, its state.
+    task = {"role": "task", "task": "tests.celery_app.build_report", "task_id": result.id, "key": f"report:{day}"}
+    assert pending.extra == {**task, "state": "pending"} and pending.role_summary == "task pending"
+    assert pending.pid == os.getpid()  # the enqueuer reserved it
     wait_for(lambda: celery_app.runs(f"build_report:{day}"))
     running = holder_of(redis_client, f"report:{day}")
     assert running.label == f"celery tests.celery_app.build_report[{result.id}] running"
+    assert running.extra == {**task, "state": "running"} and running.role == "task"
     assert running.fence > pending.fence
-    assert running.pid != os.getpid()  # the worker's pool process holds it now
+    worker_pid = int(celery_app.runs(f"build_report:{day}")[0].split(":")[0])
+    assert running.pid == worker_pid != os.getpid()  # the worker's pool process holds it now
+    listed = locks_list_json()
+    assert listed[f"report:{day}"]["extra"]["task_id"] == result.id
+    assert listed[f"report:{day}"]["owner"]["pid"] == worker_pid and listed[f"report:{day}"]["role"] == "task"
     assert celery_app.build_report.delay(day).id == result.id  # still refused while it runs
     result.get(timeout=20)
     wait_for(lambda: key_is_free(redis_client, f"report:{day}"))

@@ -170,3 +170,34 @@ def test_a_contended_run_with_raise_is_failed(world, redis_client):
     assert report["status"] == "FAILED"
     assert report["errors"] == ["django_redis_coord.exceptions.LockContended"]
     assert runs(redis_client, "nightly:raise") == 0
+
+
+@pytest.mark.timeout(120)
+def test_operators_see_the_task_its_key_and_the_worker(world, redis_client):
+    """The pending hold (made by the enqueuing process) and the run's (the worker's), as
+    ``manage.py locks list`` shows them."""
+    import io
+
+    from django.core.management import call_command
+
+    def listed() -> dict:
+        out = io.StringIO()
+        call_command("locks", "list", "--json", stdout=out)
+        return {item["name"]: item for item in json.loads(out.getvalue())}
+
+    task = {"role": "task", "task": "tests.testapp.tasks.unique_report", "key": "report:seen"}
+    [result_id] = world.report(world.enqueue("unique_report", "seen"))["accepted"]
+    pending = listed()["report:seen:pending"]
+    assert pending["extra"] == {**task, "state": "pending"} and pending["role"] == "task"
+    assert pending["owner"]["label"] == "task tests.testapp.tasks.unique_report (pending)"
+    worker = world.start_worker()
+    wait_for(lambda: redis_client.llen("started:report:seen") == 1)
+    running = wait_for(lambda: listed().get("report:seen"))
+    assert running["extra"] == {**task, "state": "running", "result_id": result_id}
+    assert running["owner"]["pid"] == worker.pid and running["owner"]["host"]
+    table = io.StringIO()
+    call_command("locks", "list", stdout=table)
+    [row] = [line for line in table.getvalue().splitlines() if line.startswith("report:seen ")]
+    assert "task running" in row and f"pid {worker.pid}" in row
+    redis_client.rpush("gate:report:seen", 1)
+    wait_for(lambda: not redis_client.exists("report:seen"))

@@ -265,15 +265,41 @@ def _contender(url: str, name: str, lease: float, events: Any) -> None:
     leader.resign()
 
 
-def failover_latencies(url: str, name: str, lease: float, trials: int, contenders: int = 3) -> list[float]:
+def _async_contender(url: str, name: str, lease: float, events: Any) -> None:
+    """:func:`_contender` with the asyncio Leader: the campaign is a task of this process's event
+    loop, and the callbacks run on it (``on_revoked`` as a coroutine)."""
+    import redis.asyncio
+
+    pid = os.getpid()
+
+    async def revoked(term: int) -> None:
+        events.put(("revoked", pid, term, time.monotonic_ns()))
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        client = redis.asyncio.Redis.from_url(url)
+        leader = AsyncLeader(client, name, lease, on_revoked=revoked,
+                             on_elected=lambda term: events.put(("elected", pid, term, time.monotonic_ns())))
+        await leader.campaign(blocking=False)
+        await stop.wait()
+        await leader.resign()
+        await client.aclose()
+
+    asyncio.run(main())
+
+
+def failover_latencies(url: str, name: str, lease: float, trials: int, contenders: int = 3,
+                       contender: Any = _contender) -> list[float]:
     """SIGKILL the leader of ``contenders`` processes ``trials`` times (a new contender replaces
-    each victim); seconds from each kill to the next election (the callback's instant)."""
+    each victim); seconds from each kill to the next election (the callback's instant).
+    ``contender`` is what each process runs (:func:`_contender`, or :func:`_async_contender`)."""
     events = CTX.Queue()
     rng = random.Random(trials)
     procs = {}
 
     def spawn() -> None:
-        proc = CTX.Process(target=_contender, args=(url, name, lease, events), daemon=True)
+        proc = CTX.Process(target=contender, args=(url, name, lease, events), daemon=True)
         proc.start()
         procs[proc.pid] = proc
 
@@ -314,6 +340,15 @@ def test_a_killed_leader_is_replaced_within_its_lease(redis_server):
     assert len(latencies) == 10
     assert max(latencies) <= LEASE + 0.1, latencies
     # The lease is renewed every third of it: a killed leader's hold ends 2/3 to 3/3 of it later.
+    assert min(latencies) >= LEASE * 2 / 3 - 0.05, latencies
+
+
+def test_a_killed_asyncio_leader_is_replaced_within_its_lease(redis_server):
+    """The same with contender processes running the asyncio Leader (each an event loop of its
+    own): few trials, a few seconds."""
+    latencies = failover_latencies(redis_server.url, "election", LEASE, trials=5, contender=_async_contender)
+    assert len(latencies) == 5
+    assert max(latencies) <= LEASE + 0.1, latencies
     assert min(latencies) >= LEASE * 2 / 3 - 0.05, latencies
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -410,3 +411,137 @@ def test_registry_entries_of_holds_that_ended_without_a_release_are_dropped_by_t
     fresh.release()
     permits = Semaphore(redis_client, "{tenant-9}:pool", limit=2, timeout=0.1)
     assert permits.acquire() and redis_client.zcard(registry) == 1
+
+
+# -- what a hold is for: leaders, the masking rule ----------------------------------------------
+def _lead(url: str, name: str, label: str, out, stop) -> None:
+    import os
+
+    import redis
+
+    from django_redis_coord import Leader
+
+    leader = Leader(redis.Redis.from_url(url), name, 5, label=label)
+    leader.campaign()
+    out.put((os.getpid(), leader.term))
+    stop.wait(30)
+    leader.resign()
+
+
+def test_a_leader_in_another_process_is_listed_with_its_role_and_term(listing, redis_url, redis_client):
+    from tests.procs import CTX
+
+    out, stop = CTX.Queue(), CTX.Event()
+    proc = CTX.Process(target=_lead, args=(redis_url, "scheduler", "beat", out, stop))
+    proc.start()
+    try:
+        pid, term = out.get(timeout=20)
+        Lock(redis_client, "plain", timeout=30).acquire()
+        plain, leader = listing.holders()
+        assert (leader.name, leader.pid, leader.label) == ("scheduler", pid, "leader: beat")
+        assert (leader.role, leader.term, leader.fence) == ("leader", term, term)
+        assert leader.role_summary == "leader" and leader.role_details == [("role", "leader"), ("term", term)]
+        assert leader.as_dict()["role"] == "leader" and leader.as_dict()["term"] == term
+        assert (plain.role, plain.term, plain.role_summary, plain.as_dict()["term"]) == (None, None, "", None)
+    finally:
+        stop.set()
+        proc.join(20)
+    assert [h.name for h in listing.holders()] == ["plain"]  # the leader resigned
+
+
+def test_the_token_is_masked_wherever_a_holder_record_repeats_it(listing, redis_client):
+    """One rule: a label or an extra field that contains the holder's token shows its mask."""
+    token = "job-7f3a9c1e5b2d4068"
+    lock = Lock(redis_client, "leaky", timeout=30, label=f"run {token} of the import")
+    lock.holder_fields = {"role": "task", "state": "running", "reservation": token, "nested": [{"t": token}]}
+    lock.acquire(token=token)
+    waiting = "waiter-0123456789"
+    waiter = Lock(redis_client, "leaky", timeout=30, label=f"waits as {waiting}", thread_local=False)
+    waiter.holder_fields = {"again": waiting}
+    queued = threading.Thread(target=waiter.acquire, kwargs={"blocking_timeout": 10, "token": waiting})
+    queued.start()
+    try:
+        [found] = listing.holders()
+        assert found.label == "run job-… of the import"
+        assert found.extra == {"role": "task", "state": "running", "reservation": "job-…",
+                               "nested": [{"t": "job-…"}]}
+        assert token not in json.dumps(found.as_dict())
+        assert found.role_summary == "task running"
+        [queued_info] = wait_for(lambda: listing.waiters("leaky"))
+        assert queued_info.label == "waits as wait…" and queued_info.extra == {"again": "wait…"}
+    finally:
+        lock.release()
+        queued.join(10)
+    assert waiter.owned()
+    # A token that JSON writes with escapes (a quote, a non-ASCII letter) is found as well.
+    for name, odd in (("quoted", 'say "hi" 0123456789'), ("accented", "jobé-0123456789")):
+        marked = Lock(redis_client, name, timeout=30, label=f"[{odd}]")
+        marked.acquire(token=odd)
+        [found] = listing.holder(name)
+        assert found.label == f"[{odd[:4]}…]", name
+        assert odd not in json.dumps(found.as_dict(), ensure_ascii=False)
+    # A short token is masked only where it is a whole value (it could be part of any text).
+    short = Lock(redis_client, "short-token", timeout=30, label="abc abc")
+    short.holder_fields = {"same": "abc"}
+    short.acquire(token="abc")
+    [found] = listing.holder("short-token")
+    assert found.label == "abc abc" and found.extra == {"same": "…"}
+
+
+# -- choosing holds, and releasing several ----------------------------------------------------
+@pytest.mark.parametrize("text, ms", [("90", 90_000), ("90s", 90_000), ("500ms", 500), ("5m", 300_000),
+                                      ("2h", 7_200_000), ("1d", 86_400_000), ("1h30m", 5_400_000),
+                                      ("1.5h", 5_400_000), (" 2H ", 7_200_000), ("0", 0)])
+def test_durations(text, ms):
+    from django_redis_coord.listing import parse_duration
+
+    assert parse_duration(text) == ms
+
+
+@pytest.mark.parametrize("text", ["", "-5m", "+5m", "1e3", "inf", "nan", "5 m", "m", "5x", "1h-30m", "1.h",
+                                  "99999999999d", "9" * 65, "١٢"])
+def test_bad_durations_are_refused(text):
+    from django_redis_coord.listing import parse_duration
+
+    with pytest.raises(InvalidLockArgument):
+        parse_duration(text)
+
+
+def test_selection_filters_combine_and_are_checked(listing, redis_client):
+    from django_redis_coord.listing import HoldSelection
+
+    Lock(redis_client, "a", timeout=30, label="nightly a").acquire()
+    Lock(redis_client, "b", timeout=30, label="weekly b").acquire()
+    Semaphore(redis_client, "c", limit=2, timeout=30, label="nightly c").acquire()
+    names = lambda **f: [h.name for h in listing.select(HoldSelection(**f))]  # noqa: E731
+    import os
+    import socket
+
+    assert names(label_prefix="nightly") == ["a", "c"]
+    assert names(label_prefix="nightly", kind="lock") == ["a"]
+    assert names(label_prefix="nightly", pid=os.getpid(), host=socket.gethostname()) == ["a", "c"]
+    assert names(label_prefix="nightly", host="elsewhere") == []
+    assert names(older_than_ms=60_000) == []
+    time.sleep(0.05)
+    assert names(older_than_ms=10, label_prefix="weekly") == ["b"]
+    for bad in ({"pid": 0}, {"pid": True}, {"pid": "12"}, {"older_than_ms": -1}, {"older_than_ms": 1.5},
+                {"kind": "mutex"}, {"host": "h" * 1001}, {"label_prefix": 3}):
+        with pytest.raises(InvalidLockArgument):
+            HoldSelection(**bad)
+    assert not HoldSelection(kind="lock").filters_holders and HoldSelection(older_than_ms=0).filters_holders
+
+
+def test_force_release_holds_leaves_a_hold_that_changed_alone(listing, redis_client):
+    from django_redis_coord.listing import HoldSelection
+
+    first = Lock(redis_client, "moving", timeout=30, label="batch")
+    first.acquire()
+    stays = Lock(redis_client, "staying", timeout=30, label="batch")
+    stays.acquire()
+    chosen = listing.select(HoldSelection(label_prefix="batch"))
+    first.release()  # between the listing and the release, the hold ended and another began
+    second = Lock(redis_client, "moving", timeout=30, label="batch")
+    second.acquire()
+    results = {holder.name: result for holder, result in listing.force_release_holds(chosen)}
+    assert results["moving"].fence_mismatch and not results["moving"].released and second.owned()
+    assert results["staying"].released and results["staying"].fence_after > stays.fence and not stays.owned()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -178,6 +179,31 @@ def test_list_watch_follows_changes(redis_client, monkeypatch):
     first, second = out.split("Every 2s:")[1:]
     assert "comes-and-goes" in first
     assert "comes-and-goes" not in second and "No live holders." in second
+
+
+def test_a_leader_is_listed_and_shown_with_its_role_and_term(redis_client):
+    from django_redis_coord import Leader
+
+    leader = Leader(redis_client, "scheduler", 10, label="beat")
+    assert leader.campaign(blocking_timeout=5)
+    try:
+        Lock(redis_client, "plain", timeout=60).acquire()
+        lines = run("list").splitlines()
+        assert lines[0].split()[:8] == ["NAME", "KIND", "FENCE", "TTL", "HELD", "FOR", "OWNER", "ROLE"]
+        role_at = lines[0].index("ROLE")
+        [row] = [line for line in lines if line.startswith("scheduler")]
+        assert row[role_at:].split()[0] == "leader" and str(leader.term) in row and "leader: beat" in row
+        [plain] = [line for line in lines if line.startswith("plain")]
+        assert plain[role_at:].split()[0] == "-"
+        shown = run("show", "scheduler")
+        assert re.search(r"^  role +leader$", shown, re.M) and re.search(rf"^  term +{leader.term}$", shown, re.M)
+        data = {item["name"]: item for item in json.loads(run("list", "--json"))}
+        for item in data.values():
+            validate(item, HOLDER_JSON_SCHEMA)
+        assert (data["scheduler"]["role"], data["scheduler"]["term"]) == ("leader", leader.term)
+        assert (data["plain"]["role"], data["plain"]["term"]) == (None, None)
+    finally:
+        leader.resign()
 
 
 # -- show --------------------------------------------------------------------------------------

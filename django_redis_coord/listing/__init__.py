@@ -15,7 +15,7 @@ nothing else.  One module per step:
   script, as :class:`~django_redis_coord.holders.HolderInfo` records.
 * Expiry is judged by the server's clock, twice: the registry entry must not have expired, and
   the holder's key must still exist when its details are read.
-* :mod:`.force_release` — the one write.
+* :mod:`.force_release` — the one write; :mod:`.selection` chooses holds for a bulk release.
 
 >>> listing = HolderListing(client)                      # doctest: +SKIP
 >>> for holder in listing.holders(search="report"):     # doctest: +SKIP
@@ -36,6 +36,7 @@ from ..holders import KINDS, HolderInfo, format_ms, holder_id, mask_token, parse
 from .details import DetailReading, Waiter
 from .force_release import ForceReleaseResult, ForceReleasing
 from .registries import RegistryEntry, RegistryReading
+from .selection import HoldSelection, parse_duration
 
 __all__ = [
     "KINDS",
@@ -47,6 +48,8 @@ __all__ = [
     "RegistryEntry",
     "Waiter",
     "ForceReleaseResult",
+    "HoldSelection",
+    "parse_duration",
     "holder_id",
     "parse_holder_id",
 ]
@@ -83,3 +86,8 @@ class HolderListing(RegistryReading, DetailReading, ForceReleasing):
         entries = self.entries(kind=kind, search=search)
         end = None if limit is None else offset + limit
         return self.details(entries[offset:end])
+
+    def select(self, selection: HoldSelection) -> list[HolderInfo]:
+        """The live holds ``selection`` matches, sorted by name: the details of every live hold
+        (of its kind) are read in one round trip, then filtered here."""
+        return [holder for holder in self.details(self.entries(kind=selection.kind)) if selection.matches(holder)]

@@ -13,7 +13,7 @@ from typing import Any, Optional, Union
 
 from .._arguments import as_bytes
 from ..exceptions import InvalidLockArgument
-from ..holders import KINDS, HolderInfo, mask_token, owner_fields, parse_info
+from ..holders import KINDS, HolderInfo, mask_token, masked_record, owner_fields, parse_info
 from ..keys import encode_name, key_slot, keys_for
 from ._redis import is_cluster, run_scripts, server_now_ms
 from .registries import RegistryEntry
@@ -87,8 +87,10 @@ class DetailReading:
 
     def _build_holders(self, drafts: Sequence[dict[str, Any]]) -> list[HolderInfo]:
         """HolderInfo objects from the fields the parsers read (``info`` still raw JSON)."""
-        infos = _decode_infos([draft.pop("info") for draft in drafts])
-        return [HolderInfo(**draft, **owner_fields(meta), prefix=self.prefix) for draft, meta in zip(drafts, infos)]
+        raw = [draft.pop("info") for draft in drafts]
+        infos = _decode_infos(raw)
+        return [HolderInfo(**draft, **owner_fields(meta, draft["token"], info), prefix=self.prefix)
+                for draft, meta, info in zip(drafts, infos, raw)]
 
     def holder(self, name: Union[str, bytes], kind: str = "lock") -> list[HolderInfo]:
         """The live holders of one primitive (a lock has at most one), read directly."""
@@ -225,7 +227,8 @@ def _parse_waiter(position: int, token: bytes, record: Optional[bytes]) -> Waite
         return Waiter(position=position, token=token, lease_until_ms=None)
     parts = record.split(b" ", 5)
     lease_until = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
-    meta = parse_info(parts[5] if len(parts) == 6 else b"{}")
+    info = parts[5] if len(parts) == 6 else b"{}"
+    meta = masked_record(parse_info(info), token, info)
     return Waiter(
         position=position,
         token=token,

@@ -1,14 +1,15 @@
 """The listing's one write: an operator takes a hold back (``manage.py locks release``, the
-admin's force-release button)."""
+admin's force-release button), or several (a bulk release: one hold after the other)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from .._queued_base import META_RETENTION_MS
 from ..exceptions import InvalidLockArgument
-from ..holders import KINDS
+from ..holders import KINDS, HolderInfo
 from ..keys import encode_name, keys_for
 from ..scripts import sync_scripts
 
@@ -74,3 +75,9 @@ class ForceReleasing:
             fence_after=int(reply[2] or 0),
             handed_off=bool(reply[3]),
         )
+
+    def force_release_holds(self, holds: Iterable[HolderInfo]) -> list[tuple[HolderInfo, ForceReleaseResult]]:
+        """:meth:`force_release` each of ``holds`` (as read by the listing), each only while it
+        still has the fence it was read with: one script call per hold, each atomic; a hold that
+        ended or changed since it was read is left alone (``fence_mismatch`` or ``was_free``)."""
+        return [(hold, self.force_release(hold.raw_name, hold.kind, expected_fence=hold.fence)) for hold in holds]

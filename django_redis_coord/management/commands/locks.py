@@ -4,7 +4,9 @@
     manage.py locks show NAME [--kind lock|sem] [--json]
     manage.py locks waiters NAME [--kind lock|sem] [--json]
     manage.py locks release NAME [--kind lock|sem] [--fence FENCE] [--noinput]
+    manage.py locks release [--host H] [--pid P] [--label-prefix L] [--older-than DURATION] [--yes]
     manage.py locks ping [--json]
+    manage.py locks run NAME [--wait [SECONDS]] [--timeout SECONDS] -- COMMAND [ARGS...]
 
 Text output writes every non-printable character of a name, label, host or thread as its escape
 (``\x1b``, ``\n``...): what a name holds never reaches the terminal as a control sequence.
@@ -12,13 +14,17 @@ Names are given and shown without ``KEY_PREFIX`` (as the code names them); ``--a
 lists every holder in the database under its full key.  Exit status: 0 success, 1 bad
 arguments or settings, 3 Redis unreachable, 4 nothing held under that name, 5 release not
 confirmed, 6 the holder changed before the release (nothing was released), 7 Redis refused the
-command (a read-only replica, no permission, out of memory, ...).
+command (a read-only replica, no permission, out of memory, ...).  ``run`` exits with the status of
+the command it ran, or 75 when another run holds NAME.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Optional
 
@@ -28,20 +34,33 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from django_redis_coord.commands import (
+    EX_TEMPFAIL,
+    ExclusiveRun,
+    parsed_command,
+    positive_seconds_argument,
+    seconds_argument,
+)
 from django_redis_coord.conf import SETTING_NAME, coord_settings
 from django_redis_coord.connection import describe_connection, get_client
 from django_redis_coord.exceptions import InvalidLockArgument
-from django_redis_coord.holders import KINDS, HolderInfo, format_ms
+from django_redis_coord.holders import KINDS, HolderInfo
 from django_redis_coord.listing import HolderListing
-from django_redis_coord.terminal import holder_details, holders_table, printable, quoted, waiters_table
+from django_redis_coord.management.locks_release import (
+    EXIT_CHANGED,
+    EXIT_NOT_CONFIRMED,
+    EXIT_NOT_HELD,
+    EXIT_USAGE,
+    ReleaseAction,
+    add_release_arguments,
+)
+from django_redis_coord.terminal import holder_details, holders_table, quoted, waiters_table
 
-#: Exit statuses (also documented in docs/operations.md).
-EXIT_USAGE = 1
+#: Exit statuses (also documented in docs/operations.md); ``run``: the command's own, or 75.
 EXIT_UNREACHABLE = 3
-EXIT_NOT_HELD = 4
-EXIT_NOT_CONFIRMED = 5
-EXIT_CHANGED = 6
 EXIT_REFUSED = 7
+__all__ = ["Command", "HOLDER_JSON_SCHEMA", "EXIT_USAGE", "EXIT_UNREACHABLE", "EXIT_NOT_HELD", "EXIT_NOT_CONFIRMED",
+           "EXIT_CHANGED", "EXIT_REFUSED", "EX_TEMPFAIL"]
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
@@ -78,16 +97,36 @@ HOLDER_JSON_SCHEMA: dict[str, Any] = {
         "used": _OPTIONAL_INT,
         "limit": _OPTIONAL_INT,
         "extra": {"type": "object"},
+        "role": _OPTIONAL_STR,
+        "term": _OPTIONAL_INT,
     },
 }
 
 
-class Command(BaseCommand):
-    help = "List live lock and semaphore holders, show one, list its waiters, force-release it, check Redis."
+class ActionParser(CommandParser):
+    """The parser of one action; the one of ``run`` takes what follows ``--`` as the command to
+    run (``argv``), options of that command included."""
+
+    takes_command = False
+
+    def parse_known_args(self, args: Optional[Sequence[str]] = None, namespace: Any = None) -> Any:
+        if not self.takes_command or args is None or "--" not in args:
+            return super().parse_known_args(args, namespace)
+        args = list(args)
+        split = args.index("--")
+        namespace, extras = super().parse_known_args(args[:split], namespace)
+        namespace.argv = args[split + 1:]
+        return namespace, extras
+
+
+class Command(ReleaseAction, BaseCommand):
+    help = ("List live lock and semaphore holders, show one, list its waiters, force-release holds, check Redis, "
+            "run a command while holding a lock.")
 
     # -- arguments ---------------------------------------------------------------------------
     def add_arguments(self, parser: CommandParser) -> None:
-        subparsers = parser.add_subparsers(dest="action", metavar="{list,show,waiters,release,ping}")
+        subparsers = parser.add_subparsers(dest="action", metavar="{list,show,waiters,release,ping,run}",
+                                           parser_class=ActionParser)
         subparsers.required = True
 
         listing = subparsers.add_parser("list", help="live holders, sorted by name")
@@ -117,18 +156,25 @@ class Command(BaseCommand):
             "release",
             help="force release: delete the hold, move the fence past it, hand off to the next waiter",
         )
-        release.add_argument("name")
-        release.add_argument("--kind", choices=sorted(KINDS), help="default: the lock, else the semaphore")
-        release.add_argument("--fence", type=int, default=None,
-                             help="release only the hold with this fence (required for a semaphore "
-                                  "with several permits)")
-        # Django's convention (migrate, flush, collectstatic); --yes is the old spelling, kept.
-        release.add_argument("--noinput", "--no-input", "--yes", action="store_false", dest="interactive",
-                             help="do not ask for confirmation (--yes: deprecated alias)")
+        add_release_arguments(release)
         self._add_scope(release)
 
         ping = subparsers.add_parser("ping", help="check the connection: server, latency, clock, holders")
         ping.add_argument("--json", action="store_true")
+
+        run = subparsers.add_parser(
+            "run", help="run a management command while holding lock NAME (a second run exits with status 75)",
+            usage="%(prog)s NAME [--wait [SECONDS]] [--timeout SECONDS] -- COMMAND [ARGS ...]",
+        )
+        run.takes_command = True
+        run.set_defaults(argv=None)
+        run.add_argument("name", help="the lock held while the command runs (without KEY_PREFIX)")
+        run.add_argument("--wait", type=seconds_argument, nargs="?", const=math.inf, default=0, metavar="SECONDS",
+                         help=f"when another run holds NAME, wait for it (up to SECONDS; default: exit at once "
+                              f"with status {EX_TEMPFAIL})")
+        run.add_argument("--timeout", type=positive_seconds_argument, default=30.0, metavar="SECONDS",
+                         help="the hold's TTL, renewed every third of it while the command runs (default 30): "
+                              "a killed run frees NAME within it")
 
     @staticmethod
     def _add_scope(parser: CommandParser) -> None:
@@ -138,13 +184,21 @@ class Command(BaseCommand):
     # -- entry point ---------------------------------------------------------------------------
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
+        if action == "run":  # the command it runs has its own errors and exit status
+            return self.do_run(options)
         self.all_prefixes = options.get("all_prefixes", False)
-        try:
+        with self.errors_as_statuses():
             self.key_prefix = coord_settings().key_prefix
             client = get_client()
             prefix = "" if self.all_prefixes or not self.key_prefix else self.key_prefix + ":"
             self.listing = HolderListing(client, prefix=prefix)
             getattr(self, f"do_{action}")(options)
+
+    @contextmanager
+    def errors_as_statuses(self) -> Iterator[None]:
+        """Errors of Redis, of arguments and of settings as a ``CommandError`` with its exit status."""
+        try:
+            yield
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise CommandError(f"Redis is unreachable ({describe_connection()}): {exc}", returncode=EXIT_UNREACHABLE)
         except InvalidLockArgument as exc:
@@ -251,54 +305,6 @@ class Command(BaseCommand):
             return
         self.stdout.write(waiters_table(waiters, now_ms))
 
-    # -- release -------------------------------------------------------------------------------
-    def do_release(self, options: dict[str, Any]) -> None:
-        name, fence = options["name"], options["fence"]
-        kind, holders = self.find(name, options["kind"])
-        if fence is not None:
-            chosen = [h for h in holders if h.fence == fence]
-            if not chosen:
-                fences = ", ".join(str(h.fence) for h in holders)
-                raise CommandError(
-                    f"{KINDS[kind]} {name!r} is held under fence {fences}, not {fence}: nothing released.",
-                    returncode=EXIT_CHANGED,
-                )
-            target = chosen[0]
-        elif len(holders) > 1:
-            fences = ", ".join(str(h.fence) for h in holders)
-            raise CommandError(
-                f"Semaphore {name!r} has {len(holders)} permits (fences {fences}): choose one with --fence.",
-                returncode=EXIT_USAGE,
-            )
-        else:
-            target = holders[0]
-        summary = (
-            f"{KINDS[kind]} {quoted(target.short_name)}, fence {target.fence}, held by "
-            f"{printable(target.owner)}" + (f" ({printable(target.label)})" if target.label else "")
-            + f" for {format_ms(target.held_for_ms)}, {format_ms(target.ttl_ms)} left"
-        )
-        if options["interactive"]:
-            self.stdout.write(f"Force release {summary}?")
-            self.stdout.write("The holder is fenced out and the next waiter gets the hold.")
-            self.stdout.flush()
-            try:
-                answer = input("Type 'yes' to continue: ")
-            except EOFError:
-                answer = ""
-            if answer.strip().lower() not in ("yes", "y"):
-                raise CommandError("Release cancelled: nothing changed.", returncode=EXIT_NOT_CONFIRMED)
-        result = self.listing.force_release(self.key_for(name), kind, expected_fence=target.fence)
-        if result.fence_mismatch or result.was_free:
-            raise CommandError(
-                f"The hold changed before the release (now fence {result.fence}): nothing released.",
-                returncode=EXIT_CHANGED,
-            )
-        self.stdout.write(
-            self.style.SUCCESS(f"Released {summary}.")
-            + f"\nFence counter moved to {result.fence_after}; "
-            + ("handed to the next waiter." if result.handed_off else "nobody was waiting.")
-        )
-
     # -- ping ----------------------------------------------------------------------------------
     def do_ping(self, options: dict[str, Any]) -> None:
         client = self.listing.client
@@ -331,3 +337,19 @@ class Command(BaseCommand):
         self.stdout.write(f"  key prefix        {self.key_prefix or '(none)'}")
         self.stdout.write(f"  live holds        {len(entries)}")
 
+    # -- run -----------------------------------------------------------------------------------
+    def do_run(self, options: dict[str, Any]) -> None:
+        """Run the command after ``--`` in this process while holding lock NAME (see
+        :class:`~django_redis_coord.commands.ExclusiveRun`); what it raises, ``CommandError`` with
+        its status or ``SystemExit``, passes through after the release."""
+        argv = options["argv"]
+        if not argv:
+            raise CommandError("Give the command to run after --: locks run NAME -- COMMAND [ARGS ...]",
+                               returncode=EXIT_USAGE)
+        command, args, command_options = parsed_command(argv, stdout=options.get("stdout"),
+                                                        stderr=options.get("stderr"))
+        with self.errors_as_statuses():
+            run = ExclusiveRun(options["name"], argv[0], timeout=options["timeout"])
+            run.acquire(options["wait"])
+        with run:
+            command.execute(*args, **command_options)
