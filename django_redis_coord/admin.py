@@ -36,6 +36,7 @@ from django.urls import path, reverse
 from django.utils.http import urlencode
 from redis.exceptions import RedisError
 
+from .admin_contention import contention_view_for
 from .conf import coord_settings
 from .connection import describe_connection, get_client
 from .exceptions import InvalidLockArgument
@@ -74,6 +75,7 @@ class HolderAdmin(admin.ModelAdmin):
         wrap = self.admin_site.admin_view
         return [
             path("", wrap(self.changelist_view), name=f"{base}_changelist"),
+            path("contention/", wrap(contention_view_for(self)), name=f"{base}_contention"),
             path("<str:holder_id>/", wrap(self.detail_view), name=f"{base}_detail"),
             path("<str:holder_id>/release/", wrap(self.release_view), name=f"{base}_release"),
         ]
