@@ -11,8 +11,8 @@ from django.test import override_settings
 from django.urls import reverse
 
 from django_redis_coord import lock, locked
-from django_redis_coord.metrics import HistoryRecorder
-from django_redis_coord.metrics.configured import configured_history
+from django_redis_coord.metrics import HistoryRecorder, feed
+from django_redis_coord.metrics.configured import configured_recorder
 from django_redis_coord.server import free_port
 from django_redis_coord.svg_charts import format_seconds
 from tests.test_admin import client_for, make_user
@@ -30,7 +30,7 @@ def viewer(django_user_model):
 @pytest.fixture
 def recording(redis_client):
     with override_settings(DJANGO_REDIS_COORD={**settings.DJANGO_REDIS_COORD, "METRICS": ["history"]}):
-        yield configured_history()
+        yield configured_recorder("history")
 
 
 @locked("invoice:{pk}")
@@ -54,6 +54,7 @@ def test_a_chart_per_template_from_the_history(viewer, recording):
     holder.release()
     with lock("report:daily", template="report:{day}"):
         pass
+    feed()
     assert recording.flush() == 1
     response = client_for(viewer).get(reverse(PAGE))
     assert response.status_code == 200

@@ -16,8 +16,8 @@ from django.test import override_settings
 from django.urls import reverse
 
 from django_redis_coord import lock
-from django_redis_coord.metrics import HistoryRecorder
-from django_redis_coord.metrics.configured import configured_history
+from django_redis_coord.metrics import HistoryRecorder, feed
+from django_redis_coord.metrics.configured import configured_recorder
 from tests.procs import run_processes
 from tests.test_admin_browser import (  # noqa: F401  (browser and browser_binaries are fixtures)
     ADMIN_STATIC,
@@ -66,8 +66,9 @@ def _contend(index: int) -> int:
             time.sleep(0.005)
             held.release()
             taken += 1
-    history = configured_history()
+    history = configured_recorder("history")
     assert history is not None
+    feed()
     history.flush()
     return taken
 

@@ -20,8 +20,8 @@ from prometheus_client import REGISTRY
 from django_redis_coord import lock, locked, semaphore
 from django_redis_coord.checks import check_settings
 from django_redis_coord.exceptions import InvalidLockArgumentType, LockNotOwnedError
-from django_redis_coord.metrics import DEFAULT_TEMPLATE, read_history
-from django_redis_coord.metrics.configured import configured_history
+from django_redis_coord.metrics import DEFAULT_TEMPLATE, feed, read_history
+from django_redis_coord.metrics.configured import configured_recorder
 from django_redis_coord.shortcuts import alock
 from tests.test_metrics import otel_sums
 
@@ -99,6 +99,7 @@ def test_a_with_block_is_labelled_with_its_template(prometheus):
     assert delta()[0] == 1
 
 
+@pytest.mark.django_db  # closing a response sends request_finished, which looks at the database connections
 def test_a_view_answering_409_counts_a_contention(prometheus, redis_client):
     @locked("order:{pk}")
     def view(request, pk):
@@ -179,6 +180,8 @@ def test_opentelemetry_through_the_settings(otel_reader, redis_client):
     with coord(METRICS=["otel"]):
         for pk in range(3):
             send_invoice(pk)
+        assert configured_recorder("otel") is not None
+        feed()  # what the metrics' thread does every second
         holder = lock("gauged", timeout=30)
         assert holder.acquire(blocking=False)
         time.sleep(GAUGES_MAX_AGE)  # the gauges' reading before the acquire is kept that long
@@ -192,14 +195,15 @@ def test_the_history_goes_under_the_key_prefix(redis_client):
     with coord(METRICS=["history"], KEY_PREFIX="shop"):
         for pk in range(4):
             send_invoice(pk)
-        history = configured_history()
+        history = configured_recorder("history")
+        feed()
         assert history is not None and history.flush() == 1
     keys = [key.decode() for key in redis_client.scan_iter("*history*")]
     assert len(keys) == 1 and keys[0].startswith("shop:{history}:dcoord:history:")
     found = {h.template: h.total("acquisitions") for h in read_history(redis_client, "shop")}
     assert found == {"invoice:{pk}": 4}
     with coord(METRICS=["prometheus"]):
-        assert configured_history() is None
+        assert configured_recorder("history") is None
 
 
 @pytest.mark.parametrize("value, problem", [

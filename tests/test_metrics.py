@@ -26,9 +26,10 @@ from django_redis_coord.metrics import (
     HolderGauges,
     MetricsEvents,
     Recorder,
+    _recording,
+    feed,
     label_of,
 )
-from django_redis_coord.metrics._recording import failures
 from django_redis_coord.metrics.otel import OtelRecorder
 from django_redis_coord.metrics.prometheus import HolderCollector, PrometheusRecorder
 from tests.hold_lock import HolderProcesses
@@ -104,6 +105,7 @@ def _prometheus_worker(url: str, index: int) -> dict:
     """In a spawned process (PROMETHEUS_MULTIPROC_DIR set): the workload, its events counted too."""
     counting = Counting()
     workload(url, index, PrometheusRecorder(CollectorRegistry()), counting)
+    feed()  # what the metrics' thread does every second
     return dict(counting.counts)
 
 
@@ -170,8 +172,9 @@ def _otel_worker(url: str, index: int) -> tuple[dict, dict]:
     """In a forked process: its own meter provider and in-memory reader."""
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
-    counting = Counting()
-    workload(url, index, OtelRecorder(provider.get_meter("test")), counting)
+    counting, recorder = Counting(), OtelRecorder(provider.get_meter("test"))
+    workload(url, index, recorder, counting)
+    feed()  # what the metrics' thread does every second
     sums = otel_sums(reader)
     provider.shutdown()
     return dict(counting.counts), sums
@@ -253,9 +256,9 @@ class Exploding(Recorder):
 
 @pytest.fixture
 def fresh_failures():
-    failures.clear()
+    _recording.failures.clear()
     yield
-    failures.clear()
+    _recording.failures.clear()
 
 
 def test_a_failing_exporter_never_breaks_a_lock_and_is_logged_once_in_a_while(redis_client, caplog, fresh_failures):
@@ -267,6 +270,7 @@ def test_a_failing_exporter_never_breaks_a_lock_and_is_logged_once_in_a_while(re
         assert lock.acquire(blocking=False)
         assert not Lock(redis_client, f"safe:{n}", timeout=10, events=events).acquire(blocking=False)
         lock.release()
+    feed()
     assert exploding.calls == 150  # every event reached it
     assert counting.counts["acquired", "safe:{n}", "lock"] == 50  # and the next recorder still got them
     assert counting.counts["released", "safe:{n}", "lock"] == 50
@@ -333,6 +337,27 @@ def test_asyncio_primitives_feed_the_same_recorders(async_redis):
         await client.aclose()
 
     asyncio.run(main())
+    feed()
     assert dict(counting.counts) == {("acquired", "async:{n}", "lock"): 1, ("contended", "async:{n}", "lock"): 1,
                                      ("released", "async:{n}", "lock"): 1}
 
+
+
+def test_events_are_fed_in_the_background_and_the_queue_is_bounded(redis_client, monkeypatch, caplog,
+                                                                   fresh_failures):
+    counting = Counting()
+    events = MetricsEvents(counting, template="fed:{n}")
+    with Lock(redis_client, "fed:1", timeout=5, events=events):
+        pass
+    deadline = time.monotonic() + 10
+    while counting.counts["released", "fed:{n}", "lock"] != 1:  # the metrics' thread, within a second
+        assert time.monotonic() < deadline, "the background thread never fed the recorder"
+        time.sleep(0.05)
+    monkeypatch.setattr(_recording, "QUEUED", 10)
+    caplog.set_level(logging.ERROR, logger="django_redis_coord.metrics")
+    with _recording._feeding:  # the thread is kept from feeding meanwhile
+        for _ in range(25):
+            events.contended(None, wait_time=0.0, pttl=None, limit=None)
+    assert feed() == 10  # the rest was dropped, not kept to grow
+    assert counting.counts["contended", "fed:{n}", "lock"] == 10
+    assert len([r for r in caplog.records if "queue is full" in r.getMessage()]) == 1

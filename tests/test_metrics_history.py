@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from django_redis_coord import Lock
-from django_redis_coord.metrics import BUCKETS, OTHER_TEMPLATE, HistoryRecorder, MetricsEvents, read_history
+from django_redis_coord.metrics import BUCKETS, OTHER_TEMPLATE, HistoryRecorder, MetricsEvents, feed, read_history
 from django_redis_coord.metrics._recording import failures
 from django_redis_coord.metrics.history import RETENTION_SECONDS, history_key
 from django_redis_coord.metrics.history_reading import quantile
@@ -46,6 +46,7 @@ def test_counts_and_percentiles_read_back_exactly(redis_client):
         assert holder.acquire(blocking=False)
         assert not Lock(redis_client, f"invoice:{pk}", timeout=5, events=events).acquire(blocking=False)
         holder.release()
+    assert feed() == 60  # what the metrics' thread does every second
     for wait in [0.002] * 98 + [2.0] * 2:  # known waits: p50 in (0.001, 0.0025], p99 in (1, 2.5]
         history.acquired("report", "lock", wait)
     history.lost("report", "lock", None)
@@ -78,6 +79,7 @@ def test_a_lock_pays_no_round_trip_for_the_history(redis_client):
     events = MetricsEvents(history, template="job:{n}")
     with Lock(redis_client, "warm", timeout=5, events=events):  # scripts loaded
         pass
+    feed()
     assert history.flush() == 1
     redis_client.delete(history_key("", MINUTE))
     redis_client.config_resetstat()
@@ -88,6 +90,7 @@ def test_a_lock_pays_no_round_trip_for_the_history(redis_client):
     calls = {name: value["calls"] for name, value in stats.items()}
     assert calls["cmdstat_evalsha"] == 60  # acquire and release, nothing more (the rest ran inside them)
     assert not {"cmdstat_hincrby", "cmdstat_hsetnx", "cmdstat_multi", "cmdstat_exec"} & set(calls), calls
+    feed()
     assert not redis_client.exists(history_key("", MINUTE)) and history.pending() == 1
     redis_client.config_resetstat()
     assert history.flush() == 1  # one script call for the minute, in one pipeline
@@ -161,6 +164,7 @@ def test_a_failed_write_drops_the_batch_logs_and_leaves_the_lock_alone(redis_cli
     for n in range(3):
         with Lock(redis_client, f"down:{n}", timeout=5, events=events):
             pass
+        feed()
         assert history.flush() == 0
         assert history.pending() == 0  # dropped, not kept to grow
     records = [r for r in caplog.records if "contention history" in r.getMessage()]

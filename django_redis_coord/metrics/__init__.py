@@ -17,8 +17,10 @@ over the recorders wanted::
 
 One module per concern:
 
-* :mod:`._recording`: the labels, the :class:`Recorder` interface, the fan-out that keeps a failing
-  recorder from the lock (what it raises is logged at most once a minute);
+* :mod:`._recording`: the labels, the :class:`Recorder` interface, the fan-out that keeps the
+  recorders off the lock's path (a lock queues its events; a background thread hands them over
+  every second, :func:`feed` at once) and a failing recorder from the lock (logged at most once a
+  minute);
 * :mod:`.prometheus` and :mod:`.otel`: the two exporters (optional packages);
 * :mod:`.gauges`: holders, waiters and the oldest hold, read from the holder registry when scraped;
 * :mod:`.history` and :mod:`.history_reading`: the per-minute history in Redis behind the admin's
@@ -37,6 +39,7 @@ from ._recording import (
     Fanout,
     MetricsEvents,
     Recorder,
+    feed,
     label_of,
 )
 from .gauges import HolderGauges, KindFigures
@@ -56,6 +59,7 @@ __all__ = [
     "MetricsEvents",
     "Recorder",
     "TemplateHistory",
+    "feed",
     "label_of",
     "read_history",
 ]

@@ -1,6 +1,13 @@
 """What every metrics backend shares: the labels (key templates, bounded), the :class:`Recorder`
-interface, and the fan-out that calls the recorders of a hold's events without ever letting one
-of them break or slow the lock (:class:`Fanout`, :class:`MetricsEvents`).
+interface, and the fan-out that hands a hold's events to the recorders without ever letting one of
+them break or slow the lock (:class:`Fanout`, :class:`MetricsEvents`).
+
+A lock does not call the recorders: it appends its event to one queue of the process (at most
+:data:`QUEUED` events; past that they are dropped and the drop is logged), and a background thread
+hands the queue to the recorders every :data:`FEED_SECONDS` seconds (:func:`feed` does it at once:
+a Prometheus scrape of a :class:`~django_redis_coord.metrics.prometheus.PrometheusRecorder`'s
+registry does, and so may a test before reading).  What a recorder raises is logged at most once a
+minute.  A forked child starts with an empty queue (the parent feeds its own events).
 
 Nothing here imports Django, Prometheus or OpenTelemetry.
 """
@@ -8,12 +15,15 @@ Nothing here imports Django, Prometheus or OpenTelemetry.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable
 from typing import Any, Optional
 
 from ..events import Events
+from ._background import Periodic
 
 __all__ = [
     "BUCKETS",
@@ -24,7 +34,10 @@ __all__ = [
     "Fanout",
     "MetricsEvents",
     "Recorder",
+    "feed",
     "label_of",
+    "FEED_SECONDS",
+    "QUEUED",
 ]
 
 logger = logging.getLogger("django_redis_coord.metrics")
@@ -45,6 +58,13 @@ BUCKETS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25
 
 #: Seconds between two log records of one recorder's failures (the ones between are counted).
 LOG_EVERY = 60.0
+#: Seconds between two hand-overs of the queued events to the recorders.
+FEED_SECONDS = 1.0
+#: Events queued at most between two hand-overs.
+QUEUED = 100_000
+#: Events handed over between two offers of the GIL to other threads (a lock waiting for it after
+#: a round trip would otherwise wait for the whole batch).
+CHUNK = 32
 
 
 class _Labels:
@@ -77,8 +97,9 @@ class Recorder:
     """A metrics backend: one method per event of a hold, given the bounded template label, the
     primitive's kind (``"lock"``, ``"semaphore"``, ``"redlock"``) and a duration in seconds.
 
-    Methods run inline in the lock's call: keep them in memory (no I/O).  What they raise is
-    caught and logged by :class:`Fanout`, never passed to the lock.
+    The methods are called by :func:`feed` (one thread at a time), never in the lock's call;
+    :meth:`batch_done` after each batch.  Keep them in memory (no I/O).  What they raise is logged
+    now and then, never passed to a lock.
     """
 
     def acquired(self, template: str, kind: str, wait_time: float) -> None:
@@ -92,6 +113,9 @@ class Recorder:
 
     def lost(self, template: str, kind: str, held_time: Optional[float]) -> None:
         """A hold was found lost (expired, taken over, not renewed in time)."""
+
+    def batch_done(self) -> None:
+        """The events of one hand-over were all given (a recorder may add up counts until then)."""
 
 
 class _Failures:
@@ -121,30 +145,71 @@ class _Failures:
 failures = _Failures()
 
 
-def _kind(primitive: Any) -> str:
-    kind = getattr(primitive, "kind", None)
-    return kind if isinstance(kind, str) else "lock"
+#: The events not handed to their recorders yet: (recorders, event, template, kind, value).
+_queue: deque[tuple[tuple[Recorder, ...], str, Optional[str], Any, Optional[float]]] = deque()
+_feeding = threading.Lock()
 
 
 class Fanout:
-    """Calls each recorder for one event; whatever a recorder raises is logged now and then
-    (:data:`LOG_EVERY`), never raised."""
+    """The recorders one event goes to: :meth:`record` queues it (see the module's text)."""
 
     def __init__(self, recorders: Iterable[Recorder]) -> None:
         self.recorders = tuple(recorders)
 
     def record(self, event: str, template: Optional[str], primitive: Any, value: Optional[float]) -> None:
         """``event`` (``"acquired"``, ``"contended"``, ``"released"`` or ``"lost"``) of ``primitive``."""
-        try:
-            label, kind = label_of(template), _kind(primitive)
-        except Exception as exc:  # a template whose hash raises, say
-            failures.note("labelling", exc)
+        if len(_queue) >= QUEUED:
+            failures.note("queueing metrics (the queue is full: events dropped until it is fed)",
+                          OverflowError(QUEUED))
             return
-        for recorder in self.recorders:
+        _queue.append((self.recorders, event, template, getattr(primitive, "kind", None), value))
+        _feeder.ensure()
+
+
+def feed() -> int:
+    """Hand every queued event to its recorders now; returns how many events."""
+    fed = 0
+    with _feeding:
+        touched: dict[int, Recorder] = {}
+        while True:
             try:
-                getattr(recorder, event)(label, kind, value)
+                recorders, event, template, kind, value = _queue.popleft()
+            except IndexError:
+                break
+            try:
+                label = label_of(template)
+            except Exception as exc:  # a template whose hash raises, say
+                failures.note("labelling", exc)
+                continue
+            kind = kind if isinstance(kind, str) else "lock"
+            for recorder in recorders:
+                touched[id(recorder)] = recorder
+                try:
+                    getattr(recorder, event)(label, kind, value)
+                except Exception as exc:
+                    failures.note(type(recorder).__name__, exc)
+            fed += 1
+            if fed % CHUNK == 0:
+                time.sleep(0)
+        for recorder in touched.values():
+            try:
+                recorder.batch_done()
             except Exception as exc:
                 failures.note(type(recorder).__name__, exc)
+    return fed
+
+
+_feeder = Periodic(feed, FEED_SECONDS, "django-redis-coord-metrics")
+
+
+def _after_fork_in_child() -> None:
+    global _feeding
+    _queue.clear()
+    _feeding = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class MetricsEvents(Events):
@@ -156,7 +221,8 @@ class MetricsEvents(Events):
     ...     ...
 
     Without ``template`` the label is :data:`DEFAULT_TEMPLATE`.  :meth:`bound` gives the same
-    recorders under another template.  No method raises (see :class:`Fanout`).
+    recorders under another template.  No method raises; the recorders get the events from
+    :func:`feed` (see the module's text).
     """
 
     def __init__(self, *recorders: Recorder, template: Optional[str] = None) -> None:

@@ -21,7 +21,7 @@ from ._recording import Fanout, Recorder, failures
 from .gauges import HolderGauges
 from .history import HistoryRecorder
 
-__all__ = ["configured_metrics", "configured_history", "install"]
+__all__ = ["configured_metrics", "configured_recorder", "install"]
 
 _lock = threading.Lock()
 #: (the settings object, what they turn on): rebuilt when the settings change.
@@ -91,11 +91,12 @@ def configured_metrics() -> Optional[Fanout]:
     return fanout
 
 
-def configured_history() -> Optional[HistoryRecorder]:
-    """The history recorder when ``"history"`` is in ``METRICS`` (made by then), else ``None``."""
+def configured_recorder(name: str) -> Optional[Recorder]:
+    """The recorder of exporter ``name`` (``"prometheus"``, ``"otel"``, ``"history"``) when the
+    settings in force turn it on, else ``None`` (to flush the history or feed OpenTelemetry now)."""
     fanout = configured_metrics()
-    found = _made.get("history")
-    return found if isinstance(found, HistoryRecorder) and fanout is not None and found in fanout.recorders else None
+    found = _made.get(name)
+    return found if fanout is not None and found in fanout.recorders else None
 
 
 def install() -> None:

@@ -1,10 +1,10 @@
 """The contention history kept in Redis for the admin page: per minute and template, the counts of
 acquisitions, contentions and losses and the histograms of waits and holds.
 
-A lock never pays a round trip for it: :class:`HistoryRecorder` adds each event to counts kept in
-this process, and a background thread writes them every :data:`FLUSH_SECONDS` seconds, all the
-minutes pending in one pipeline (one ``history_add`` script call per minute).  What Redis keeps is
-bounded:
+A lock never pays a round trip for it: :class:`HistoryRecorder` adds each event (handed over by
+the metrics' thread) to counts kept in this process, and a thread of its own writes them every
+:data:`FLUSH_SECONDS` seconds, all the minutes pending in one pipeline (one ``history_add``
+script call per minute).  What Redis keeps is bounded:
 
 * one hash per minute, ``[KEY_PREFIX:]{history}:dcoord:history:<minute>`` (the minute since the
   epoch, by the recording process's clock), expiring :data:`RETENTION_SECONDS` after its last write;
@@ -27,7 +27,8 @@ import weakref
 from typing import Any, Optional
 
 from ..scripts import queue_script, sync_scripts
-from ._recording import BUCKETS, OTHER_TEMPLATE, Recorder, failures
+from ._background import Periodic
+from ._recording import BUCKETS, OTHER_TEMPLATE, Recorder, failures, feed
 
 __all__ = [
     "HistoryRecorder",
@@ -80,18 +81,16 @@ class HistoryRecorder(Recorder):
                  clock: Any = time.time) -> None:
         self.client = client
         self.prefix = prefix
-        self.flush_every = flush_every
         self.templates_per_minute = templates_per_minute
         self.retention = retention
         self.clock = clock
+        self._writer = Periodic(self.flush, flush_every, "django-redis-coord-history")
         self._reset()
         _recorders.add(self)
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
         self._pending: dict[int, dict[str, list[int]]] = {}
-        self._thread: Optional[threading.Thread] = None
-        self._stop = threading.Event()
 
     def target(self) -> tuple[Any, str]:
         """The client written to and the prefix of the keys, at each write."""
@@ -114,8 +113,7 @@ class HistoryRecorder(Recorder):
             row[index] += 1
             if extra is not None:
                 row[extra] += 1
-        if self._thread is None:
-            self._start()
+        self._writer.ensure()
 
     def acquired(self, template: str, kind: str, wait_time: float) -> None:
         self._add(template, _ACQUIRED, _WAITS + bucket(wait_time))
@@ -131,25 +129,15 @@ class HistoryRecorder(Recorder):
         self._add(template, _LOST)
 
     # -- writing (in the background) -----------------------------------------------------------
-    def _start(self) -> None:
-        with self._lock:
-            if self._thread is not None:
-                return
-            self._thread = threading.Thread(target=self._run, name="django-redis-coord-history", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.flush_every):
-            self.flush()
-
     def pending(self) -> int:
         """Templates x minutes counted here and not written yet."""
         with self._lock:
             return sum(len(rows) for rows in self._pending.values())
 
-    def flush(self) -> int:
+    def flush(self, *, quiet: bool = False) -> int:
         """Write what is pending now, in one pipeline; returns the number of minutes written
-        (0 when nothing was pending or the write failed: that batch is dropped)."""
+        (0 when nothing was pending or the write failed: that batch is dropped, and logged unless
+        ``quiet``)."""
         with self._lock:
             pending, self._pending = self._pending, {}
         if not pending:
@@ -167,28 +155,27 @@ class HistoryRecorder(Recorder):
                     queue_script(pipe, script, [history_key(prefix, minute)], args)
                 pipe.execute()
         except Exception as exc:
-            failures.note("writing the contention history", exc)
+            if not quiet:
+                failures.note("writing the contention history", exc)
             return 0
         return len(pending)
 
     def close(self) -> None:
         """Stop the background thread and write what is pending."""
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(self.flush_every + 5)
+        self._writer.stop()
         self.flush()
 
 
 def _after_fork_in_child() -> None:
-    """The child writes only its own events: no pending counts of the parent, no thread yet."""
+    """The child writes only its own events: no pending counts of the parent."""
     for recorder in list(_recorders):
         recorder._reset()
 
 
 def _flush_all_at_exit() -> None:
+    feed()  # what the metrics' thread had not handed over yet
     for recorder in list(_recorders):
-        recorder.flush()
+        recorder.flush(quiet=True)  # best effort: the server may be gone already
 
 
 if hasattr(os, "register_at_fork"):

@@ -12,6 +12,10 @@ with the attributes ``template`` and ``kind``:
 and, given :class:`~django_redis_coord.metrics.gauges.HolderGauges`, observable gauges read from
 the holder registry at each collection, with the attribute ``kind``:
 ``django_redis_coord.holders``, ``django_redis_coord.waiters``, ``django_redis_coord.oldest_hold`` (s).
+
+The SDK takes several microseconds per measurement: like every recorder, this one is called by
+the metrics' background thread (:func:`~django_redis_coord.metrics.feed`), never in a lock's call,
+and it adds each batch's counts once per template and kind (:meth:`OtelRecorder.batch_done`).
 """
 
 from __future__ import annotations
@@ -45,7 +49,9 @@ class OtelRecorder(Recorder):
         self.contentions = meter.create_counter(name + "contentions", unit="{acquire}",
                                                 description="Acquires that gave up because the key was taken.")
         self.losses = meter.create_counter(name + "losses", unit="{hold}", description="Holds found lost.")
+        self._counters = {"acquired": self.acquisitions, "contended": self.contentions, "lost": self.losses}
         self._attributes: dict[tuple[str, str], dict[str, str]] = {}
+        self._counted: dict[tuple[str, str, str], int] = {}
         self.gauges = gauges
         if gauges is not None:
             meter.create_observable_gauge(name + "holders", [self._observe("holders")], unit="{hold}",
@@ -62,20 +68,29 @@ class OtelRecorder(Recorder):
             found = self._attributes[key] = {"template": template, "kind": kind}
         return found
 
+    def _count(self, counter: str, template: str, kind: str) -> None:
+        key = (counter, template, kind)
+        self._counted[key] = self._counted.get(key, 0) + 1
+
     def acquired(self, template: str, kind: str, wait_time: float) -> None:
-        attributes = self.attributes(template, kind)
-        self.acquisitions.add(1, attributes)
-        self.wait.record(wait_time, attributes)
+        self.wait.record(wait_time, self.attributes(template, kind))
+        self._count("acquired", template, kind)
 
     def contended(self, template: str, kind: str, wait_time: float) -> None:
-        self.contentions.add(1, self.attributes(template, kind))
+        self._count("contended", template, kind)
 
     def released(self, template: str, kind: str, held_time: Optional[float]) -> None:
         if held_time is not None:
             self.hold.record(held_time, self.attributes(template, kind))
 
     def lost(self, template: str, kind: str, held_time: Optional[float]) -> None:
-        self.losses.add(1, self.attributes(template, kind))
+        self._count("lost", template, kind)
+
+    def batch_done(self) -> None:
+        """Add the batch's counts to the counters, once per template and kind."""
+        counted, self._counted = self._counted, {}
+        for (counter, template, kind), count in counted.items():
+            self._counters[counter].add(count, self.attributes(template, kind))
 
     def _observe(self, field: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def callback(options: CallbackOptions) -> Iterable[Observation]:

@@ -26,7 +26,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ._recording import BUCKETS, Recorder
+from ._recording import BUCKETS, Recorder, feed
 from .gauges import HolderGauges
 
 __all__ = ["PrometheusRecorder", "HolderCollector", "NAMESPACE"]
@@ -48,12 +48,25 @@ class _Series:
         self.hold = recorder.hold.labels(template, kind)
 
 
+class _Feeding(Collector):
+    """Registered first: a scrape hands the queued events to the recorders before it reads."""
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        feed()
+        return iter(())
+
+
 class PrometheusRecorder(Recorder):
-    """The hold metrics on ``registry`` (each name may be defined once per registry)."""
+    """The hold metrics on ``registry`` (each name may be defined once per registry); a scrape of
+    that registry first hands the queued events over (:func:`~django_redis_coord.metrics.feed`)."""
 
     def __init__(self, registry: Optional[CollectorRegistry] = None, *, namespace: str = NAMESPACE,
                  buckets: Sequence[float] = BUCKETS) -> None:
         registry = REGISTRY if registry is None else registry
+        registry.register(_Feeding())
         common: dict[str, Any] = {"labelnames": _LABELS, "namespace": namespace, "registry": registry}
         self.wait = Histogram("acquire_wait_seconds", "Seconds spent acquiring, per acquisition.",
                               buckets=buckets, **common)
