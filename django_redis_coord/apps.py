@@ -16,3 +16,6 @@ class DjangoRedisCoordConfig(AppConfig):
             checks,  # noqa: F401  (registers the system checks)
             conf,  # noqa: F401  (its setting_changed receiver: the settings follow override_settings)
         )
+        from .metrics.configured import install
+
+        install()  # the exporters of DJANGO_REDIS_COORD["METRICS"], if any (no connection)

@@ -69,6 +69,8 @@ class CoordSettings:
     redlock: Optional[Mapping[str, Any]]
     #: Which source the connection comes from: "cache", "url", "sentinel" or "cluster".
     source: str = field(default="url")
+    #: The metrics exporters turned on (``METRICS``): "prometheus", "otel", "history".
+    metrics: tuple[str, ...] = ()
 
     def __getitem__(self, key: str) -> Any:
         if key not in DEFAULTS:
@@ -161,6 +163,7 @@ def coord_settings() -> CoordSettings:
         fail_open=values["FAIL_OPEN"],
         redlock=_freeze(values["REDLOCK"]),
         source=source,
+        metrics=tuple(values["METRICS"]),
     )
 
 

@@ -160,13 +160,14 @@ class Locked:
 
     # -- primitives ------------------------------------------------------------------------------
     def _make(self, name: str, label: Optional[str], settings: CoordSettings, *, is_async: bool,
-              view: Optional[str] = None) -> Any:
-        """The primitive of one use; ``view``: the dotted path of the view it guards (holder info)."""
+              view: Optional[str] = None, template: Optional[str] = None) -> Any:
+        """The primitive of one use; ``view``: the dotted path of the view it guards (holder info);
+        ``template``: the label of its metrics (the key's :attr:`KeyTemplate.metric_template`)."""
         if self.redlock:
             check_redlock_settings(self.key, self.timeout, settings)
         primitive = locked_primitive(name, asyncio=is_async, timeout=self.timeout, auto_renew=self.auto_renew,
                                      label=label, view=view, limit=self.limit, redlock=self.redlock,
-                                     max_hold=self.max_hold)
+                                     max_hold=self.max_hold, template=template)
         if self.limit is None:
             return primitive
         return AsyncPermitHold(primitive) if is_async else PermitHold(primitive)
@@ -258,7 +259,7 @@ class Locked:
             request, name = name_sync(key, self.params, args, kwargs)
         settings = coord_settings()
         view = key.default_name if request is not None else None  # a plain function is no view
-        primitive = self._make(name, label, settings, is_async=False, view=view)
+        primitive = self._make(name, label, settings, is_async=False, view=view, template=key.metric_template)
         started = _now()
         try:
             if self._plain_lock:
@@ -314,7 +315,7 @@ class Locked:
             request, name = await name_async(key, self.params, args, kwargs)
         settings = coord_settings()
         view = key.default_name if request is not None else None  # a plain function is no view
-        primitive = self._make(name, label, settings, is_async=True, view=view)
+        primitive = self._make(name, label, settings, is_async=True, view=view, template=key.metric_template)
         started = _now()
         try:
             acquired = await primitive.acquire(**self._acquire_kw)

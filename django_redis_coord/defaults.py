@@ -37,6 +37,8 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "FAIL_OPEN": False,
         # Independent masters for Redlock: {"MASTERS": ["redis://a:6379/0", ...]}.
         "REDLOCK": None,
+        # Metrics exporters: any of "prometheus", "otel", "history" (docs/metrics.md).
+        "METRICS": (),
     }
 )
 

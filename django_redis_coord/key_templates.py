@@ -191,6 +191,15 @@ class KeyTemplate:
         self._formatter = _Formatter(key, self.safe)
         self._parsed = parsed
 
+    @property
+    def metric_template(self) -> str:
+        """The label of the metrics of the names made from this key: the template as written
+        (``"orders:{pk}"``), the default name (the view's or function's dotted path) when there is
+        no key, and for a callable key the default name, else the callable's dotted path."""
+        if self.callable is None or self.default_name:
+            return self.template
+        return f"{getattr(self.callable, '__module__', '?')}.{getattr(self.callable, '__qualname__', '?')}"
+
     def check_against(self, func: Callable[..., Any], *, view_names: bool, extra: Iterable[str] = ()) -> None:
         """Refuse, when decorating, names that ``func`` can never provide (``extra``: names given
         by ``params``), and the view's query parameters or headers used whole."""

@@ -47,7 +47,9 @@ class ContextHolds:
         locked = self.locked
         name = context_name(locked)
         settings = coord_settings()
-        return name, settings, locked._make(name, locked.label or name, settings, is_async=is_async), time.monotonic()
+        template = locked._context_key.metric_template  # made by context_name()
+        primitive = locked._make(name, locked.label or name, settings, is_async=is_async, template=template)
+        return name, settings, primitive, time.monotonic()
 
     def _push(self, primitive: Any) -> Any:
         self._held.set((*self._held.get(), primitive))

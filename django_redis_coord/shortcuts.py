@@ -7,7 +7,9 @@ configured ``KEY_PREFIX``, ``DEFAULT_TIMEOUT`` and ``AUTO_RENEW``; :func:`alock`
 are the core classes, whose ``events`` send the signals of :mod:`django_redis_coord.signals`
 (see :mod:`django_redis_coord.signalling`).  :func:`redlock` and
 :func:`aredlock` build a :class:`~django_redis_coord.Redlock` over the masters of
-``REDLOCK["MASTERS"]``, with the same signals.
+``REDLOCK["MASTERS"]``, with the same signals.  ``template=`` names the key template a name was
+made from (``lock("invoice:42", template="invoice:{pk}")``): the label of its metrics (see
+:mod:`django_redis_coord.metrics`); without it, the label is ``DEFAULT_TEMPLATE``, never the name.
 
 >>> from django_redis_coord import lock                   # doctest: +SKIP
 >>> with lock("invoice:42") as held:                      # doctest: +SKIP
@@ -27,7 +29,7 @@ from .asyncio.redlock import Redlock as AsyncRedlock
 from .asyncio.semaphore import Semaphore as AsyncSemaphore
 from .conf import coord_settings
 from .connection import get_async_client, get_async_redlock_masters, get_client, get_redlock_masters
-from .exceptions import InvalidLockArgument
+from .exceptions import InvalidLockArgument, InvalidLockArgumentType
 from .keys import cacheable
 from .locks import Lock
 from .redlock import Redlock
@@ -65,10 +67,19 @@ def _options(timeout: Any, auto_renew: Optional[bool]) -> tuple[Any, bool]:
     return timeout, bool(auto_renew)
 
 
-def _new_lock(name: Name, key: Name, *, asyncio: bool, client: Any, **kwargs: Any) -> Any:
+def _events(name: Name, template: Optional[str]) -> DjangoSignals:
+    """The signals (and metrics) of a primitive named ``name``, made from the key ``template``."""
+    if template is not None and not isinstance(template, str):
+        raise InvalidLockArgumentType("template must be a str: the key template the name was made from",
+                                      lock_name=name)
+    return DjangoSignals(name, template=template)
+
+
+def _new_lock(name: Name, key: Name, *, asyncio: bool, client: Any, template: Optional[str] = None,
+              **kwargs: Any) -> Any:
     """The one place a lock is made: :func:`lock`, :func:`alock` and :func:`made_lock`."""
     lock_class = AsyncLock if asyncio else Lock
-    return lock_class(client, key, events=DjangoSignals(name), **kwargs)
+    return lock_class(client, key, events=_events(name, template), **kwargs)
 
 
 def lock(
@@ -77,16 +88,18 @@ def lock(
     *,
     auto_renew: Optional[bool] = None,
     client: Any = None,
+    template: Optional[str] = None,
     **kwargs: Any,
 ) -> Lock:
     """A :class:`~django_redis_coord.locks.Lock` named ``KEY_PREFIX:name`` on the configured Redis.
 
-    ``timeout`` defaults to ``DEFAULT_TIMEOUT`` and ``auto_renew`` to ``AUTO_RENEW``; every
-    other keyword goes to the Lock (``blocking_timeout``, ``label``, ``on_lost``, ...).
+    ``timeout`` defaults to ``DEFAULT_TIMEOUT`` and ``auto_renew`` to ``AUTO_RENEW``; ``template``
+    labels its metrics; every other keyword goes to the Lock (``blocking_timeout``, ``label``,
+    ``on_lost``, ...).
     """
     timeout, auto_renew = _options(timeout, auto_renew)
     return _new_lock(name, coord_settings().prefixed(name), asyncio=False,
-                     client=client if client is not None else get_client(),
+                     client=client if client is not None else get_client(), template=template,
                      timeout=timeout, auto_renew=auto_renew, **kwargs)
 
 
@@ -96,26 +109,28 @@ def alock(
     *,
     auto_renew: Optional[bool] = None,
     client: Any = None,
+    template: Optional[str] = None,
     **kwargs: Any,
 ) -> AsyncLock:
     """The asyncio form of :func:`lock` (call it inside a coroutine: the client is per event loop)."""
     timeout, auto_renew = _options(timeout, auto_renew)
     return _new_lock(name, coord_settings().prefixed(name), asyncio=True,
-                     client=client if client is not None else get_async_client(),
+                     client=client if client is not None else get_async_client(), template=template,
                      timeout=timeout, auto_renew=auto_renew, **kwargs)
 
 
 def made_lock(name: Name, key: Name, *, asyncio: bool, timeout: Any, auto_renew: bool,
-              label: Optional[str] = None, view: Optional[str] = None, max_hold: Optional[float] = None) -> Any:
+              label: Optional[str] = None, view: Optional[str] = None, template: Optional[str] = None,
+              max_hold: Optional[float] = None) -> Any:
     """A lock without a client, shared (``thread_local=False``), made once per key, name,
-    label, view, flavour, timeout and renewal: each use takes a copy of it on a client
+    label, view, template, flavour, timeout and renewal: each use takes a copy of it on a client
     (``made_lock(...)._fresh(client)``), a fraction of the cost of making one (``@locked``
     makes one per request)."""
-    cache_key = (key, name, label, view, asyncio, timeout, type(timeout), auto_renew, max_hold)
+    cache_key = (key, name, label, view, template, asyncio, timeout, type(timeout), auto_renew, max_hold)
     made = _made.get(cache_key)
     if made is None:
-        made = _new_lock(name, key, asyncio=asyncio, client=None, timeout=timeout, auto_renew=auto_renew,
-                         label=label, thread_local=False, max_hold=max_hold)
+        made = _new_lock(name, key, asyncio=asyncio, client=None, template=template, timeout=timeout,
+                         auto_renew=auto_renew, label=label, thread_local=False, max_hold=max_hold)
         name_view(made, view)
         if cacheable(name) and cacheable(label):  # long names are not kept (see keys.CACHED_NAME_MAX)
             if len(_made) >= _MADE_MAX:
@@ -144,14 +159,14 @@ def redlock_node_timeout(timeout: Any) -> dict[str, Any]:
 
 
 def _new_redlock(name: Name, timeout: Any, auto_renew: Optional[bool], *, asyncio: bool, masters: Any,
-                 **kwargs: Any) -> Any:
+                 template: Optional[str] = None, **kwargs: Any) -> Any:
     """The one place a Redlock is made: :func:`redlock`, :func:`aredlock` and ``@locked``."""
     timeout, auto_renew = _redlock_options(name, timeout, auto_renew)
     if masters is None:
         masters = get_async_redlock_masters() if asyncio else get_redlock_masters()
     redlock_class = AsyncRedlock if asyncio else Redlock
     return redlock_class(masters, coord_settings().prefixed(name), timeout=timeout, auto_renew=auto_renew,
-                         events=DjangoSignals(name), **{**redlock_node_timeout(timeout), **kwargs})
+                         events=_events(name, template), **{**redlock_node_timeout(timeout), **kwargs})
 
 
 def redlock(
@@ -160,6 +175,7 @@ def redlock(
     *,
     auto_renew: Optional[bool] = None,
     masters: Any = None,
+    template: Optional[str] = None,
     **kwargs: Any,
 ) -> Redlock:
     """A :class:`~django_redis_coord.Redlock` named ``KEY_PREFIX:name`` over ``REDLOCK["MASTERS"]``.
@@ -173,7 +189,7 @@ def redlock(
     >>> with redlock("ledger:close-month", timeout=30) as held:        # doctest: +SKIP
     ...     close_month(fence=held.fence)
     """
-    return _new_redlock(name, timeout, auto_renew, asyncio=False, masters=masters, **kwargs)
+    return _new_redlock(name, timeout, auto_renew, asyncio=False, masters=masters, template=template, **kwargs)
 
 
 def aredlock(
@@ -182,14 +198,16 @@ def aredlock(
     *,
     auto_renew: Optional[bool] = None,
     masters: Any = None,
+    template: Optional[str] = None,
     **kwargs: Any,
 ) -> AsyncRedlock:
     """The asyncio form of :func:`redlock` (call it inside a coroutine: the clients are per event loop)."""
-    return _new_redlock(name, timeout, auto_renew, asyncio=True, masters=masters, **kwargs)
+    return _new_redlock(name, timeout, auto_renew, asyncio=True, masters=masters, template=template, **kwargs)
 
 
 def make_semaphore(name: Name, limit: int, timeout: Any = DEFAULT, *, asyncio: bool = False,
-                   auto_renew: Optional[bool] = None, client: Any = None, **kwargs: Any) -> Any:
+                   auto_renew: Optional[bool] = None, client: Any = None, template: Optional[str] = None,
+                   **kwargs: Any) -> Any:
     """A semaphore named ``KEY_PREFIX:name`` with ``limit`` permits (see :func:`semaphore`)."""
     timeout, auto_renew = _options(timeout, auto_renew)
     settings = coord_settings()
@@ -197,7 +215,8 @@ def make_semaphore(name: Name, limit: int, timeout: Any = DEFAULT, *, asyncio: b
         client = get_async_client() if asyncio else get_client()
     semaphore_class = AsyncSemaphore if asyncio else Semaphore
     return semaphore_class(
-        client, settings.prefixed(name), limit, timeout, events=DjangoSignals(name), auto_renew=auto_renew, **kwargs
+        client, settings.prefixed(name), limit, timeout, events=_events(name, template), auto_renew=auto_renew,
+        **kwargs
     )
 
 
@@ -205,9 +224,9 @@ def semaphore(name: Name, limit: int, timeout: Any = DEFAULT, **kwargs: Any) -> 
     """A :class:`~django_redis_coord.semaphores.Semaphore` of ``limit`` permits named ``KEY_PREFIX:name``.
 
     ``timeout`` (each permit's lease) defaults to ``DEFAULT_TIMEOUT`` and ``auto_renew`` to
-    ``AUTO_RENEW``; other keywords go to the Semaphore (``blocking``, ``blocking_timeout``, ``label``,
-    ``on_lost``, ...).  The limit is stored in Redis by the first acquire of the name; see
-    :meth:`~django_redis_coord.semaphores.Semaphore.set_max_size` to change it.
+    ``AUTO_RENEW``; ``template`` labels its metrics; other keywords go to the Semaphore (``blocking``,
+    ``blocking_timeout``, ``label``, ``on_lost``, ...).  The limit is stored in Redis by the first
+    acquire of the name; see :meth:`~django_redis_coord.semaphores.Semaphore.set_max_size` to change it.
     """
     return make_semaphore(name, limit, timeout, asyncio=False, **kwargs)
 
@@ -219,21 +238,21 @@ def asemaphore(name: Name, limit: int, timeout: Any = DEFAULT, **kwargs: Any) ->
 
 def locked_primitive(name: str, *, asyncio: bool, timeout: Any, auto_renew: Optional[bool], label: Optional[str],
                      view: Optional[str], limit: Optional[int] = None, redlock: bool = False,
-                     max_hold: Optional[float] = None) -> Any:
+                     template: Optional[str] = None, max_hold: Optional[float] = None) -> Any:
     """What ``@locked`` holds for one call, made by the factories above: a lock (a copy of
     :func:`made_lock`'s on the current client), a semaphore of ``limit`` permits, or a Redlock.
     None is per thread (``thread_local=False``): a view's hold may end in the thread that closes
-    its response.  ``view`` (a dotted path) is named in the holder info."""
+    its response.  ``view`` (a dotted path) is named in the holder info; ``template`` labels the metrics."""
     if redlock:
         primitive = _new_redlock(name, timeout, auto_renew, asyncio=asyncio, masters=None, label=label,
-                                 thread_local=False, max_hold=max_hold)
+                                 thread_local=False, template=template, max_hold=max_hold)
     elif limit is not None:
         primitive = make_semaphore(name, limit, timeout, asyncio=asyncio, auto_renew=auto_renew, label=label,
-                                   max_hold=max_hold)
+                                   template=template, max_hold=max_hold)
     else:
         timeout, auto_renew = _options(timeout, auto_renew)
         made = made_lock(name, coord_settings().prefixed(name), asyncio=asyncio, timeout=timeout,
-                         auto_renew=auto_renew, label=label, view=view, max_hold=max_hold)
+                         auto_renew=auto_renew, label=label, view=view, template=template, max_hold=max_hold)
         return made._fresh(get_async_client() if asyncio else get_client())
     name_view(primitive, view)
     return primitive

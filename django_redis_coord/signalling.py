@@ -6,7 +6,8 @@ The factories (:func:`~django_redis_coord.lock`, :func:`~django_redis_coord.sema
 primitives with a :class:`DjangoSignals` as their ``events``: it carries the name as the
 application wrote it (without ``KEY_PREFIX``) and sends the signals with the primitive's class as
 ``sender`` and the primitive as ``instance``.  It also records each hold's duration for
-:func:`retry_after` (see :mod:`django_redis_coord.hold_times`).
+:func:`retry_after` (see :mod:`django_redis_coord.hold_times`), and feeds the exporters of
+``DJANGO_REDIS_COORD["METRICS"]`` under its key template (see :mod:`django_redis_coord.metrics`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any, Optional, Union
 
 from . import hold_times
 from .events import Events
+from .metrics import DEFAULT_TEMPLATE
+from .metrics.configured import configured_metrics
 from .signals import asend, lock_acquired, lock_contended, lock_lost, lock_released, send
 
 __all__ = ["DjangoSignals", "app_name", "name_view", "retry_after", "retry_after_seconds", "speak_for"]
@@ -44,59 +47,76 @@ class DjangoSignals(Events):
 
     ``voice``: the primitive whose signals these are when not the caller (a sync object finishing
     an asyncio hold from another thread sends them as the asyncio one: its class and instance).
+    ``template``: the key template the name was made from (``"invoice:{pk}"``), the label of the
+    metrics and the signals' ``template`` argument (``None``: :data:`~django_redis_coord.metrics.DEFAULT_TEMPLATE`).
     The arguments of a signal are built only when it has receivers, looked at on every call.
     """
 
-    def __init__(self, app_name: Name, voice: Any = None) -> None:
+    def __init__(self, app_name: Name, voice: Any = None, template: Optional[str] = None) -> None:
         self.app_name = app_name
         self.voice = voice
+        self.template = template
 
     def _sender(self, primitive: Any) -> tuple[type, dict[str, Any]]:
         instance = primitive if self.voice is None else self.voice
+        template = DEFAULT_TEMPLATE if self.template is None else self.template
         return type(instance), {"name": self.app_name, "key": primitive.name, "kind": primitive.kind,
-                                "instance": instance}
+                                "template": template, "instance": instance}
+
+    def _measure(self, event: str, primitive: Any, value: Optional[float]) -> None:
+        metrics = configured_metrics()
+        if metrics is not None:
+            metrics.record(event, self.template, primitive, value)
 
     # -- sync ----------------------------------------------------------------------------------
     def acquired(self, primitive: Any, *, fence: Optional[int], wait_time: float) -> None:
+        self._measure("acquired", primitive, wait_time)
         if lock_acquired.receivers:
             sender, args = self._sender(primitive)
             send(lock_acquired, sender, fence=fence, wait_time=wait_time, **args)
 
     def contended(self, primitive: Any, *, wait_time: float, pttl: Optional[int], limit: Optional[int]) -> None:
+        self._measure("contended", primitive, wait_time)
         if lock_contended.receivers:
             sender, args = self._sender(primitive)
             send(lock_contended, sender, wait_time=wait_time, retry_after=retry_after(primitive), **args)
 
     def released(self, primitive: Any, *, fence: Optional[int], held_time: Optional[float]) -> None:
+        self._measure("released", primitive, held_time)
         hold_times.record(primitive.name, held_time)
         if lock_released.receivers:
             sender, args = self._sender(primitive)
             send(lock_released, sender, fence=fence, held_time=held_time, **args)
 
     def lost(self, primitive: Any, *, fence: Optional[int], held_time: Optional[float]) -> None:
+        self._measure("lost", primitive, held_time)
         if lock_lost.receivers:
             sender, args = self._sender(primitive)
             send(lock_lost, sender, fence=fence, held_time=held_time, **args)
 
     # -- asyncio -------------------------------------------------------------------------------
     async def aacquired(self, primitive: Any, *, fence: Optional[int], wait_time: float) -> None:
+        self._measure("acquired", primitive, wait_time)
         if lock_acquired.receivers:
             sender, args = self._sender(primitive)
             await asend(lock_acquired, sender, fence=fence, wait_time=wait_time, **args)
 
     async def acontended(self, primitive: Any, *, wait_time: float, pttl: Optional[int],
                          limit: Optional[int]) -> None:
+        self._measure("contended", primitive, wait_time)
         if lock_contended.receivers:
             sender, args = self._sender(primitive)
             await asend(lock_contended, sender, wait_time=wait_time, retry_after=retry_after(primitive), **args)
 
     async def areleased(self, primitive: Any, *, fence: Optional[int], held_time: Optional[float]) -> None:
+        self._measure("released", primitive, held_time)
         hold_times.record(primitive.name, held_time)
         if lock_released.receivers:
             sender, args = self._sender(primitive)
             await asend(lock_released, sender, fence=fence, held_time=held_time, **args)
 
     async def alost(self, primitive: Any, *, fence: Optional[int], held_time: Optional[float]) -> None:
+        self._measure("lost", primitive, held_time)
         if lock_lost.receivers:
             sender, args = self._sender(primitive)
             await asend(lock_lost, sender, fence=fence, held_time=held_time, **args)
@@ -110,7 +130,9 @@ def app_name(primitive: Any) -> Name:
 
 def speak_for(twin: Any, primitive: Any) -> None:
     """Make ``twin`` send its signals as ``primitive``'s (see :class:`DjangoSignals`)."""
-    twin.events = DjangoSignals(app_name(primitive), voice=primitive)
+    events = getattr(primitive, "events", None)
+    template = events.template if isinstance(events, DjangoSignals) else None
+    twin.events = DjangoSignals(app_name(primitive), voice=primitive, template=template)
 
 
 def name_view(primitive: Any, view: Optional[str]) -> None:

@@ -6,7 +6,9 @@ stay free of Django.  ``sender`` is the primitive's class; every signal carries:
 
 * ``name``: the name as the application wrote it (without ``KEY_PREFIX``),
 * ``key``: the Redis key (with the prefix),
-* ``kind``: ``"lock"`` or ``"semaphore"``,
+* ``kind``: ``"lock"``, ``"semaphore"`` or ``"redlock"``,
+* ``template``: the key template the name was made from (``"invoice:{pk}"``: ``@locked``'s key,
+  the factories' ``template=``; ``"(untemplated)"`` without one), the label of the metrics,
 * ``instance``: the lock or semaphore object.
 
 and, per signal:

@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from .defaults import DEFAULTS, REDIS_CACHE_BACKENDS, SETTING_NAME, Problem
 from .expiry import WHY, is_no_expiry
+from .metrics.options import metrics_problems
 from .redis_options import (
     host_port_problem,
     is_number,
@@ -218,6 +219,7 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
                                 "(request, contention).")
                     )
     problems.extend(_redlock_problems(values["REDLOCK"]))
+    problems.extend(metrics_problems(values["METRICS"]))
     return problems
 
 
