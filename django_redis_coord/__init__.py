@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
     from .durable import DurableLock
     from .fencing import afenced_get, afenced_set, afenced_update, fenced_get, fenced_set, fenced_update
     from .leader import Leader
+    from .metrics import MetricsEvents
     from .redlock import Redlock
     from .rwlock import ReadWriteLock
     from .semaphores import Semaphore
@@ -61,6 +62,7 @@ __all__ = [
     "Events",
     "IdentityLock",
     "Leader",
+    "MetricsEvents",
     "ReadWriteLock",
     "Lock",
     "Redlock",
@@ -121,6 +123,7 @@ _LAZY: dict[str, str] = {
     "Redlock": ".redlock",
     "DurableLock": ".durable",
     "Leader": ".leader",
+    "MetricsEvents": ".metrics",
     "ReadWriteLock": ".rwlock",
     # Django glue
     "locked": ".decorators",

@@ -120,11 +120,12 @@ class HandOverLock(Lock):
         return None
 
 
-def _task_lock(name: str, timeout: float, *, label: str, auto_renew: bool) -> HandOverLock:
+def _task_lock(name: str, timeout: float, *, label: str, auto_renew: bool,
+               template: Optional[str] = None) -> HandOverLock:
     """A :class:`HandOverLock` on ``KEY_PREFIX:name`` of the configured Redis."""
     settings = coord_settings()
     return HandOverLock(get_client(), settings.prefixed(name), timeout=timeout, auto_renew=auto_renew,
-                        label=label, events=DjangoSignals(name))
+                        label=label, events=DjangoSignals(name, template=template))
 
 
 def _release_quietly(hold: Lock) -> None:
@@ -257,7 +258,8 @@ class UniqueTask(Task):
         """The lock of key ``name`` for task ``task_id`` in ``phase`` (``pending``, ``running``,
         ``retrying``...): labelled ``celery <task>[<id>] <phase>``, its holder record naming the
         task, its id, the phase and the key for operators (``HolderInfo.extra``)."""
-        hold = _task_lock(name, timeout, label=f"celery {self.name}[{task_id}] {phase}", auto_renew=auto_renew)
+        hold = _task_lock(name, timeout, label=f"celery {self.name}[{task_id}] {phase}", auto_renew=auto_renew,
+                          template=self._key_template().metric_template)
         hold.holder_fields = {"role": "task", "task": self.name, "task_id": task_id, "state": phase, "key": name}
         return hold
 

@@ -99,14 +99,15 @@ class _Uniqueness:
     def pending(self, name: str, *, is_async: bool) -> Any:
         make = alock if is_async else lock
         hold = make(name + PENDING_SUFFIX, timeout=self.pending_timeout, auto_renew=False,
-                    label=f"task {self.path} (pending)")
+                    label=f"task {self.path} (pending)", template=self.key.metric_template)
         hold.holder_fields = self.holder_fields(name, "pending", None)
         return hold
 
     def running(self, name: str, result_id: Optional[str], *, is_async: bool) -> Any:
         make = alock if is_async else lock
         label = f"task {self.path}" + (f" (result {result_id})" if result_id else "")
-        hold = make(name, timeout=self.timeout, auto_renew=self.timeout is not None, label=label)
+        hold = make(name, timeout=self.timeout, auto_renew=self.timeout is not None, label=label,
+                    template=self.key.metric_template)
         hold.holder_fields = self.holder_fields(name, "running", result_id)
         return hold
 
