@@ -131,11 +131,18 @@ def keys_for(name: bytes, kind: bytes = b"lock") -> KeySet:
     return _cached_keys_for(name, kind) if len(name) <= CACHED_NAME_MAX else _keys_for(name, kind)
 
 
-def _keys_for(name: bytes, kind: bytes) -> KeySet:
+def tag_for(name: bytes) -> bytes:
+    """The hash tag of keys that must share ``name``'s slot (``b"{" + tag + b"}..."``): the part of
+    ``name`` Redis Cluster hashes, or, when that is the whole name and it cannot sit inside braces
+    (it contains ``}``), the canonical tag of its slot (:func:`slot_tag`)."""
     tag = hash_part(name)
     if tag == name and b"}" in name:
-        # The whole name is hashed but cannot sit inside braces: use the canonical tag of its slot.
         tag = slot_tag(key_slot(name))
+    return tag
+
+
+def _keys_for(name: bytes, kind: bytes) -> KeySet:
+    tag = tag_for(name)
     base = b"{" + tag + b"}" + MARKER + kind + b":"
     suffix = b"" if tag == name else b":" + name
     slot = key_slot(name)
