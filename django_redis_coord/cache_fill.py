@@ -78,13 +78,14 @@ def get_or_set(
     >>> get_or_set("report:2026", build_report, timeout=300)           # doctest: +SKIP
     """
     fill = prepare(key, producer, timeout, version, cache, lock_timeout, wait_timeout, auto_renew)
-    raw = fill.access.client.get(fill.key)
-    if raw is not None:
-        return fill.access.decode(raw)  # type: ignore[no-any-return]
     if not fill.stores:
         value = producer()
         check_produced(value, fill.key)
         return value
+    if _flights.under_way(fill.flight_key) is None:  # else this process is filling it: wait for that
+        raw = fill.access.client.get(fill.key)
+        if raw is not None:
+            return fill.access.decode(raw)  # type: ignore[no-any-return]
     while True:
         flight, leading = _flights.join(fill.flight_key, _Flight)
         if leading:

@@ -49,13 +49,14 @@ async def aget_or_set(
     >>> await aget_or_set("report:2026", abuild_report, timeout=300)     # doctest: +SKIP
     """
     fill = prepare(key, producer, timeout, version, cache, lock_timeout, wait_timeout, auto_renew)
-    client = async_cache_client(fill.access.alias)
-    raw = await client.get(fill.key)
-    if raw is not None:
-        return fill.access.decode(raw)  # type: ignore[no-any-return]
     if not fill.stores:
-        return await _produce(producer)
+        return await _produce(producer)  # type: ignore[no-any-return]
+    client = async_cache_client(fill.access.alias)
     flight_key = (asyncio.get_running_loop(), *fill.flight_key)
+    if _flights.under_way(flight_key) is None:  # else this event loop is filling it: wait for that
+        raw = await client.get(fill.key)
+        if raw is not None:
+            return fill.access.decode(raw)  # type: ignore[no-any-return]
     while True:
         flight, leading = _flights.join(flight_key, asyncio.get_running_loop().create_future)
         if leading:
