@@ -29,13 +29,18 @@ from .exceptions import InvalidLockArgumentType, LockAcquireTimeout
 from .keys import encode_name, keys_for, tag_for
 
 __all__ = [
-    "DEFAULT_LOCK_TIMEOUT", "LABEL", "Fill", "Flights", "fill_lock_name", "prepare", "check_produced", "written",
+    "DEFAULT_LOCK_TIMEOUT", "FILL_RETENTION_MS", "LABEL", "Fill", "FillLockSettings", "Flights", "fill_lock_name",
+    "prepare", "check_produced", "written",
 ]
 
 logger = logging.getLogger("django_redis_coord")
 
 #: Seconds a fill lock lives unless renewed: how soon a crashed producer is replaced.
 DEFAULT_LOCK_TIMEOUT = 10.0
+#: How long a fill lock's meta hash (its fence counter) outlives its last hold, in ms.  A fill's write
+#: compares the holder's token, not fences, so the counter need not stay a day as other locks' do:
+#: a cache filling many distinct keys would keep one hash per key missed that day.
+FILL_RETENTION_MS = 60_000
 #: What marks a fill lock's name (after the hash tag, before the cache key).
 LOCK_MARK = b":dcoord-fill:"
 #: The label operators see on a fill lock (``manage.py locks``, the admin page).
@@ -45,6 +50,14 @@ LABEL = "cache fill"
 def fill_lock_name(key: bytes) -> bytes:
     """The name of the lock guarding the fills of the Redis key ``key``: in ``key``'s slot."""
     return b"{" + tag_for(key) + b"}" + LOCK_MARK + key
+
+
+class FillLockSettings:
+    """What the fill locks (a :class:`~django_redis_coord.locks.Lock` and its asyncio twin) change
+    in a lock: the retention of their metadata (:data:`FILL_RETENTION_MS`)."""
+
+    acquire_setting = FILL_RETENTION_MS
+    retention_args: tuple = (FILL_RETENTION_MS,)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from redis.exceptions import LockError
 
 from ._arguments import Number
-from ._cache_fill_base import DEFAULT_LOCK_TIMEOUT, Fill, Flights, check_produced, prepare, written
+from ._cache_fill_base import DEFAULT_LOCK_TIMEOUT, Fill, FillLockSettings, Flights, check_produced, prepare, written
 from .locks import Lock
 from .scripts import sync_scripts
 
@@ -50,6 +50,10 @@ class _Flight:
 
 
 _flights = Flights()
+
+
+class FillLock(FillLockSettings, Lock):
+    """The lock guarding the fills of one cache key (its metadata kept for a minute, not a day)."""
 
 
 def get_or_set(
@@ -109,7 +113,7 @@ def _fill(fill: Fill, producer: Callable[[], Any]) -> tuple[Any, Optional[bytes]
     previous holder stored or produce and store it.  Returns what the caller returns and the
     stored bytes (``None`` when nothing is stored)."""
     client = fill.access.client
-    lock = Lock(client, fill.lock_name, **fill.lock_arguments())
+    lock = FillLock(client, fill.lock_name, **fill.lock_arguments())
     if not lock.acquire(blocking_timeout=fill.remaining()):
         raise fill.timed_out()
     try:

@@ -12,11 +12,12 @@ import time
 import pytest
 from django.core.cache import caches
 
+from django_redis_coord._cache_fill_base import FILL_RETENTION_MS
 from django_redis_coord.asyncio.cache_fill import aget_or_set
 from django_redis_coord.cache_fill import get_or_set
 from django_redis_coord.exceptions import LockAcquireTimeout
 from tests.procs import run_processes
-from tests.test_cache_fill import _caches, counters  # noqa: F401 - _caches: the caches, for every test here
+from tests.test_cache_fill import _caches, counters, db  # noqa: F401 - _caches: the caches, for every test here
 
 
 @pytest.fixture(params=["django-redis", "django"])
@@ -113,6 +114,8 @@ def test_plain_callables_waiting_limits_and_timeout_zero(alias):
 
     asyncio.run(main())
     assert caches[alias].get("plain") == [1, 2]
+    metas = [key for key in db(alias).keys("*") if b":dcoord:lock:meta:" in key]
+    assert metas and all(0 < db(alias).pttl(key) <= FILL_RETENTION_MS for key in metas)
     assert counters().get("runs:slow") == b"1" and counters().get("runs:zero") == b"2"
     assert not caches[alias].has_key("zero")
 

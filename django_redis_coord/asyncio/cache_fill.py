@@ -20,7 +20,7 @@ from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from redis.exceptions import LockError
 
 from .._arguments import Number
-from .._cache_fill_base import DEFAULT_LOCK_TIMEOUT, Fill, Flights, prepare, written
+from .._cache_fill_base import DEFAULT_LOCK_TIMEOUT, Fill, FillLockSettings, Flights, prepare, written
 from ..cache_backends import async_cache_client
 from ..scripts import async_scripts
 from .lock import Lock
@@ -30,6 +30,10 @@ __all__ = ["aget_or_set", "DEFAULT_LOCK_TIMEOUT"]
 T = TypeVar("T")
 
 _flights = Flights()
+
+
+class FillLock(FillLockSettings, Lock):
+    """The lock guarding the fills of one cache key (its metadata kept for a minute, not a day)."""
 
 
 async def aget_or_set(
@@ -85,7 +89,7 @@ async def _produce(producer: Callable[[], Any]) -> Any:
 
 async def _fill(fill: Fill, client: Any, producer: Callable[[], Any]) -> tuple[Any, Optional[bytes]]:
     """As the sync ``_fill``: take the fill lock, then read the value or produce and store it."""
-    lock = Lock(client, fill.lock_name, **fill.lock_arguments())
+    lock = FillLock(client, fill.lock_name, **fill.lock_arguments())
     if not await lock.acquire(blocking_timeout=fill.remaining()):
         raise fill.timed_out()
     try:
