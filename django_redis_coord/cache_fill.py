@@ -109,13 +109,24 @@ def get_or_set(
 
 
 def _fill(fill: Fill, producer: Callable[[], Any]) -> tuple[Any, Optional[bytes]]:
-    """Take the fill lock (in line behind the callers of other processes), then read the value a
-    previous holder stored or produce and store it.  Returns what the caller returns and the
-    stored bytes (``None`` when nothing is stored)."""
+    """Take the fill lock, then read the value a previous holder stored, or produce and store it.
+    Returns what the caller returns and the stored bytes (``None`` when nothing is stored).
+
+    A caller that had to wait in line was handed the lock by a holder that, almost always, has
+    just stored the value: it passes the lock on *before* reading, so that each process in line
+    costs the next one a hand-off, not a hand-off and a read.  When the value is not there (that
+    holder failed or died), it takes the lock again and, holding it, reads and produces."""
     client = fill.access.client
     lock = FillLock(client, fill.lock_name, **fill.lock_arguments())
-    if not lock.acquire(blocking_timeout=fill.remaining()):
-        raise fill.timed_out()
+    if not lock.acquire(blocking=False):
+        if not lock.acquire(blocking_timeout=fill.remaining()):
+            raise fill.timed_out()
+        _release(lock)
+        raw = client.get(fill.key)
+        if raw is not None:
+            return fill.access.decode(raw), raw
+        if not lock.acquire(blocking_timeout=fill.remaining()):
+            raise fill.timed_out()
     try:
         raw = client.get(fill.key)
         if raw is not None:
@@ -127,7 +138,11 @@ def _fill(fill: Fill, producer: Callable[[], Any]) -> tuple[Any, Optional[bytes]
         reply = script(fill.write_keys(), fill.write_args(lock.local.token, encoded), client=client)
         return written(fill, reply, value, encoded, lock.fence)
     finally:
-        try:
-            lock.release()
-        except LockError:  # the hold ended first (its TTL): the next in line already has the lock
-            pass
+        _release(lock)
+
+
+def _release(lock: FillLock) -> None:
+    try:
+        lock.release()
+    except LockError:  # the hold ended first (its TTL): the next in line already has the lock
+        pass

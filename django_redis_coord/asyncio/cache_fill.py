@@ -88,10 +88,18 @@ async def _produce(producer: Callable[[], Any]) -> Any:
 
 
 async def _fill(fill: Fill, client: Any, producer: Callable[[], Any]) -> tuple[Any, Optional[bytes]]:
-    """As the sync ``_fill``: take the fill lock, then read the value or produce and store it."""
+    """As the sync ``_fill``: take the fill lock (a caller that waited passes it on before
+    reading), then read the value or, holding the lock, produce and store it."""
     lock = FillLock(client, fill.lock_name, **fill.lock_arguments())
-    if not await lock.acquire(blocking_timeout=fill.remaining()):
-        raise fill.timed_out()
+    if not await lock.acquire(blocking=False):
+        if not await lock.acquire(blocking_timeout=fill.remaining()):
+            raise fill.timed_out()
+        await _release(lock)
+        raw = await client.get(fill.key)
+        if raw is not None:
+            return fill.access.decode(raw), raw
+        if not await lock.acquire(blocking_timeout=fill.remaining()):
+            raise fill.timed_out()
     try:
         raw = await client.get(fill.key)
         if raw is not None:
@@ -102,7 +110,11 @@ async def _fill(fill: Fill, client: Any, producer: Callable[[], Any]) -> tuple[A
         reply = await script(fill.write_keys(), fill.write_args(lock.local.token, encoded), client=client)
         return written(fill, reply, value, encoded, lock.fence)
     finally:
-        try:
-            await lock.release()
-        except LockError:  # the hold ended first (its TTL): the next in line already has the lock
-            pass
+        await _release(lock)
+
+
+async def _release(lock: FillLock) -> None:
+    try:
+        await lock.release()
+    except LockError:  # the hold ended first (its TTL): the next in line already has the lock
+        pass
