@@ -59,7 +59,7 @@ class FillLock(FillLockSettings, Lock):
 def get_or_set(
     key: str,
     producer: Callable[[], T],
-    timeout: Any = DEFAULT_TIMEOUT,
+    timeout: Optional[Number] = DEFAULT_TIMEOUT,
     version: Optional[int] = None,
     *,
     cache: str = DEFAULT_CACHE_ALIAS,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, Optional, TypeVar, Union
+from typing import Any, Optional, TypeVar, Union, overload
 
 from django.core.cache import DEFAULT_CACHE_ALIAS
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
@@ -36,10 +36,19 @@ class FillLock(FillLockSettings, Lock):
     """The lock guarding the fills of one cache key (its metadata kept for a minute, not a day)."""
 
 
+# A producer returning an awaitable (an ``async def`` function) gives the awaited type; any other, its own.
+@overload
+async def aget_or_set(key: str, producer: Callable[[], Awaitable[T]], timeout: Optional[Number] = ...,
+                      version: Optional[int] = ..., *, cache: str = ..., lock_timeout: Number = ...,
+                      wait_timeout: Optional[Number] = ..., auto_renew: bool = ...) -> T: ...
+@overload
+async def aget_or_set(key: str, producer: Callable[[], T], timeout: Optional[Number] = ...,
+                      version: Optional[int] = ..., *, cache: str = ..., lock_timeout: Number = ...,
+                      wait_timeout: Optional[Number] = ..., auto_renew: bool = ...) -> T: ...
 async def aget_or_set(
     key: str,
-    producer: Callable[[], Union[T, Awaitable[T]]],
-    timeout: Any = DEFAULT_TIMEOUT,
+    producer: Union[Callable[[], Awaitable[T]], Callable[[], T]],
+    timeout: Optional[Number] = DEFAULT_TIMEOUT,
     version: Optional[int] = None,
     *,
     cache: str = DEFAULT_CACHE_ALIAS,
