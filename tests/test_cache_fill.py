@@ -4,6 +4,7 @@ OS processes (each with threads) and kill or pause the producer."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -41,12 +42,25 @@ CACHES = {
         "BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": BASE + "/4", "KEY_PREFIX": "pfx",
         "VERSION": 3,
     },
+    # Django's RedisCache with a serializer of its own (OPTIONS["serializer"], a dotted path).
+    "django-json": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": BASE + "/4",
+                    "OPTIONS": {"serializer": "tests.test_cache_fill.JSONSerializer"}},
     "local": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "herd": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": BASE + "/5",
              "OPTIONS": {"CLIENT_CLASS": "django_redis.client.HerdClient"}},
 }
 DATABASES = {"django-redis": 3, "django": 4}
 LOCK_TTL = 1.0
+
+
+class JSONSerializer:
+    """A serializer for Django's RedisCache (``dumps`` / ``loads``)."""
+
+    def dumps(self, value: Any) -> bytes:
+        return json.dumps(value).encode()
+
+    def loads(self, data: bytes) -> Any:
+        return json.loads(data)
 
 
 @pytest.fixture(autouse=True)
@@ -267,6 +281,12 @@ def test_timeouts_versions_and_values_as_the_cache_itself_writes_them(alias):
     for _ in range(2):  # a timeout of 0 stores nothing: each call produces
         assert get_or_set("zero", counting("zero", value="z"), 0, cache=alias) == "z"
     assert counters().get("runs:zero") == b"2" and not cache.has_key("zero")
+
+
+def test_the_serializer_of_a_django_redis_cache_is_its_options_one():
+    assert get_or_set("json", lambda: {"a": [1, 2]}, cache="django-json") == {"a": [1, 2]}
+    assert db("django").get(":1:json") == b'{"a": [1, 2]}'
+    assert caches["django-json"].get("json") == {"a": [1, 2]}
 
 
 def test_what_a_fill_leaves_in_redis_expires(alias):
