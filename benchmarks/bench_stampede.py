@@ -2,7 +2,9 @@
 
 Each round makes a new cold key and starts 200 callers at the same instant: 50 threads in each of
 4 OS processes, processes and threads started once and warmed up by a round that is not counted,
-as a server's workers are; callers wait both across processes and within one.  Every caller asks the
+as a server's workers are (each has also found the library's hash tag of every Redis Cluster slot,
+which a process otherwise finds as it meets new slots: about 75 ms in all); callers wait both
+across processes and within one.  Every caller asks the
 same django-redis cache for the key through one of three helpers, the helpers taking turns round by
 round (all of them see the same background load):
 
@@ -126,6 +128,13 @@ def _worker(threads: int, jobs: Any, out: Any) -> None:
     pool = [threading.Thread(target=thread_loop, args=(inbox,), daemon=True) for inbox in inboxes]
     for thread in pool:
         thread.start()
+    # The hash tags of every Redis Cluster slot (keys.slot_tag): a process finds them as it meets new
+    # slots, about 75 ms in all.  A long-running server has met them; each round's new key would
+    # otherwise pay a few ms for its slot, and the whole table sooner or later.
+    from django_redis_coord.keys import SLOTS, slot_tag
+
+    for slot in range(SLOTS):
+        slot_tag(slot)
     out.put("ready")
     while True:
         job = jobs.get()

@@ -183,10 +183,6 @@ class Flights:
         self._by_key = {}
         self._lock = threading.Lock()
 
-    def under_way(self, key: Any) -> Optional[Any]:
-        """The flight under way for ``key``, if any (its followers need not read Redis first)."""
-        return self._by_key.get(key)
-
     def join(self, key: Any, new: Callable[[], Any]) -> tuple[Any, bool]:
         with self._lock:
             flight = self._by_key.get(key)

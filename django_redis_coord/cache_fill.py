@@ -86,15 +86,14 @@ def get_or_set(
         value = producer()
         check_produced(value, fill.key)
         return value
-    if _flights.under_way(fill.flight_key) is None:  # else this process is filling it: wait for that
-        raw = fill.access.client.get(fill.key)
-        if raw is not None:
-            return fill.access.decode(raw)  # type: ignore[no-any-return]
     while True:
         flight, leading = _flights.join(fill.flight_key, _Flight)
-        if leading:
+        if leading:  # the others of this process asking for the key wait for this one's outcome
             found = None
             try:
+                found = fill.access.client.get(fill.key)
+                if found is not None:
+                    return fill.access.decode(found)  # type: ignore[no-any-return]
                 value, found = _fill(fill, producer)
                 return value  # type: ignore[no-any-return]
             finally:
@@ -105,7 +104,7 @@ def get_or_set(
             raise fill.timed_out()
         if flight.raw is not None:
             return fill.access.decode(flight.raw)  # type: ignore[no-any-return]
-        # The leader's producer raised (or its value could not be stored): wait in line again.
+        # The leader's producer raised (or its value could not be stored): try again.
 
 
 def _fill(fill: Fill, producer: Callable[[], Any]) -> tuple[Any, Optional[bytes]]:

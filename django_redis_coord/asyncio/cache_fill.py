@@ -66,15 +66,14 @@ async def aget_or_set(
         return await _produce(producer)  # type: ignore[no-any-return]
     client = async_cache_client(fill.access.alias)
     flight_key = (asyncio.get_running_loop(), *fill.flight_key)
-    if _flights.under_way(flight_key) is None:  # else this event loop is filling it: wait for that
-        raw = await client.get(fill.key)
-        if raw is not None:
-            return fill.access.decode(raw)  # type: ignore[no-any-return]
     while True:
         flight, leading = _flights.join(flight_key, asyncio.get_running_loop().create_future)
-        if leading:
+        if leading:  # the other tasks of this loop asking for the key wait for this one's outcome
             found = None
             try:
+                found = await client.get(fill.key)
+                if found is not None:
+                    return fill.access.decode(found)  # type: ignore[no-any-return]
                 value, found = await _fill(fill, client, producer)
                 return value  # type: ignore[no-any-return]
             finally:
@@ -86,7 +85,7 @@ async def aget_or_set(
             raise fill.timed_out() from None
         if raw is not None:
             return fill.access.decode(raw)  # type: ignore[no-any-return]
-        # The leader's producer raised (or its value could not be stored): wait in line again.
+        # The leader's producer raised (or its value could not be stored): try again.
 
 
 async def _produce(producer: Callable[[], Any]) -> Any:
