@@ -37,6 +37,8 @@ logger = logging.getLogger("django_redis_coord")
 
 #: Seconds a fill lock lives unless renewed: how soon a crashed producer is replaced.
 DEFAULT_LOCK_TIMEOUT = 10.0
+#: The longest waiter lease of a fill lock (seconds; see :meth:`Fill.lock_arguments`).
+MAX_WAITER_LEASE = 5.0
 #: How long a fill lock's meta hash (its fence counter) outlives its last hold, in ms.  A fill's write
 #: compares the holder's token, not fences, so the counter need not stay a day as other locks' do:
 #: a cache filling many distinct keys would keep one hash per key missed that day.
@@ -91,9 +93,11 @@ class Fill:
 
     def lock_arguments(self) -> dict[str, Any]:
         """The fill lock's settings.  The waiter lease is half the lock's TTL, so that a hand-off
-        grants the whole TTL at once (no claim round trip); a waiter that dies in the queue holds
-        it up for two leases, one lock TTL, as a producer that dies holding it does."""
-        lease = math.ceil(self.lock_timeout * 500) / 1000
+        grants the whole TTL at once (no claim round trip), and a waiter that dies in the queue
+        holds it up for two leases, one lock TTL, as a producer that dies holding it does.  It is
+        at most :data:`MAX_WAITER_LEASE`: a waiter refreshes its place every third of its lease,
+        which is also how late it may learn of a grant whose announcement was lost."""
+        lease = min(math.ceil(self.lock_timeout * 500) / 1000, MAX_WAITER_LEASE)
         return {"timeout": self.lock_timeout, "auto_renew": self.auto_renew, "waiter_lease": lease, "label": LABEL}
 
     def write_keys(self) -> tuple[bytes, bytes, bytes]:

@@ -136,6 +136,16 @@ def test_a_cold_key_is_produced_once_for_many_processes_and_threads(alias):
     assert db(alias).exists("pfx:3:cold")
 
 
+def test_a_long_lock_timeout_hands_over_in_two_steps_and_still_produces_once(alias):
+    """Past 10 s, a fill lock's waiter lease stops growing (5 s): a hand-off grants two leases and
+    the waiter claims the rest of the TTL, as any lock's waiter does."""
+    start_at = time.monotonic() + 0.5
+    results = run_processes(callers, [(alias, "long", 2, start_at, 0.2, {"lock_timeout": 60})] * 3)
+    values = [value for each in results for value in each]
+    assert len(values) == 6 and all(value == values[0] for value in values)
+    assert counters().get("runs:long") == b"1"
+
+
 def test_each_caller_gets_its_own_copy_and_a_hit_runs_nothing(alias):
     results: list = []
     threads = [threading.Thread(target=lambda: results.append(get_or_set("copy", counting("copy", 0.2), cache=alias)))
