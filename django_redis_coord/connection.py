@@ -44,6 +44,7 @@ __all__ = [
     "prefixed",
     "unprefixed",
     "describe_connection",
+    "mirror_async",
     "reset_clients",
     "DEFAULT_CLIENT_OPTIONS",
 ]
@@ -119,9 +120,9 @@ def _build_sync(settings: CoordSettings) -> Any:
             from django_redis import get_redis_connection
 
             return get_redis_connection(alias, write=True)
-        from django.core.cache import caches
+        from .cache_backends import cache_redis_client
 
-        return caches[alias]._cache.get_client(write=True)  # type: ignore[attr-defined]
+        return cache_redis_client(alias)  # Django's RedisCache has no public way to its own client
     return _build(settings, asyncio=False)
 
 
@@ -182,7 +183,7 @@ def get_async_client() -> Any:
 
 def _build_async(settings: CoordSettings) -> Any:
     if settings.source == "cache":
-        return _mirror_async(get_client())
+        return mirror_async(get_client())
     return _build(settings, asyncio=True)
 
 
@@ -226,7 +227,7 @@ def _async_kwargs(kwargs: Mapping[str, Any], connection_class: type) -> dict[str
     return {k: v for k, v in kwargs.items() if k in accepted and k not in _SYNC_ONLY}
 
 
-def _mirror_async(client: Any) -> Any:
+def mirror_async(client: Any) -> Any:
     """A ``redis.asyncio`` client with the connection parameters of the sync ``client``."""
     import redis
     import redis.asyncio as aioredis

@@ -23,6 +23,7 @@ Python code expects.  The tree (``also``: further base classes)::
     │   ├── QuorumUnavailable           also redis ConnectionError: too few Redlock masters answered
     │   └── ReplicationNotAcknowledged  too few replicas confirmed a DurableLock's grant
     ├── TransactionConflict             also redis WatchError: optimistic() ran out of retries
+    ├── UnsupportedCacheBackend         also TypeError: a cache fill on a cache that is not Redis
     └── RedisServerNotFound             also RuntimeError: no redis-server binary (testing helpers)
 
 :class:`TransactionConflict` is not a lock error: an optimistic transaction takes no lock, and
@@ -58,6 +59,7 @@ __all__ = [
     "ConnectionPoolTooSmall",
     "SemaphoreLimitNotSet",
     "TransactionConflict",
+    "UnsupportedCacheBackend",
     "StaleFenceError",
     "KeyTemplateError",
     "MissingKeyValue",  # noqa: F822 - made on first use (see __getattr__)
@@ -163,6 +165,13 @@ class TransactionConflict(CoordError, WatchError):
     def __init__(self, message: str, attempts: int = 0, lock_name: Any = None) -> None:
         super().__init__(message, lock_name=lock_name)
         self.attempts = attempts
+
+
+class UnsupportedCacheBackend(CoordError, TypeError):
+    """A cache fill (``get_or_set``) was asked of a Django cache it cannot write to atomically: not
+    django-redis nor Django's own ``RedisCache`` (``LocMemCache``, memcached, the database cache),
+    or a django-redis client class that stores values its own way (``HerdClient``) or spreads
+    them over several servers (``ShardClient``).  ``lock_name`` is the cache alias."""
 
 
 # -- the Django layer (``@locked``) -----------------------------------------------------------------

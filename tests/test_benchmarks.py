@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from benchmarks import bench_lock, run
+from benchmarks import bench_lock, bench_stampede, run
 from benchmarks.common import (
     PLACEMENTS,
     Context,
@@ -185,6 +185,25 @@ def test_lock_benchmark_end_to_end_with_tiny_sizes(redis_servers, tmp_path):
         assert os.sched_getaffinity(server.process.pid) == os.sched_getaffinity(0)  # left unpinned
     payload = json.loads((tmp_path / "lock.json").read_text())
     assert payload["figures"]["pairs_per_s.ours"] == figures["pairs_per_s.ours"]
+
+
+def test_stampede_benchmark_end_to_end_with_tiny_sizes(redis_servers, tmp_path):
+    ctx = Context(redis_servers(1)[0], results_dir=tmp_path, verbose=False)
+    sizes = bench_stampede.Sizes(processes=2, threads=3, rounds=1, settle=0.2)
+    section = bench_stampede.run(ctx, sizes=sizes)
+    write_report(section, ctx, started=0.0)
+    report = (tmp_path / "stampede.md").read_text()
+    figures = section.figures
+    # One production per round for the single-flight helpers, one per caller for Django's own.
+    assert figures["runs_per_round.ours"] == 1 and figures["runs_per_round.python-redis-lock"] == 1
+    assert figures["runs_per_round.plain"] == 6 and figures["runs_ratio.plain_over_ours"] == 6
+    assert figures["wait_p99_ms.ours"] >= bench_stampede.PRODUCTION * 1000 * 0.5
+    # Processes of one thread wait for keys of their own, as cold as the others.
+    assert figures["wait_p99_ms.ours_one_thread_per_process"] >= bench_stampede.PRODUCTION * 1000 * 0.5
+    assert figures["wait_p99_ratio.python-redis-lock_over_ours"] > 0
+    for lib in bench_stampede.LIBS:
+        assert f"| {lib} |" in report
+    assert any("producer runs in the worst round" in check.label for check in section.checks)
 
 
 def test_locked_view_variants_take_turns_request_by_request_in_a_changing_order():

@@ -67,6 +67,15 @@ def test_slot_tags_are_the_lowest_hex_number_of_their_slot_and_made_on_demand():
     assert 0 < int(tried) < 100_000
 
 
+def test_the_slot_tag_search_computes_redis_cluster_slots():
+    """slot_tag() hashes its candidates with binascii's CRC-CCITT: the slot redis-py computes."""
+    from binascii import crc_hqx
+
+    for number in range(0, 320_000, 3):  # past the last number any slot needs (314,736)
+        candidate = b"%x" % number
+        assert crc_hqx(candidate, 0) & 16383 == key_slot(candidate), candidate
+
+
 def test_a_fork_while_slot_tags_are_being_found_does_not_hang_the_child(monkeypatch):
     from django_redis_coord import keys
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import django_redis_coord
-from django_redis_coord import durable, locks, redlock, rwlock, semaphores
+from django_redis_coord import cache_fill, durable, locks, redlock, rwlock, semaphores
+from django_redis_coord.asyncio import cache_fill as async_cache_fill
 from django_redis_coord.asyncio import durable as async_durable
 from django_redis_coord.asyncio import lock as async_lock
 from django_redis_coord.asyncio import redlock as async_redlock
@@ -31,6 +32,11 @@ FAMILIES = {
 #: Twins whose objects are not held themselves (no with block of their own).
 HOLDERS_OF_HOLDS = {
     "ReadWriteLock": (rwlock.ReadWriteLock, async_rwlock.ReadWriteLock),
+}
+
+#: Twin functions: the asyncio one is named as Django names its asyncio cache methods (``a`` + name).
+FUNCTIONS = {
+    "get_or_set": (cache_fill.get_or_set, async_cache_fill.aget_or_set),
 }
 
 
@@ -75,6 +81,17 @@ def test_what_talks_to_redis_is_awaited_in_the_asyncio_twin(family):
         assert inspect.iscoroutinefunction(getattr(asynchronous, method)), (family, method)
 
 
+@pytest.mark.parametrize("family", sorted(FUNCTIONS))
+def test_twin_functions_take_the_same_parameters_and_the_asyncio_one_is_awaited(family):
+    sync, asynchronous = FUNCTIONS[family]
+    assert asynchronous.__name__ == "a" + sync.__name__
+    def parameters(function):  # names, kinds and defaults (a producer's type differs: it may be async)
+        return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+
+    assert parameters(sync) == parameters(asynchronous)
+    assert not inspect.iscoroutinefunction(sync) and inspect.iscoroutinefunction(asynchronous)
+
+
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
     """The ``from ..module import names`` of an asyncio module, as (module, names)."""
     found = []
@@ -86,7 +103,7 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "asyncio").glob("*.py")), ids=lambda path: path.name)
 def test_asyncio_modules_take_nothing_private_from_a_sync_module(path):
-    twins = {"locks", "semaphores", "redlock", "durable", "waiting", "queued", "rwlock"}
+    twins = {"locks", "semaphores", "redlock", "durable", "waiting", "queued", "rwlock", "cache_fill"}
     for module, names in _imports(path):
         assert module not in twins, f"{path.name} imports from the sync twin {module}: use _{module}_base"
         if not module.startswith("_"):
@@ -94,7 +111,8 @@ def test_asyncio_modules_take_nothing_private_from_a_sync_module(path):
             assert not private, f"{path.name} imports private {private} from {module}"
 
 
-@pytest.mark.parametrize("family", ["lock", "semaphore", "redlock", "durable", "waiting", "queued", "rwlock"])
+@pytest.mark.parametrize("family", ["lock", "semaphore", "redlock", "durable", "waiting", "queued", "rwlock",
+                                    "cache_fill"])
 def test_each_family_has_a_base_a_sync_and_an_asyncio_module(family):
     sync = {"lock": "locks", "semaphore": "semaphores"}.get(family, family)
     assert (PACKAGE / f"_{family}_base.py").exists()

@@ -33,7 +33,9 @@ from django_redis_coord import (
     optimistic,
     semaphore,
 )
-from django_redis_coord.exceptions import ReplicationNotAcknowledged
+from django_redis_coord.asyncio.cache_fill import aget_or_set
+from django_redis_coord.cache_fill import get_or_set
+from django_redis_coord.exceptions import ReplicationNotAcknowledged, UnsupportedCacheBackend
 from django_redis_coord.testing import RedisServer, settings_for
 
 
@@ -103,6 +105,25 @@ def django_glue() -> None:
 
     with locked("order:7"):
         pass
+
+
+def top_products() -> list[str]:
+    def query() -> list[str]:
+        return ["tea", "coffee"]
+
+    try:
+        return get_or_set("top-products", query, 300, cache="default", lock_timeout=10, wait_timeout=5)
+    except UnsupportedCacheBackend:
+        return query()
+
+
+async def rates() -> dict[str, float]:
+    async def fetch() -> dict[str, float]:
+        return {"EUR": 1.0}
+
+    fetched: dict[str, float] = await aget_or_set("rates", fetch, 60)
+    products: list[str] = await aget_or_set("top-products", top_products, None, version=2)
+    return fetched if products else {}
 
 
 def bump(client: redis.Redis) -> None:
