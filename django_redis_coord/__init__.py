@@ -33,6 +33,7 @@ from .exceptions import (
     SemaphoreLimitNotSet,
     StaleFenceError,
     TransactionConflict,
+    UnsupportedCacheBackend,
 )
 from .expiry import NO_EXPIRY
 from .holders import HolderInfo, lock_holder, rwlock_holders
@@ -52,6 +53,8 @@ if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
     from .semaphores import Semaphore
     from .shortcuts import alock, aredlock, asemaphore, lock, semaphore
     from .shortcuts import redlock as get_redlock
+    from .asyncio.cache_fill import aget_or_set
+    from .cache_fill import get_or_set
     from .transactions import optimistic
 
 __version__ = "0.1.0"
@@ -95,6 +98,7 @@ __all__ = [
     "SemaphoreLimitNotSet",
     "StaleFenceError",
     "TransactionConflict",
+    "UnsupportedCacheBackend",
     # Django glue, configured from settings.DJANGO_REDIS_COORD
     "alock",
     "aredlock",
@@ -110,6 +114,8 @@ __all__ = [
     "fenced_get",
     "fenced_set",
     "fenced_update",
+    "get_or_set",
+    "aget_or_set",
     # modules
     "redlock",
 ]
@@ -145,6 +151,8 @@ _LAZY: dict[str, str] = {
     "afenced_set": ".fencing",
     "fenced_get": ".fencing",
     "afenced_get": ".fencing",
+    "get_or_set": ".cache_fill",
+    "aget_or_set": ".asyncio.cache_fill",
 }
 
 
