@@ -43,6 +43,8 @@ from .locks import Lock
 
 if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
     from . import redlock
+    from .asyncio.cache_fill import aget_or_set
+    from .cache_fill import get_or_set
     from .decorators import KeyTemplateError, KeyTooLong, LockContended, MissingKeyValue, current_lock, locked
     from .durable import DurableLock
     from .fencing import afenced_get, afenced_set, afenced_update, fenced_get, fenced_set, fenced_update
@@ -53,8 +55,6 @@ if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
     from .semaphores import Semaphore
     from .shortcuts import alock, aredlock, asemaphore, lock, semaphore
     from .shortcuts import redlock as get_redlock
-    from .asyncio.cache_fill import aget_or_set
-    from .cache_fill import get_or_set
     from .transactions import optimistic
 
 __version__ = "0.1.0"
