@@ -24,14 +24,24 @@ from .scripts import async_scripts, sync_scripts
 
 __all__ = [
     "KINDS", "HolderInfo", "format_ms", "hold_digest", "holder_id", "holders", "lock_holder", "mask_token",
-    "masked_record", "owner_fields", "parse_holder_id", "parse_info",
+    "masked_record", "owner_fields", "parse_holder_id", "parse_info", "token_mode",
 ]
 
 #: Kinds of primitive a holder can hold (as in the key layout), with a human title.
-KINDS: dict[str, str] = {"lock": "Lock", "sem": "Semaphore"}
+KINDS: dict[str, str] = {"lock": "Lock", "sem": "Semaphore", "rw": "Read-write lock"}
 #: Kinds whose name can have several holders at once (a semaphore's permits, a read-write lock's
 #: readers); each holder's id names its fence too (:attr:`HolderInfo.id`).
 MANY_HOLDERS = ("sem", "rw")
+
+
+#: The mode of a read-write lock's hold (or waiter), by the first letter of its token.
+_TOKEN_MODES = {b"r": "read", b"w": "write"}
+
+
+def token_mode(kind: str, token: Optional[bytes]) -> Optional[str]:
+    """``"read"`` or ``"write"`` for a hold (or a queued waiter) of a read-write lock (``kind``
+    ``"rw"``), told by its token, which the holder cannot choose; ``None`` for any other kind."""
+    return _TOKEN_MODES.get(token[:1]) if kind == "rw" and token else None
 
 
 def text(value: Any) -> str:
@@ -152,7 +162,7 @@ class HolderInfo:
     cost eight times as much to create.)
     """
 
-    #: ``"lock"`` or ``"sem"`` (see :data:`KINDS`).
+    #: ``"lock"``, ``"sem"`` or ``"rw"`` (see :data:`KINDS`).
     kind: str
     #: The Redis key of the lock or semaphore (``KEY_PREFIX`` included), as bytes.
     raw_name: bytes
@@ -172,7 +182,8 @@ class HolderInfo:
     extra: dict = field(default_factory=dict)
     #: Callers queued for the primitive.
     waiters: int = 0
-    #: Semaphores: permits in use and the limit (``None`` for a lock).
+    #: Semaphores: permits in use and the limit (``None`` for a lock); read-write locks: how many
+    #: hold it (the readers' count, or 1 for the writer), no limit.
     used: Optional[int] = None
     limit: Optional[int] = None
     #: The server's clock (ms) when the details were read (0: not known).
@@ -250,14 +261,18 @@ class HolderInfo:
 
     @property
     def role_details(self) -> list[tuple[str, Any]]:
-        """The holder record's fields besides who holds, in the order operators read them: the
-        role (and a leader's term) first, then ``extra``'s other fields by name."""
+        """The holder record's fields besides who holds, in the order operators read them: a
+        read-write lock's mode (told by the token), the role (and a leader's term) first, then
+        ``extra``'s other fields by name."""
         details: list[tuple[str, Any]] = []
+        shown = {"role", "mode"} if self.mode is not None else {"role"}
+        if self.mode is not None:
+            details.append(("mode", self.mode))
         if self.role is not None:
             details.append(("role", self.role))
         if self.term is not None:
             details.append(("term", self.term))
-        details += sorted((key, value) for key, value in self.extra.items() if key != "role")
+        details += sorted((key, value) for key, value in self.extra.items() if key not in shown)
         return details
 
     @property
@@ -289,10 +304,24 @@ class HolderInfo:
         return "?" if held is None else format_ms(held)
 
     @property
+    def mode(self) -> Optional[str]:
+        """A read-write lock's hold: ``"read"`` or ``"write"`` (:func:`token_mode`); ``None`` otherwise."""
+        return token_mode(self.kind, self.token)
+
+    @property
+    def kind_summary(self) -> str:
+        """The kind for a table cell: ``lock``, ``sem``, ``rw read``, ``rw write``."""
+        mode = self.mode
+        return f"{self.kind} {mode}" if mode else self.kind
+
+    @property
     def usage(self) -> Optional[str]:
-        """``"n/limit"`` for a semaphore permit, ``None`` for a lock."""
+        """``"n/limit"`` for a semaphore permit, ``"n readers"`` or ``"writer"`` for a read-write
+        lock's hold, ``None`` for a lock."""
         if self.used is None:
             return None
+        if self.kind == "rw":
+            return "writer" if self.mode == "write" else f"{self.used} reader{'s' if self.used != 1 else ''}"
         return f"{self.used}/{self.limit if self.limit is not None else '?'}"
 
     def as_dict(self) -> dict[str, Any]:
@@ -316,6 +345,7 @@ class HolderInfo:
             "extra": self.extra,
             "role": self.role,
             "term": self.term,
+            "mode": self.mode,
             "key": self.name,
         }
 
