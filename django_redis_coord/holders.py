@@ -407,7 +407,9 @@ def permits_from_inspect(name: bytes, reply: Any, kind: str = "sem") -> list[Hol
     permits = []
     for index in range(5, len(reply), 3):
         token, pttl, record = reply[index : index + 3]
-        fence, since, _claim, info = (text(record) if record else "0 0 0 {}").split(" ", 3)
+        if not record:  # no record of this kind: another kind's member under the same name
+            continue
+        fence, since, _claim, info = text(record).split(" ", 3)
         permit = HolderInfo.from_inspect(name, kind, (token, pttl, fence, info, since or None, waiters), **counts)
         if permit is not None:
             permits.append(permit)

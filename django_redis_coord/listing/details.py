@@ -175,11 +175,17 @@ def _rw_keys(name: bytes) -> tuple[bytes, ...]:
 
 def _sem_parse(kind: str, name: bytes, record: bytes, now_ms: int) -> list[dict[str, Any]]:
     """One semaphore's record: limit, live permits, queue length, then one record per permit (a
-    read-write lock's the same, one per hold, without a limit: ``used`` is how many hold it)."""
+    read-write lock's the same, one per hold, without a limit: ``used`` is how many hold it).
+
+    Both kinds keep a sorted set at the name and their records in a meta hash of their own kind:
+    read as the other kind (``locks show NAME`` tries each in turn), a live member has no record
+    (the script gives fence 0, which no grant has), and is left out."""
     limit, used, _waiting, rest = record.split(b" ", 3)
     drafts = []
     for permit in _netstrings(rest):
         for draft in _lock_parse(kind, name, permit or b"", now_ms):
+            if draft["fence"] == 0:  # no record of this kind (see above): another kind's hold
+                continue
             draft["used"] = int(used)
             draft["limit"] = int(limit) if limit != b"-" else None
             drafts.append(draft)
