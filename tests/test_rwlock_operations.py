@@ -213,3 +213,25 @@ def test_admin_refuses_hostile_read_write_ids_and_forms(users, redis_client):
         assert response.status_code in (200, 400)
         assert "Released" not in response.content.decode()
     assert snapshot(redis_client) == before and shared.read.owned()
+
+
+def test_force_releases_leave_only_keys_that_expire(redis_client):
+    from django_redis_coord._base import META_RETENTION_MS
+    from tests.test_key_expiry import keys_without_expiry, longest_ttl
+
+    endless = ReadWriteLock(redis_client, "endless", timeout=None)  # held for ever by a process that died
+    assert endless.write.acquire()
+    waiter = ReadWriteLock(redis_client, "endless", timeout=5)
+    assert not waiter.read.acquire(blocking_timeout=0.05)  # queued, then gave up
+    assert keys_without_expiry(redis_client) != []  # a hold without expiry keeps its keys
+    listing = HolderListing(redis_client)
+    assert listing.force_release("endless", "rw", expected_fence=endless.write.fence).released
+    readers = [ReadWriteLock(redis_client, "pair", timeout=30) for _ in range(2)]
+    for reader in readers:
+        assert reader.read.acquire()
+    assert listing.force_release("pair", "rw", expected_fence=readers[0].read.fence).released
+    assert redis_client.zcard("pair") == 1 and listing.holders(kind="rw")[0].fence == readers[1].read.fence
+    assert listing.force_release("pair", "rw", expected_fence=readers[1].read.fence).released
+    assert listing.entries() == [] and not redis_client.exists("endless", "pair")
+    assert keys_without_expiry(redis_client) == []
+    assert longest_ttl(redis_client) <= META_RETENTION_MS
