@@ -1,4 +1,4 @@
-"""The admin page of live lock and semaphore holders (read from Redis, never from the database).
+"""The admin page of live lock, semaphore and read-write lock holders (read from Redis, never from the database).
 
 Registered for the unmanaged :class:`~django_redis_coord.models.Holder` placeholder, it replaces
 the usual admin views with three of its own, all behind ``admin_site.admin_view`` (login, staff,

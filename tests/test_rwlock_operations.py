@@ -13,7 +13,7 @@ from django.urls import reverse
 from django_redis_coord import Lock, Semaphore
 from django_redis_coord.holders import rwlock_holders, semaphore_holders
 from django_redis_coord.listing import HolderListing, holder_id
-from django_redis_coord.management.commands.locks import EXIT_USAGE, HOLDER_JSON_SCHEMA
+from django_redis_coord.management.commands.locks import EXIT_CHANGED, EXIT_USAGE, HOLDER_JSON_SCHEMA
 from django_redis_coord.rwlock import ReadWriteLock
 from tests.hold_lock import HolderProcesses
 from tests.test_admin import CHANGELIST, admin_users, client_for, snapshot
@@ -141,6 +141,23 @@ def test_force_release_with_kind_rw_never_touches_another_kind_s_name(redis_clie
     for fence in (True, "1", 1.0):
         with pytest.raises(Exception, match="expected_fence must be an int"):
             listing.force_release("taken", "rw", expected_fence=fence)
+
+
+def test_locks_commands_refuse_hostile_names_and_escape_what_a_hold_says(redis_client):
+    for args in (("show", "a:dcoord:rw:meta", "--kind", "rw"), ("waiters", "a:dcoord:b", "--kind", "rw"),
+                 ("release", "a:dcoord:b", "--kind", "rw", "--fence", "1", "--noinput"),
+                 ("show", "x" * (64 * 1024 + 1), "--kind", "rw")):
+        assert fails(*args).returncode == EXIT_USAGE, args[:2]
+    evil = ReadWriteLock(redis_client, "evil\x1b[2J", timeout=60, label="l\r\nforged\x1b]0;title\x07")
+    assert evil.read.acquire()
+    for out in (run("show", "evil\x1b[2J", "--kind", "rw"), run("list", "--kind", "rw"),
+                run("release", "--label-prefix", "l\r", "--kind", "rw")):
+        assert "\x1b" not in out and "\r" not in out and "\x07" not in out
+        assert "evil\\x1b[2J" in out and "l\\r\\nforged" in out
+    error = fails("release", "evil\x1b[2J", "--kind", "rw", "--fence", str(evil.read.fence + 1), "--noinput")
+    assert error.returncode == EXIT_CHANGED and evil.read.owned()
+    assert fails("release", "evil\x1b[2J", "--kind", "rw", "--fence", "-1", "--noinput").returncode == EXIT_CHANGED
+    assert evil.read.owned()
 
 
 # -- the admin -------------------------------------------------------------------------------------
