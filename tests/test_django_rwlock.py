@@ -31,6 +31,9 @@ from tests.test_django_decorators import entered, in_thread, wait_for
 
 READ_VIEW = "tests.testapp.rw_views.read_report"
 
+# Closing a response sends request_finished, whose receiver checks the database connections.
+pytestmark = pytest.mark.django_db
+
 
 def fence_of(response) -> int:
     return int(re.search(rb"fence=(\d+)", response.content).group(1))
