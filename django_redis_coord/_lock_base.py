@@ -138,25 +138,6 @@ class LockBase(ReleaseOnExit, QueuedBase):
     def _lost_subject(self, local: Any) -> Any:
         return self
 
-    def _new_local(self) -> Any:
-        """Empty hold state of this flavour: per thread, per task or shared (``thread_local``)."""
-        raise NotImplementedError
-
-    def _fresh(self, redis: Any = None) -> Any:
-        """A lock with this one's settings and no hold of its own, on ``redis`` (default: this
-        one's client).
-
-        For callers that make one lock per use of the same name (``@locked`` makes one per
-        request): the arguments were checked and the keys computed when this one was made, so the
-        copy costs a fraction of a new construction.  Only the hold state is new.
-        """
-        twin = object.__new__(type(self))
-        vars(twin).update(vars(self))
-        if redis is not None:
-            twin.redis = redis
-        twin.local = twin._new_local()
-        return twin
-
     # -- the caller's hold (per thread or task: see each flavour's ``_state``) ---------------
     def _state(self) -> Any:
         """The current thread's (or task's) hold: token, fence, deadline, count, lost."""

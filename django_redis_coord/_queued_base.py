@@ -122,6 +122,28 @@ class QueuedBase(Reporting):
     def check_settings(self, name: object, timeout: Optional[Number]) -> None:
         """Refuse the settings only this kind of primitive has (before the common ones)."""
 
+    #: The hold state of a lock-like primitive (see :meth:`_new_local`), set by each flavour.
+    local: Any
+
+    def _new_local(self) -> Any:
+        """Empty hold state of this flavour: per thread, per task or shared (``thread_local``)."""
+        raise NotImplementedError
+
+    def _fresh(self, redis: Any = None) -> Any:
+        """A primitive with this one's settings and no hold of its own, on ``redis`` (default: this
+        one's client).
+
+        For callers that make one lock per use of the same name (``@locked`` makes one per
+        request): the arguments were checked and the keys computed when this one was made, so the
+        copy costs a fraction of a new construction.  Only the hold state is new.
+        """
+        twin = object.__new__(type(self))
+        vars(twin).update(vars(self))
+        if redis is not None:
+            twin.redis = redis
+        twin.local = twin._new_local()
+        return twin
+
     # -- arguments of the scripts ------------------------------------------------------------
     @staticmethod
     def acquire_mode(enqueue: int, own: bool) -> int:

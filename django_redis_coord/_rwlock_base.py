@@ -20,6 +20,7 @@ from typing import Any, Optional, Union
 
 from ._arguments import Number, new_token
 from ._grants import Grant
+from ._holds import first_time
 from ._lock_base import ReleaseOnExit
 from ._queued_base import DEFAULT_WAITER_LEASE, META_RETENTION_MS, NO_REPLY, QueuedBase
 from .events import Events
@@ -77,6 +78,12 @@ class RWLockBase(QueuedBase):
     ``fence``, ``deadline``, ``lost``, and how many read and write holds it nests in it (``reads``,
     ``writes``).  Re-entry: a read inside a read or inside a write, and a write inside a write, join
     the hold (no round trip, same fence); a write inside a read raises :class:`LockUpgradeError`.
+
+    With ``thread_local=False`` the object has one hold state, shared by every thread (task): the
+    hold may be released by another thread than the one that took it (a view's response closed by
+    a worker thread).  There is no re-entry then, and one hold at a time: an acquire while the
+    object holds, or while another acquire on it is under way, raises :class:`LockError` at once
+    (a second read would be granted beside the first, and the one state could not name both).
     """
 
     kind = "read-write lock"
@@ -106,9 +113,13 @@ class RWLockBase(QueuedBase):
         waiter_lease: Number = DEFAULT_WAITER_LEASE,
         events: Optional[Events] = None,
         max_hold: Optional[Number] = None,
+        thread_local: bool = True,
     ) -> None:
         if not isinstance(blocking, bool):
             raise InvalidLockArgumentType("blocking must be True or False", lock_name=name)
+        if not isinstance(thread_local, bool):
+            raise InvalidLockArgumentType("thread_local must be True or False", lock_name=name)
+        self.thread_local = thread_local
         super().__init__(redis, name, timeout, blocking, blocking_timeout, label=label, auto_renew=auto_renew,
                          on_lost=on_lost, raise_on_release_error=raise_on_release_error, waiter_lease=waiter_lease,
                          events=events, max_hold=max_hold)
@@ -175,8 +186,16 @@ class RWLockBase(QueuedBase):
     def reenter(self, mode: str) -> bool:
         """An acquire by a thread (task) that holds this lock already joins its hold: True when it
         did.  A write inside a read is refused (:class:`LockUpgradeError`); a hold already lost
-        cannot be joined (:class:`LockLostError`)."""
+        cannot be joined (:class:`LockLostError`).  With ``thread_local=False``: never joins, and
+        claims the one hold state for this acquire (:class:`LockError` when it is taken)."""
         local = self._state()
+        if not self.thread_local:
+            if not first_time(local, "claimed"):
+                raise LockError(
+                    "This read-write lock (thread_local=False) has a hold, or an acquire under way: its one hold "
+                    "is shared by every thread, so it takes one hold at a time. Use one object per hold",
+                    lock_name=self.name)
+            return False
         if local.token is None:
             return False
         if mode == WRITE and local.mode == READ:
@@ -187,6 +206,10 @@ class RWLockBase(QueuedBase):
             raise LockLostError("The hold this re-entry would join was lost", lock_name=self.name)
         setattr(local, _COUNTS[mode], _count(local, mode) + 1)
         return True
+
+    def _unclaim(self) -> None:
+        """An acquire ended without a hold: the state is free for the next one (``thread_local=False``)."""
+        self._state().claimed = False
 
     def _own(self, mode: str, token: bytes, grant: Grant, sent_at: float) -> Any:
         """Record a granted hold and, when needed, hand it to the watchdog; returns its state."""
@@ -228,6 +251,7 @@ class RWLockBase(QueuedBase):
         if local.token == token:
             local.token = None
             local.reads = local.writes = 0
+            local.claimed = False
         if not released:
             raise LockNotOwnedError("Cannot release a lock that's no longer owned", lock_name=self.name)
         if lost:
@@ -251,6 +275,13 @@ class RWLockBase(QueuedBase):
         """The holders in a ``sem_inspect.lua`` "full" reply (fence order)."""
         return permits_from_inspect(name, reply, "rw")
 
+    def _fresh(self, redis: Any = None) -> Any:
+        """A copy with its own hold state (see :meth:`QueuedBase._fresh`) and its own two holds."""
+        twin = super()._fresh(redis)
+        twin.read = type(self.read)(twin, READ)
+        twin.write = type(self.write)(twin, WRITE)
+        return twin
+
     def __repr__(self) -> str:
         return f"<{type(self).__module__}.{type(self).__qualname__} name={self.name!r} timeout={self.timeout!r}>"
 
@@ -270,6 +301,11 @@ class RWHoldBase(ReleaseOnExit):
     @property
     def name(self) -> Any:
         return self.lock.name
+
+    @property
+    def events(self) -> Any:
+        """The ``events`` hook of the lock (told of this hold's acquires and releases)."""
+        return self.lock.events
 
     @property
     def refused_pttl(self) -> Optional[int]:

@@ -1,4 +1,4 @@
-"""The admin page of live lock and semaphore holders (read from Redis, never from the database).
+"""The admin page of live lock, semaphore and read-write lock holders (read from Redis, never from the database).
 
 Registered for the unmanaged :class:`~django_redis_coord.models.Holder` placeholder, it replaces
 the usual admin views with three of its own, all behind ``admin_site.admin_view`` (login, staff,
@@ -257,7 +257,7 @@ class HolderAdmin(BulkReleaseViews, admin.ModelAdmin):
                 follow = "it went to the next waiter" if result.handed_off else "nobody was waiting"
                 messages.success(
                     request,
-                    f"Released {KINDS[kind].lower()} “{name}” (fence {result.fence}); the fence counter moved to "
+                    f"Released {_what(target, kind)} “{name}” (fence {result.fence}); the fence counter moved to "
                     f"{result.fence_after} and {follow}.",
                 )
             else:
@@ -274,8 +274,14 @@ class HolderAdmin(BulkReleaseViews, admin.ModelAdmin):
                 "holder_id": holder_id,
                 "detail_url": detail_url,
                 "changelist_url": self.url("changelist"),
-                "title": f"Force release {KINDS[kind].lower()} “{target.short_name}”?",
+                "title": f"Force release {_what(target, kind)} “{target.short_name}”?",
             }
         )
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/django_redis_coord/holder/release_confirmation.html", context)
+
+
+def _what(holder: Any, kind: str) -> str:
+    """What a force release takes, for people: ``lock``, ``semaphore``, ``read hold of read-write lock``."""
+    mode = getattr(holder, "mode", None)
+    return f"{mode} hold of {KINDS[kind].lower()}" if mode else KINDS[kind].lower()

@@ -18,7 +18,8 @@ manager (``with locked("nightly-report") as held: ...``).  The whole story is in
 * the hold's end, when the response is closed (a stream: when it ends): :mod:`~django_redis_coord.release`;
 * Redis unreachable, 503 or ``fail_open``: :mod:`~django_redis_coord.unavailable`;
 * the primitive itself (a lock, ``limit=N`` permits of a semaphore, ``redlock=True`` a Redlock over
-  ``REDLOCK["MASTERS"]``), made by the factories of :mod:`~django_redis_coord.shortcuts`.
+  ``REDLOCK["MASTERS"]``, ``mode="read"``/``"write"`` that side of a read-write lock), made by the
+  factories of :mod:`~django_redis_coord.shortcuts`.
 
 ``timeout`` defaults to ``DEFAULT_TIMEOUT`` (``NO_EXPIRY`` asks for no expiry, ``None`` is
 refused); ``auto_renew=True`` renews with the watchdog; ``rollback_on_loss=True`` (sync views) runs
@@ -123,13 +124,14 @@ class Locked:
         redlock: bool = False,
         on_contended: Optional[str] = None,
         max_hold: Optional[float] = None,
+        mode: Optional[str] = None,
     ) -> None:
         self.on_contended = checked_on_contended(on_contended, key)
         auto_renew = True if max_hold is not None and auto_renew is None else auto_renew  # a cap asks for renewals
         timeout = checked_options(
             key, timeout=timeout, wait=wait, limit=limit, status=status, handler=handler, template_name=template_name,
             auto_renew=auto_renew, rollback_on_loss=rollback_on_loss, using=using, fail_open=fail_open, label=label,
-            params=params, redlock=redlock, on_contended=on_contended, max_hold=max_hold,
+            params=params, redlock=redlock, on_contended=on_contended, max_hold=max_hold, mode=mode,
         )
         self.key = key
         self.timeout = timeout
@@ -146,11 +148,13 @@ class Locked:
         self.params = dict(params or {})
         self.redlock = redlock
         self.max_hold = max_hold
-        # What each acquire is called with; a plain lock (neither a Redlock nor a semaphore).
+        #: ``"read"`` or ``"write"``: that side of a read-write lock is held (``None``: a lock).
+        self.mode = mode
+        # What each acquire is called with; a plain lock (no Redlock, semaphore or read-write lock).
         self._acquire_kw: dict[str, Any] = (
             {"blocking": True, "blocking_timeout": wait} if wait else {"blocking": False}
         )
-        self._plain_lock = not redlock and limit is None
+        self._plain_lock = not redlock and limit is None and mode is None
         # The same, as positional arguments of a lock's acquire(sleep, blocking, blocking_timeout).
         self._lock_acquire_args = (None, True, wait) if wait else (None, False, None)
         # The key of the context manager, checked on its first use.
@@ -167,7 +171,7 @@ class Locked:
             check_redlock_settings(self.key, self.timeout, settings)
         primitive = locked_primitive(name, asyncio=is_async, timeout=self.timeout, auto_renew=self.auto_renew,
                                      label=label, view=view, limit=self.limit, redlock=self.redlock,
-                                     max_hold=self.max_hold, template=template)
+                                     max_hold=self.max_hold, template=template, mode=self.mode)
         if self.limit is None:
             return primitive
         return AsyncPermitHold(primitive) if is_async else PermitHold(primitive)
@@ -383,7 +387,8 @@ def locked(key: Any = None, /, **options: Any) -> Any:
     on a template (a callable key goes by keyword: ``@locked(key=lambda request, pk: ...)``).
     Options: ``timeout``, ``wait``, ``limit``, ``status``, ``handler``, ``template_name``,
     ``auto_renew``, ``rollback_on_loss``, ``using``, ``fail_open``, ``label``, ``params``,
-    ``redlock`` (take the lock with Redlock over ``REDLOCK["MASTERS"]``), ``max_hold`` (seconds), ``on_contended``
+    ``redlock`` (take the lock with Redlock over ``REDLOCK["MASTERS"]``), ``mode`` (``"read"`` or
+    ``"write"``: that side of a read-write lock), ``max_hold`` (seconds), ``on_contended``
     (outside views: ``"raise"``, ``"skip"`` (return a ``Skipped`` value without running) or, in a
     Celery task, ``"retry"``).
     Also decorates a ``Task`` of Django's tasks framework (``@locked`` above ``@task``).

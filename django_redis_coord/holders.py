@@ -5,144 +5,39 @@
 Its token is the holder's secret: it stays out of ``repr``, and only :func:`mask_token` (its
 first characters) or :func:`hold_digest` (a digest) of it is ever displayed.
 
-The functions here read one lock or semaphore in one atomic step (no keyspace scan).
+The functions here read one lock, semaphore or read-write lock in one atomic step (no keyspace
+scan).  What a record shows and how (kinds, ids, masking, durations) is in
+:mod:`django_redis_coord.holder_fields`, whose names are importable from here too.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Optional, Union
 
 from ._arguments import as_bytes
-from .exceptions import InvalidLockArgument
+from .holder_fields import (
+    KINDS,
+    MANY_HOLDERS,
+    format_ms,
+    hold_digest,
+    holder_id,
+    mask_token,
+    masked_record,
+    owner_fields,
+    parse_holder_id,
+    parse_info,
+    text,
+    token_mode,
+)
 from .keys import encode_name, keys_for
 from .scripts import async_scripts, sync_scripts
 
 __all__ = [
     "KINDS", "HolderInfo", "format_ms", "hold_digest", "holder_id", "holders", "lock_holder", "mask_token",
-    "masked_record", "owner_fields", "parse_holder_id", "parse_info",
+    "masked_record", "owner_fields", "parse_holder_id", "parse_info", "token_mode", "MANY_HOLDERS", "text",
 ]
-
-#: Kinds of primitive a holder can hold (as in the key layout), with a human title.
-KINDS: dict[str, str] = {"lock": "Lock", "sem": "Semaphore"}
-#: Kinds whose name can have several holders at once (a semaphore's permits, a read-write lock's
-#: readers); each holder's id names its fence too (:attr:`HolderInfo.id`).
-MANY_HOLDERS = ("sem", "rw")
-
-
-def text(value: Any) -> str:
-    """``value`` as text (bytes decoded as UTF-8, undecodable bytes replaced)."""
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", "replace")
-    return str(value)
-
-
-def format_ms(ms: Optional[int]) -> str:
-    """A duration for people: ``850ms``, ``12.3s``, ``5m03s``, ``2h05m``; ``∞`` for ``None``."""
-    if ms is None:
-        return "∞"
-    if ms < 1000:
-        return f"{ms}ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f}s"
-    seconds = ms // 1000
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    if seconds < 86400:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
-
-
-def mask_token(token: bytes) -> str:
-    """The first characters of a token only: enough to tell holders apart, not to forge one."""
-    shown = text(token)
-    return shown[:4] + "…" if len(shown) > 8 else "…"
-
-
-def hold_digest(token: bytes) -> str:
-    """What a form carries to name one hold besides its fence (the admin's force release): a
-    digest of its token (which cannot be recovered from it), so a fence issued again (see
-    docs/safety.md) cannot stand for another hold."""
-    return hashlib.sha256(b"django_redis_coord hold:" + token).hexdigest()[:32]
-
-
-def holder_id(kind: str, name: bytes) -> str:
-    """A URL-safe identifier of ``kind`` + raw ``name`` (any bytes round-trip)."""
-    return base64.urlsafe_b64encode(kind.encode() + b":" + name).decode().rstrip("=")
-
-
-def parse_holder_id(value: str) -> tuple[str, bytes]:
-    """Inverse of :func:`holder_id`; raises :class:`InvalidLockArgument` on garbage.  The id of
-    one semaphore permit (``<id>.<fence>``, see :attr:`HolderInfo.id`) gives its semaphore."""
-    head, dot, fence = value.partition(".")
-    if dot and fence.isdigit() and fence.isascii():
-        value = head
-    try:
-        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
-    except (ValueError, TypeError):
-        raise InvalidLockArgument(f"not a holder id: {value!r}")
-    kind, sep, name = raw.partition(b":")
-    if not sep or kind.decode("ascii", "replace") not in KINDS or not name:
-        raise InvalidLockArgument(f"not a holder id: {value!r}")
-    return kind.decode(), name
-
-
-def parse_info(info: Any) -> dict:
-    """A holder info JSON object (``{}`` when missing or not a JSON object)."""
-    if not info:
-        return {}
-    try:
-        meta = json.loads(info)
-    except (TypeError, ValueError):
-        return {}
-    return meta if isinstance(meta, dict) else {}
-
-
-def masked_record(meta: dict, token: Optional[bytes], raw: Any = None) -> dict:
-    """The one masking rule of what a holder record shows: wherever the holder's token appears in
-    it (its label, view, any field of ``extra``, nested values too), it is replaced by
-    :func:`mask_token` of it, as the token itself is shown.  (A token of 8 characters or fewer is
-    masked only where it is a whole value: it may be part of any text.)
-
-    ``raw``: the JSON ``meta`` was decoded from, when at hand: without an escape sequence and
-    without the token in it, no value can hold the token (the listing's common case, one scan)."""
-    if not token or not meta:
-        return meta
-    if isinstance(raw, bytes) and b"\\" not in raw and token not in raw:
-        return meta
-    secret = text(token)
-    return _masked(meta, secret, mask_token(token), len(secret) > 8)
-
-
-def _masked(value: Any, secret: str, shown: str, inside: bool) -> Any:
-    if isinstance(value, str):
-        if value == secret or (inside and secret in value):
-            return value.replace(secret, shown)
-        return value
-    if isinstance(value, dict):
-        return {key: _masked(item, secret, shown, inside) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_masked(item, secret, shown, inside) for item in value]
-    return value
-
-
-def owner_fields(meta: dict, token: Optional[bytes] = None, raw: Any = None) -> dict[str, Any]:
-    """The :class:`HolderInfo` fields of a decoded holder info: who holds, and ``extra`` (the rest),
-    through :func:`masked_record`."""
-    meta = masked_record(meta, token, raw)
-    return {
-        "host": meta.pop("host", None),
-        "pid": meta.pop("pid", None),
-        "thread": meta.pop("thread", None),
-        "label": meta.pop("label", None),
-        "view": meta.pop("view", None),
-        "extra": meta,
-    }
-
 
 @dataclass
 class HolderInfo:
@@ -152,7 +47,7 @@ class HolderInfo:
     cost eight times as much to create.)
     """
 
-    #: ``"lock"`` or ``"sem"`` (see :data:`KINDS`).
+    #: ``"lock"``, ``"sem"`` or ``"rw"`` (see :data:`KINDS`).
     kind: str
     #: The Redis key of the lock or semaphore (``KEY_PREFIX`` included), as bytes.
     raw_name: bytes
@@ -172,7 +67,8 @@ class HolderInfo:
     extra: dict = field(default_factory=dict)
     #: Callers queued for the primitive.
     waiters: int = 0
-    #: Semaphores: permits in use and the limit (``None`` for a lock).
+    #: Semaphores: permits in use and the limit (``None`` for a lock); read-write locks: how many
+    #: hold it (the readers' count, or 1 for the writer), no limit.
     used: Optional[int] = None
     limit: Optional[int] = None
     #: The server's clock (ms) when the details were read (0: not known).
@@ -250,14 +146,18 @@ class HolderInfo:
 
     @property
     def role_details(self) -> list[tuple[str, Any]]:
-        """The holder record's fields besides who holds, in the order operators read them: the
-        role (and a leader's term) first, then ``extra``'s other fields by name."""
+        """The holder record's fields besides who holds, in the order operators read them: a
+        read-write lock's mode (told by the token), the role (and a leader's term) first, then
+        ``extra``'s other fields by name."""
         details: list[tuple[str, Any]] = []
+        shown = {"role", "mode"} if self.mode is not None else {"role"}
+        if self.mode is not None:
+            details.append(("mode", self.mode))
         if self.role is not None:
             details.append(("role", self.role))
         if self.term is not None:
             details.append(("term", self.term))
-        details += sorted((key, value) for key, value in self.extra.items() if key != "role")
+        details += sorted((key, value) for key, value in self.extra.items() if key not in shown)
         return details
 
     @property
@@ -289,10 +189,24 @@ class HolderInfo:
         return "?" if held is None else format_ms(held)
 
     @property
+    def mode(self) -> Optional[str]:
+        """A read-write lock's hold: ``"read"`` or ``"write"`` (:func:`token_mode`); ``None`` otherwise."""
+        return token_mode(self.kind, self.token)
+
+    @property
+    def kind_summary(self) -> str:
+        """The kind for a table cell: ``lock``, ``sem``, ``rw read``, ``rw write``."""
+        mode = self.mode
+        return f"{self.kind} {mode}" if mode else self.kind
+
+    @property
     def usage(self) -> Optional[str]:
-        """``"n/limit"`` for a semaphore permit, ``None`` for a lock."""
+        """``"n/limit"`` for a semaphore permit, ``"n readers"`` or ``"writer"`` for a read-write
+        lock's hold, ``None`` for a lock."""
         if self.used is None:
             return None
+        if self.kind == "rw":
+            return "writer" if self.mode == "write" else f"{self.used} reader{'s' if self.used != 1 else ''}"
         return f"{self.used}/{self.limit if self.limit is not None else '?'}"
 
     def as_dict(self) -> dict[str, Any]:
@@ -316,6 +230,7 @@ class HolderInfo:
             "extra": self.extra,
             "role": self.role,
             "term": self.term,
+            "mode": self.mode,
             "key": self.name,
         }
 
@@ -377,7 +292,9 @@ def permits_from_inspect(name: bytes, reply: Any, kind: str = "sem") -> list[Hol
     permits = []
     for index in range(5, len(reply), 3):
         token, pttl, record = reply[index : index + 3]
-        fence, since, _claim, info = (text(record) if record else "0 0 0 {}").split(" ", 3)
+        if not record:  # no record of this kind: another kind's member under the same name
+            continue
+        fence, since, _claim, info = text(record).split(" ", 3)
         permit = HolderInfo.from_inspect(name, kind, (token, pttl, fence, info, since or None, waiters), **counts)
         if permit is not None:
             permits.append(permit)

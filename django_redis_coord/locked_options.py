@@ -15,10 +15,13 @@ from .exceptions import InvalidLockArgument, InvalidLockArgumentType
 from .expiry import no_expiry_timeout
 from .shortcuts import DEFAULT
 
-__all__ = ["checked_options", "check_redlock_settings", "checked_on_contended", "check_flavour", "ON_CONTENDED"]
+__all__ = ["checked_options", "check_redlock_settings", "checked_on_contended", "check_flavour", "check_mode",
+           "ON_CONTENDED", "MODES"]
 
 #: What ``on_contended`` accepts: what a call without a request does when the key is taken.
 ON_CONTENDED = ("skip", "raise", "retry")
+#: What ``mode`` accepts: the side of a read-write lock held.
+MODES = ("read", "write")
 
 
 def checked_options(
@@ -26,7 +29,7 @@ def checked_options(
     handler: Optional[Callable[..., Any]], template_name: Optional[str], auto_renew: Optional[bool],
     rollback_on_loss: bool, using: Optional[str], fail_open: Optional[bool], label: Optional[str],
     params: Optional[Mapping[str, Any]], redlock: bool, on_contended: Optional[str] = None,
-    max_hold: Optional[float] = None,
+    max_hold: Optional[float] = None, mode: Optional[str] = None,
 ) -> Any:
     """Refuse what ``locked(key, **options)`` cannot work with; the timeout to use (``NO_EXPIRY``
     read as ``None``, :data:`~django_redis_coord.shortcuts.DEFAULT` kept for ``DEFAULT_TIMEOUT``)."""
@@ -39,6 +42,7 @@ def checked_options(
         )
     if redlock and timeout is None:
         raise InvalidLockArgument("redlock=True needs a timeout: a Redlock always expires", lock_name=key)
+    check_mode(key, mode, limit=limit, redlock=redlock)
     if timeout is not DEFAULT:
         check_number("timeout", timeout, allow_none=True, positive=True, lock_name=key)
     check_number("wait", wait, allow_none=False, positive=False, lock_name=key)
@@ -73,6 +77,23 @@ def checked_options(
     if on_contended is not None and on_contended not in ON_CONTENDED:
         raise InvalidLockArgument(f"on_contended must be one of {ON_CONTENDED}, not {on_contended!r}", lock_name=key)
     return timeout
+
+
+def check_mode(key: Any, mode: Optional[str], *, limit: Optional[int], redlock: bool) -> None:
+    """``mode`` of ``locked(...)``: ``None`` (a lock), ``"read"`` or ``"write"`` (that side of a
+    read-write lock), which neither ``limit`` (a semaphore) nor ``redlock=True`` can be."""
+    if mode is None:
+        return
+    if not isinstance(mode, str):
+        raise InvalidLockArgumentType(f"mode must be 'read' or 'write', not {mode!r}", lock_name=key)
+    if mode not in MODES:
+        raise InvalidLockArgument(f"mode must be 'read' or 'write', not {mode!r}", lock_name=key)
+    if limit is not None:
+        raise InvalidLockArgument(f"mode={mode!r} takes a read-write lock: it cannot be combined with limit "
+                                  "(a semaphore)", lock_name=key)
+    if redlock:
+        raise InvalidLockArgument(f"mode={mode!r} takes a read-write lock on the configured Redis: it cannot be "
+                                  "combined with redlock=True", lock_name=key)
 
 
 def check_redlock_settings(key: Any, timeout: Any, settings: Optional[CoordSettings] = None) -> None:

@@ -16,8 +16,10 @@ from typing import Any
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 
+from ._rwlock_base import RWHoldBase
 from .asyncio.lock import Lock as AsyncLock
 from .asyncio.redlock import Redlock as AsyncRedlock
+from .asyncio.rwlock import RWHold as AsyncRWHold
 from .connection import get_client, get_redlock_masters
 from .exceptions import LockError
 from .permits import AsyncPermitHold
@@ -140,7 +142,7 @@ class AsyncRelease(Release):
         if isinstance(primitive, AsyncPermitHold):
             permit = primitive.semaphore.permit(primitive.identity)
             return permit is not None and permit.watched
-        if isinstance(primitive, AsyncLock):
+        if isinstance(primitive, (AsyncLock, AsyncRWHold)):
             return hold_watched(primitive)
         return True
 
@@ -177,7 +179,8 @@ class AsyncRelease(Release):
 
 
 def _sync_twin(primitive: Any) -> Any:
-    """A sync object holding what the asyncio ``primitive`` holds (same name, token, fence)."""
+    """A sync object holding what the asyncio ``primitive`` holds (same name, token, fence); for
+    the read or write side of a read-write lock, that side of a sync read-write lock."""
     if isinstance(primitive, AsyncPermitHold):
         return primitive.sync_twin()
     if isinstance(primitive, AsyncRedlock):
@@ -187,10 +190,10 @@ def _sync_twin(primitive: Any) -> Any:
         )
     else:  # a copy of the sync lock made once per name (not checked and computed again)
         twin = made_lock(app_name(primitive), primitive.name, asyncio=False, timeout=primitive.timeout,
-                         auto_renew=False)._fresh(get_client())
+                         auto_renew=False, rw=isinstance(primitive, AsyncRWHold))._fresh(get_client())
     copy_hold(primitive, twin)  # neither object is shared with a thread
     speak_for(twin, primitive)
-    return twin
+    return twin.hold(primitive.mode) if isinstance(primitive, AsyncRWHold) else twin
 
 
 async def released_after(stream: AsyncIterator[Any], release: AsyncRelease) -> AsyncIterator[Any]:
@@ -206,12 +209,13 @@ async def released_after(stream: AsyncIterator[Any], release: AsyncRelease) -> A
 # -- adapter: private state of the primitives read here ------------------------------------------
 def copy_hold(source: Any, target: Any) -> None:
     """Make ``target`` hold what ``source`` holds: its hold state (token, fence, deadline, start)
-    and, for a Redlock, its fences by token.
+    and, for a Redlock, its fences by token.  A side of a read-write lock (or the lock) stands for
+    the lock's hold state.
 
     Reads private state of the core locks: a ``sync_twin(client)`` method on the asyncio
     :class:`~django_redis_coord.asyncio.lock.Lock` and :class:`~django_redis_coord.asyncio.Redlock`
     (returning the sync object holding the same hold) would remove this adapter."""
-    vars(target._state()).update(vars(source._state()))
+    vars(_holder(target)._state()).update(vars(_holder(source)._state()))
     if hasattr(source, "_fences"):
         target._fences.update(source._fences)
 
@@ -219,4 +223,9 @@ def copy_hold(source: Any, target: Any) -> None:
 def hold_watched(primitive: Any) -> bool:
     """Whether the watchdog looks after ``primitive``'s current hold (renewal or the claim of a
     hand-off).  A public ``watched`` property on the core lock would remove this adapter."""
-    return bool(getattr(primitive._state(), "watched", False))
+    return bool(getattr(_holder(primitive)._state(), "watched", False))
+
+
+def _holder(primitive: Any) -> Any:
+    """The object keeping ``primitive``'s hold state: a read-write lock for its read or write side."""
+    return primitive.lock if isinstance(primitive, RWHoldBase) else primitive

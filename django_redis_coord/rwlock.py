@@ -23,6 +23,8 @@
 * **Re-entry per thread** (per asyncio task for the twin): a read inside a read, a read inside a
   write and a write inside a write join the hold the thread has; a write inside a read raises
   :class:`~django_redis_coord.exceptions.LockUpgradeError` at once (it would wait for itself).
+  ``thread_local=False`` shares the object's one hold between threads (a thread may release the
+  hold another took) and takes one hold at a time, without re-entry.
 
 ``lock.read`` and ``lock.write`` have redis-py's ``Lock`` methods (``acquire``, ``release``,
 ``locked``, ``owned``, ``extend``, ``reacquire``, ``with``).  The asyncio twin is
@@ -35,7 +37,7 @@ import time
 from typing import Any, Optional, Union
 
 from ._arguments import Number, check_number, to_ms
-from ._holds import ThreadHold
+from ._holds import SharedHold, ThreadHold
 from ._lock_base import WithBlock
 from ._rwlock_base import READ, WRITE, RWHoldBase, RWLockBase
 from .events import held_time
@@ -45,13 +47,18 @@ from .queued import QueuedPrimitive
 __all__ = ["ReadWriteLock", "RWHold"]
 
 
-class _ThreadHolds(ThreadHold):
+class _SharedHolds(SharedHold):
     initial = {"mode": None, "reads": 0, "writes": 0}
+
+
+class _ThreadHolds(ThreadHold):
+    initial = _SharedHolds.initial
 
 
 class RWHold(WithBlock, RWHoldBase):
     """The read (``lock.read``) or write (``lock.write``) side of a :class:`ReadWriteLock`, with
-    redis-py's ``Lock`` methods.  A hold belongs to the thread that acquired it."""
+    redis-py's ``Lock`` methods.  A hold belongs to the thread that acquired it (to the lock
+    object, with ``thread_local=False``: any thread may release it)."""
 
     lock: ReadWriteLock
 
@@ -93,21 +100,26 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
     """A fenced, FIFO read-write lock: ``lock.read`` is shared by readers, ``lock.write`` is held alone.
 
     ``ReadWriteLock(redis, name, timeout=None, *, blocking=True, blocking_timeout=None,
-    raise_on_release_error=True, label=None, auto_renew=False, on_lost=None, waiter_lease=2.0)``
+    raise_on_release_error=True, label=None, auto_renew=False, on_lost=None, waiter_lease=2.0,
+    events=None, max_hold=None, thread_local=True)``
 
     * ``timeout``: the TTL of each hold in seconds (``None``: holds never expire; give one, with
       ``auto_renew=True`` for long work, so that a crashed holder's hold ends).
     * ``blocking`` / ``blocking_timeout``: defaults of both holds' ``acquire`` and ``with`` blocks.
     * ``on_lost(hold)``: called once with ``lock.read`` or ``lock.write`` when a hold is found lost.
+    * ``thread_local=False``: one hold at a time, shared by every thread (see :class:`RWLockBase`).
     """
 
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
-        self.local = _ThreadHolds()
+        self.local = self._new_local()
         #: The read side: shared with the other readers.
         self.read = RWHold(self, READ)
         #: The write side: held alone.
         self.write = RWHold(self, WRITE)
+
+    def _new_local(self) -> Any:
+        return _ThreadHolds() if self.thread_local else _SharedHolds()
 
     def _state(self) -> Any:
         return self.local.hold
@@ -134,7 +146,12 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
         if self.reenter(mode):
             return True
         token = self.new_hold_token(mode)
-        taken = self._take(token, blocking, stop_at, own=True)
+        taken = None
+        try:
+            taken = self._take(token, blocking, stop_at, own=True)
+        finally:
+            if taken is None:
+                self._unclaim()
         if taken is None:
             self._tell_contended(started, self.hold(mode))
             return False

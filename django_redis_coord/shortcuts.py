@@ -26,6 +26,7 @@ from typing import Any, Optional, Union
 
 from .asyncio.lock import Lock as AsyncLock
 from .asyncio.redlock import Redlock as AsyncRedlock
+from .asyncio.rwlock import ReadWriteLock as AsyncReadWriteLock
 from .asyncio.semaphore import Semaphore as AsyncSemaphore
 from .conf import coord_settings
 from .connection import get_async_client, get_async_redlock_masters, get_client, get_redlock_masters
@@ -33,6 +34,7 @@ from .exceptions import InvalidLockArgument, InvalidLockArgumentType
 from .keys import cacheable
 from .locks import Lock
 from .redlock import Redlock
+from .rwlock import ReadWriteLock
 from .semaphores import Semaphore
 from .signalling import DjangoSignals, name_view
 
@@ -45,6 +47,8 @@ __all__ = [
     "aredlock",
     "locked_primitive",
     "made_lock",
+    "rwlock",
+    "arwlock",
 ]
 
 #: Marks an argument the caller did not give (``None`` is a meaningful timeout).
@@ -76,9 +80,13 @@ def _events(name: Name, template: Optional[str]) -> DjangoSignals:
 
 
 def _new_lock(name: Name, key: Name, *, asyncio: bool, client: Any, template: Optional[str] = None,
-              **kwargs: Any) -> Any:
-    """The one place a lock is made: :func:`lock`, :func:`alock` and :func:`made_lock`."""
-    lock_class = AsyncLock if asyncio else Lock
+              rw: bool = False, **kwargs: Any) -> Any:
+    """The one place a lock is made: :func:`lock`, :func:`alock`, :func:`made_lock` and, with
+    ``rw``, a read-write lock for :func:`rwlock` and :func:`arwlock`."""
+    if rw:
+        lock_class: Any = AsyncReadWriteLock if asyncio else ReadWriteLock
+    else:
+        lock_class = AsyncLock if asyncio else Lock
     return lock_class(client, key, events=_events(name, template), **kwargs)
 
 
@@ -121,16 +129,16 @@ def alock(
 
 def made_lock(name: Name, key: Name, *, asyncio: bool, timeout: Any, auto_renew: bool,
               label: Optional[str] = None, view: Optional[str] = None, template: Optional[str] = None,
-              max_hold: Optional[float] = None) -> Any:
-    """A lock without a client, shared (``thread_local=False``), made once per key, name,
-    label, view, template, flavour, timeout and renewal: each use takes a copy of it on a client
-    (``made_lock(...)._fresh(client)``), a fraction of the cost of making one (``@locked``
-    makes one per request)."""
-    cache_key = (key, name, label, view, template, asyncio, timeout, type(timeout), auto_renew, max_hold)
+              max_hold: Optional[float] = None, rw: bool = False) -> Any:
+    """A lock (with ``rw``, a read-write lock) without a client, shared (``thread_local=False``),
+    made once per key, name, label, view, template, flavour, timeout and renewal: each use takes a
+    copy of it on a client (``made_lock(...)._fresh(client)``), a fraction of the cost of making
+    one (``@locked`` makes one per request)."""
+    cache_key = (key, name, label, view, template, asyncio, timeout, type(timeout), auto_renew, max_hold, rw)
     made = _made.get(cache_key)
     if made is None:
         made = _new_lock(name, key, asyncio=asyncio, client=None, template=template, timeout=timeout,
-                         auto_renew=auto_renew, label=label, thread_local=False, max_hold=max_hold)
+                         auto_renew=auto_renew, label=label, thread_local=False, max_hold=max_hold, rw=rw)
         name_view(made, view)
         if cacheable(name) and cacheable(label):  # long names are not kept (see keys.CACHED_NAME_MAX)
             if len(_made) >= _MADE_MAX:
@@ -238,9 +246,11 @@ def asemaphore(name: Name, limit: int, timeout: Any = DEFAULT, **kwargs: Any) ->
 
 def locked_primitive(name: str, *, asyncio: bool, timeout: Any, auto_renew: Optional[bool], label: Optional[str],
                      view: Optional[str], limit: Optional[int] = None, redlock: bool = False,
-                     template: Optional[str] = None, max_hold: Optional[float] = None) -> Any:
+                     template: Optional[str] = None, max_hold: Optional[float] = None,
+                     mode: Optional[str] = None) -> Any:
     """What ``@locked`` holds for one call, made by the factories above: a lock (a copy of
-    :func:`made_lock`'s on the current client), a semaphore of ``limit`` permits, or a Redlock.
+    :func:`made_lock`'s on the current client), a semaphore of ``limit`` permits, a Redlock, or
+    with ``mode`` (``"read"`` or ``"write"``) that side of a read-write lock (a copy, as a lock's).
     None is per thread (``thread_local=False``): a view's hold may end in the thread that closes
     its response.  ``view`` (a dotted path) is named in the holder info; ``template`` labels the metrics."""
     if redlock:
@@ -252,7 +262,55 @@ def locked_primitive(name: str, *, asyncio: bool, timeout: Any, auto_renew: Opti
     else:
         timeout, auto_renew = _options(timeout, auto_renew)
         made = made_lock(name, coord_settings().prefixed(name), asyncio=asyncio, timeout=timeout,
-                         auto_renew=auto_renew, label=label, view=view, template=template, max_hold=max_hold)
-        return made._fresh(get_async_client() if asyncio else get_client())
+                         auto_renew=auto_renew, label=label, view=view, template=template, max_hold=max_hold,
+                         rw=mode is not None)
+        fresh = made._fresh(get_async_client() if asyncio else get_client())
+        return fresh if mode is None else fresh.hold(mode)
     name_view(primitive, view)
     return primitive
+
+
+# -- read-write locks ------------------------------------------------------------------------------
+def _configured_rwlock(name: Name, timeout: Any, auto_renew: Optional[bool], client: Any, *, asyncio: bool,
+                       **kwargs: Any) -> Any:
+    """A read-write lock for :func:`rwlock` (sync) or :func:`arwlock` (``asyncio``)."""
+    timeout, auto_renew = _options(timeout, auto_renew)
+    if client is None:
+        client = get_async_client() if asyncio else get_client()
+    return _new_lock(name, coord_settings().prefixed(name), asyncio=asyncio, client=client, rw=True,
+                     timeout=timeout, auto_renew=auto_renew, **kwargs)
+
+
+def rwlock(
+    name: Name,
+    timeout: Any = DEFAULT,
+    *,
+    auto_renew: Optional[bool] = None,
+    client: Any = None,
+    **kwargs: Any,
+) -> ReadWriteLock:
+    """A :class:`~django_redis_coord.rwlock.ReadWriteLock` named ``KEY_PREFIX:name`` on the
+    configured Redis, sending the signals (for ``lock.read`` or ``lock.write``).
+
+    ``timeout`` (each hold's TTL) defaults to ``DEFAULT_TIMEOUT`` and ``auto_renew`` to
+    ``AUTO_RENEW``; other keywords go to the ReadWriteLock (``blocking_timeout``, ``label``,
+    ``on_lost``, ``max_hold``, ``thread_local``, ...).
+
+    >>> from django_redis_coord.shortcuts import rwlock      # doctest: +SKIP
+    >>> catalog = rwlock("catalog", timeout=30)               # doctest: +SKIP
+    >>> with catalog.read:                                    # doctest: +SKIP
+    ...     show(fence=catalog.read.fence)
+    """
+    return _configured_rwlock(name, timeout, auto_renew, client, asyncio=False, **kwargs)
+
+
+def arwlock(
+    name: Name,
+    timeout: Any = DEFAULT,
+    *,
+    auto_renew: Optional[bool] = None,
+    client: Any = None,
+    **kwargs: Any,
+) -> AsyncReadWriteLock:
+    """The asyncio form of :func:`rwlock` (call it inside a coroutine: the client is per event loop)."""
+    return _configured_rwlock(name, timeout, auto_renew, client, asyncio=True, **kwargs)

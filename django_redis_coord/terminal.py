@@ -64,8 +64,8 @@ def holders_table(holders: Sequence[HolderInfo]) -> str:
     headers = ["NAME", "KIND", "FENCE", "TTL", "HELD FOR", "OWNER", "ROLE", "LABEL / VIEW", "WAITING", "USAGE",
                "TOKEN"]
     rows = [
-        [h.short_name, h.kind, str(h.fence), h.ttl, h.held_for, h.owner, h.role_summary or "-", h.label_view or "-",
-         str(h.waiters), h.usage or "-", h.masked_token]
+        [h.short_name, h.kind_summary, str(h.fence), h.ttl, h.held_for, h.owner, h.role_summary or "-",
+         h.label_view or "-", str(h.waiters), h.usage or "-", h.masked_token]
         for h in holders
     ]
     return render_table(headers, rows)
@@ -91,12 +91,16 @@ def holder_details(holder: HolderInfo) -> str:
 
 
 def waiters_table(waiters: Sequence[Waiter], now_ms: int) -> str:
-    """One row per queued caller (``locks show`` and ``locks waiters``)."""
+    """One row per queued caller (``locks show`` and ``locks waiters``); a read-write lock's with
+    the mode each asks for."""
+    modes = any(waiter.mode for waiter in waiters)
     rows = []
     for waiter in waiters:
         lease_ms = waiter.as_dict(now_ms)["lease_ms"]
         owner = " ".join(str(part) for part in (waiter.host or "?", f"pid {waiter.pid}" if waiter.pid else None,
                                                 waiter.thread) if part)
-        rows.append([str(waiter.position), owner, waiter.label or "-",
-                     format_ms(lease_ms) if lease_ms is not None else "?", waiter.masked_token])
-    return render_table(["#", "OWNER", "LABEL", "PLACE KEPT FOR", "TOKEN"], rows)
+        row = [str(waiter.position), owner, waiter.label or "-",
+               format_ms(lease_ms) if lease_ms is not None else "?", waiter.masked_token]
+        rows.append([*row[:1], waiter.mode or "-", *row[1:]] if modes else row)
+    headers = ["#", "OWNER", "LABEL", "PLACE KEPT FOR", "TOKEN"]
+    return render_table([*headers[:1], "MODE", *headers[1:]] if modes else headers, rows)

@@ -1,12 +1,13 @@
 """Hold a lock from a separate OS process, for tests of what operators see.
 
-    python -m tests.hold_lock REDIS_URL NAME [--timeout S] [--label L] [--auto-renew] [--host H]
+    python -m tests.hold_lock REDIS_URL NAME [--timeout S] [--label L] [--auto-renew] [--host H] [--mode read|write]
 
 Acquires the lock (blocking, in FIFO order), prints ``HELD <fence>`` and keeps it until stdin is
 closed or a line is read; then releases it and prints ``RELEASED`` (or ``LOST`` when the hold was
 taken away meanwhile, e.g. by a force release).  With ``--auto-renew`` the watchdog renews it and
 its loss signal (``on_lost``) prints ``LOSS-SIGNAL``.  ``--host`` makes the holder record name
-another host: a holder on another machine, as far as the listing can tell.
+another host: a holder on another machine, as far as the listing can tell.  ``--mode`` holds that
+side of a :class:`~django_redis_coord.rwlock.ReadWriteLock` instead of a lock.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import redis
 
 from django_redis_coord import Lock
 from django_redis_coord.exceptions import LockNotOwnedError
+from django_redis_coord.rwlock import ReadWriteLock
 
 
 def main(argv: list[str]) -> int:
@@ -36,13 +38,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--blocking-timeout", type=float, default=60.0)
     parser.add_argument("--auto-renew", action="store_true")
     parser.add_argument("--host", default=None)
+    parser.add_argument("--mode", choices=("read", "write"), default=None)
     options = parser.parse_args(argv)
     client = redis.Redis.from_url(options.url)
     lock_class = Lock if options.host is None else elsewhere(options.host)
     renewal: dict[str, Any] = {}
     if options.auto_renew:
         renewal = {"auto_renew": True, "on_lost": lambda lost: print("LOSS-SIGNAL", flush=True)}
-    lock = lock_class(client, options.name, timeout=options.timeout, label=options.label, **renewal)
+    if options.mode is not None:
+        rw = ReadWriteLock(client, options.name, timeout=options.timeout, label=options.label, **renewal)
+        lock: Any = rw.hold(options.mode)
+    else:
+        lock = lock_class(client, options.name, timeout=options.timeout, label=options.label, **renewal)
     print("WAITING", flush=True)
     if not lock.acquire(blocking_timeout=options.blocking_timeout):
         print("TIMEOUT", flush=True)
@@ -75,7 +82,8 @@ class HolderProcess:
     """A ``python -m tests.hold_lock`` child: ``fence`` once it holds, ``finish()`` to release."""
 
     def __init__(self, url: str, name: str, *, timeout: Optional[float] = None, label: Optional[str] = None,
-                 wait: bool = True, auto_renew: bool = False, host: Optional[str] = None) -> None:
+                 wait: bool = True, auto_renew: bool = False, host: Optional[str] = None,
+                 mode: Optional[str] = None) -> None:
         args = [sys.executable, "-m", "tests.hold_lock", url, name]
         if timeout is not None:
             args += ["--timeout", str(timeout)]
@@ -85,6 +93,8 @@ class HolderProcess:
             args += ["--auto-renew"]
         if host is not None:
             args += ["--host", host]
+        if mode is not None:
+            args += ["--mode", mode]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
         self.lines: queue.Queue[str] = queue.Queue()

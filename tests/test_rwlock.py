@@ -610,7 +610,7 @@ def test_async_renewal_and_a_task_that_ends_holding(async_redis, caplog):
 
 
 # -- what the listing reads ------------------------------------------------------------------------------
-def test_the_listing_finds_the_registry_entry_and_the_readers_count_is_one_script_away(redis_client):
+def test_the_listing_finds_the_registry_entry_and_reads_the_readers_with_one_script(redis_client):
     from django_redis_coord.listing import HolderListing
     from django_redis_coord.scripts import sync_scripts
 
@@ -622,8 +622,9 @@ def test_the_listing_finds_the_registry_entry_and_the_readers_count_is_one_scrip
     listing = HolderListing(redis_client)
     entries = {(entry.kind, entry.raw_name) for entry in listing.entries()}
     assert entries == {("rw", b"report:{7}"), ("lock", b"plain")}
-    assert [h.name for h in listing.holders()] == ["plain"]  # the listing shows read-write locks once it reads "rw"
-    # What it would read them with: the semaphore's many-holders script, given the lock's keys.
+    assert [(h.name, h.kind, h.mode, h.used) for h in listing.holders()] == [
+        ("plain", "lock", None, None), *[("report:{7}", "rw", "read", 3)] * 3]
+    # What it reads them with: the semaphore's many-holders script, given the lock's keys.
     keys = readers[0].keys
     reply = sync_scripts.get(redis_client, "sem_inspect_many")((keys.name, keys.meta, keys.queue), (),
                                                                client=redis_client)

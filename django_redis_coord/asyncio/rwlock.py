@@ -2,7 +2,7 @@
 
 Same names, arguments and behaviour, with ``await``.  A hold belongs to the asyncio *task* that
 acquired it (re-entry is per task, and two tasks sharing one instance never release each other's
-hold)::
+hold), unless ``thread_local=False`` shares the object's one hold between tasks and threads::
 
     >>> rw = ReadWriteLock(client, "catalog", timeout=30)                 # doctest: +SKIP
     >>> async with rw.read:                                               # doctest: +SKIP
@@ -19,6 +19,7 @@ import functools
 import time
 import weakref
 from collections.abc import Awaitable
+from types import SimpleNamespace
 from typing import Any, Optional, Union
 
 from .._arguments import Number, check_number, to_ms
@@ -68,12 +69,16 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
 
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
-        self.local: Any = TaskLocal()
+        self.local: Any = self._new_local()
         self.read = RWHold(self, READ)
         self.write = RWHold(self, WRITE)
 
+    def _new_local(self) -> Any:
+        return TaskLocal() if self.thread_local else SimpleNamespace(token=None)
+
     def _state(self) -> Any:
-        return self.local.space()
+        local = self.local
+        return local.space() if isinstance(local, TaskLocal) else local
 
     def hold(self, mode: str) -> RWHold:
         return self.read if self.check_mode(mode) == READ else self.write
@@ -87,7 +92,7 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
     # -- what the holds call -----------------------------------------------------------------------
     def _own(self, mode: str, token: bytes, grant: Grant, sent_at: float) -> Any:
         local = super()._own(mode, token, grant, sent_at)
-        task = asyncio.current_task()
+        task = asyncio.current_task() if isinstance(self.local, TaskLocal) else None
         if task is not None:  # a hold of this task only: nobody else can release it
             callback = functools.partial(_ended_holding, weakref.ref(self), local, token)
             task.add_done_callback(callback)
@@ -101,7 +106,12 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
         if self.reenter(mode):
             return True
         token = self.new_hold_token(mode)
-        taken = await self._take(token, blocking, stop_at, own=True)
+        taken = None
+        try:
+            taken = await self._take(token, blocking, stop_at, own=True)
+        finally:
+            if taken is None:
+                self._unclaim()
         if taken is None:
             await self._atell_contended(started, self.hold(mode))
             return False

@@ -13,7 +13,7 @@ from typing import Any, Optional, Union
 
 from .._arguments import as_bytes
 from ..exceptions import InvalidLockArgument
-from ..holders import KINDS, HolderInfo, mask_token, masked_record, owner_fields, parse_info
+from ..holders import KINDS, HolderInfo, mask_token, masked_record, owner_fields, parse_info, token_mode
 from ..keys import encode_name, key_slot, keys_for
 from ._redis import is_cluster, run_scripts, server_now_ms
 from .registries import RegistryEntry
@@ -34,6 +34,8 @@ class Waiter:
     thread: Optional[str] = None
     label: Optional[str] = None
     extra: dict = field(default_factory=dict)
+    #: What a read-write lock's waiter asks for, ``"read"`` or ``"write"`` (``None``: another kind).
+    mode: Optional[str] = None
 
     @property
     def masked_token(self) -> str:
@@ -46,6 +48,7 @@ class Waiter:
             "token": self.masked_token,
             "lease_ms": lease_ms,
             "owner": {"host": self.host, "pid": self.pid, "thread": self.thread, "label": self.label},
+            "mode": self.mode,
             "extra": self.extra,
         }
 
@@ -100,7 +103,7 @@ class DetailReading:
         return self.details([RegistryEntry(kind=kind, raw_name=raw, expires_at_ms=None, server_now_ms=0)])
 
     def waiters(self, name: Union[str, bytes], kind: str = "lock") -> list[Waiter]:
-        """The callers queued for the lock (or semaphore) ``name``, first served first."""
+        """The callers queued for the lock (semaphore, read-write lock) ``name``, first served first."""
         raw = encode_name(name)
         if kind not in KINDS:
             raise InvalidLockArgument(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}", lock_name=name)
@@ -113,7 +116,7 @@ class DetailReading:
         result = []
         for position, token in enumerate(queued):
             token = as_bytes(token) or b""
-            result.append(_parse_waiter(position, token, records.get(token)))
+            result.append(_parse_waiter(position, token, records.get(token), token_mode(kind, token)))
         return result
 
     def server_time_ms(self) -> int:
@@ -165,12 +168,24 @@ def _sem_keys(name: bytes) -> tuple[bytes, ...]:
     return (keys.name, keys.meta, keys.queue)
 
 
+def _rw_keys(name: bytes) -> tuple[bytes, ...]:
+    keys = keys_for(name, b"rw")
+    return (keys.name, keys.meta, keys.queue)
+
+
 def _sem_parse(kind: str, name: bytes, record: bytes, now_ms: int) -> list[dict[str, Any]]:
-    """One semaphore's record: limit, live permits, queue length, then one record per permit."""
+    """One semaphore's record: limit, live permits, queue length, then one record per permit (a
+    read-write lock's the same, one per hold, without a limit: ``used`` is how many hold it).
+
+    Both kinds keep a sorted set at the name and their records in a meta hash of their own kind:
+    read as the other kind (``locks show NAME`` tries each in turn), a live member has no record
+    (the script gives fence 0, which no grant has), and is left out."""
     limit, used, _waiting, rest = record.split(b" ", 3)
     drafts = []
     for permit in _netstrings(rest):
         for draft in _lock_parse(kind, name, permit or b"", now_ms):
+            if draft["fence"] == 0:  # no record of this kind (see above): another kind's hold
+                continue
             draft["used"] = int(used)
             draft["limit"] = int(limit) if limit != b"-" else None
             drafts.append(draft)
@@ -195,6 +210,8 @@ class _KindSupport:
 _KIND_SUPPORT: dict[str, _KindSupport] = {
     "lock": _KindSupport("lock_inspect_many", _lock_keys, _lock_parse),
     "sem": _KindSupport("sem_inspect_many", _sem_keys, _sem_parse),
+    # A read-write lock keeps its holds as a semaphore keeps its permits (see _rwlock_base).
+    "rw": _KindSupport("sem_inspect_many", _rw_keys, _sem_parse),
 }
 
 
@@ -220,11 +237,11 @@ def _netstrings(data: Any) -> list[Optional[bytes]]:
     return out
 
 
-def _parse_waiter(position: int, token: bytes, record: Optional[bytes]) -> Waiter:
+def _parse_waiter(position: int, token: bytes, record: Optional[bytes], mode: Optional[str] = None) -> Waiter:
     """A waiter record is ``"ttl lease_until lease channel id info"`` (ms, ms, ms, where its grant
     is announced, JSON: see ``parse_waiter`` in lua/common.lua)."""
     if record is None:
-        return Waiter(position=position, token=token, lease_until_ms=None)
+        return Waiter(position=position, token=token, lease_until_ms=None, mode=mode)
     parts = record.split(b" ", 5)
     lease_until = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
     info = parts[5] if len(parts) == 6 else b"{}"
@@ -238,4 +255,5 @@ def _parse_waiter(position: int, token: bytes, record: Optional[bytes]) -> Waite
         thread=meta.pop("thread", None),
         label=meta.pop("label", None),
         extra=meta,
+        mode=mode,
     )

@@ -9,7 +9,7 @@ from typing import Any, Optional, Union
 
 from .._queued_base import META_RETENTION_MS
 from ..exceptions import InvalidLockArgument
-from ..holders import KINDS, HolderInfo
+from ..holders import KINDS, MANY_HOLDERS, HolderInfo
 from ..keys import encode_name, keys_for
 from ..scripts import sync_scripts
 
@@ -46,7 +46,9 @@ class ForceReleasing:
 
         For a lock, ``expected_fence`` (optional) makes it a no-op unless the current hold has
         exactly that fence: an operator confirms a particular holder, not whoever holds the lock
-        by then.  For a semaphore it is required: it names the permit to take back.
+        by then.  For a semaphore it is required: it names the permit to take back; for a
+        read-write lock (``kind="rw"``) too: it names the read or write hold to take back (the
+        waiters it kept out are then served in FIFO order, as a release serves them).
         """
         raw = encode_name(name)
         if kind not in KINDS:
@@ -56,11 +58,11 @@ class ForceReleasing:
         keys = keys_for(raw, kind.encode())
         member = kind.encode() + b":" + raw
         all_keys = (keys.name, keys.meta, keys.queue, keys.waiters, keys.registry)
-        if kind == "sem":
+        if kind in MANY_HOLDERS:
             if expected_fence is None:
-                raise InvalidLockArgument("a semaphore permit is named by its fence: give expected_fence",
-                                          lock_name=name)
-            script = sync_scripts.get(self.client, "sem_force_release")
+                raise InvalidLockArgument(f"a hold of a {KINDS[kind].lower()} is named by its fence: give "
+                                          "expected_fence", lock_name=name)
+            script = sync_scripts.get(self.client, f"{kind}_force_release")
             args: tuple = (member, str(expected_fence), META_RETENTION_MS)
         else:
             script = sync_scripts.get(self.client, "force_release")

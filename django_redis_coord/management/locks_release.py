@@ -1,6 +1,6 @@
 """``manage.py locks release``: one hold by name, or every hold matching filters (a bulk release).
 
-    manage.py locks release NAME [--kind lock|sem] [--fence FENCE] [--noinput]
+    manage.py locks release NAME [--kind lock|sem|rw] [--fence FENCE] [--noinput]
     manage.py locks release [--host H] [--pid P] [--label-prefix L] [--older-than DURATION] [--kind K] [--yes]
 
 A bulk release is a dry run unless ``--yes`` is given: it lists what matches and changes nothing.
@@ -29,11 +29,13 @@ _FILTERS = ("host", "pid", "label_prefix", "older_than")
 
 
 def add_release_arguments(release: CommandParser) -> None:
-    release.add_argument("name", nargs="?", default=None, help="the lock or semaphore to release (or give filters)")
-    release.add_argument("--kind", choices=sorted(KINDS), help="default: the lock, else the semaphore")
+    release.add_argument("name", nargs="?", default=None,
+                         help="the lock, semaphore or read-write lock to release (or give filters)")
+    release.add_argument("--kind", choices=sorted(KINDS),
+                         help="default: the lock, else the semaphore, else the read-write lock")
     release.add_argument("--fence", type=int, default=None,
                          help="release only the hold with this fence (required for a semaphore "
-                              "with several permits)")
+                              "with several permits, or a read-write lock with several readers)")
     # Django's convention (migrate, flush, collectstatic).
     release.add_argument("--noinput", "--no-input", action="store_false", dest="interactive",
                          help="do not ask for confirmation")
@@ -89,8 +91,9 @@ class ReleaseAction(BaseCommand):
             target = chosen[0]
         elif len(holders) > 1:
             fences = ", ".join(str(h.fence) for h in holders)
+            held = "permits" if kind == "sem" else "holds"
             raise CommandError(
-                f"Semaphore {name!r} has {len(holders)} permits (fences {fences}): choose one with --fence.",
+                f"{KINDS[kind]} {name!r} has {len(holders)} {held} (fences {fences}): choose one with --fence.",
                 returncode=EXIT_USAGE,
             )
         else:
@@ -149,8 +152,9 @@ class ReleaseAction(BaseCommand):
 
 def describe(holder: HolderInfo) -> str:
     """One hold in a sentence, every part printable: ``Lock 'jobs:a', fence 12, held by ...``."""
+    mode = f" ({holder.mode} hold)" if holder.mode else ""
     return (
-        f"{KINDS[holder.kind]} {quoted(holder.short_name)}, fence {holder.fence}, held by "
+        f"{KINDS[holder.kind]} {quoted(holder.short_name)}{mode}, fence {holder.fence}, held by "
         f"{printable(holder.owner)}" + (f" ({printable(holder.label)})" if holder.label else "")
         + f" for {format_ms(holder.held_for_ms)}, {format_ms(holder.ttl_ms)} left"
     )

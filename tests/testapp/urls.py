@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import rw_views, views
 
 urlpatterns = [
     path("hold/<str:name>/", views.hold),
@@ -31,4 +31,8 @@ urlpatterns = [
     path("avail/<str:name>/", views.availability),
     path("rendered/<str:name>/", views.rendered),
     path("aavail/<str:name>/", views.aavailability),
+    path("rw/read/<str:name>/", rw_views.read_report),
+    path("rw/write/<str:name>/", rw_views.write_report),
+    path("rw/aread/<str:name>/", rw_views.aread_report),
+    path("rw/awrite/<str:name>/", rw_views.awrite_report),
 ]

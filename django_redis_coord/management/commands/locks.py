@@ -1,9 +1,9 @@
-"""``manage.py locks``: who holds which lock or semaphore permit, and taking a hold back.
+"""``manage.py locks``: who holds which lock, semaphore permit or read-write lock, and taking a hold back.
 
-    manage.py locks list [--kind lock|sem] [--search TEXT] [--json] [--watch SECONDS [--count N]]
-    manage.py locks show NAME [--kind lock|sem] [--json]
-    manage.py locks waiters NAME [--kind lock|sem] [--json]
-    manage.py locks release NAME [--kind lock|sem] [--fence FENCE] [--noinput]
+    manage.py locks list [--kind lock|sem|rw] [--search TEXT] [--json] [--watch SECONDS [--count N]]
+    manage.py locks show NAME [--kind lock|sem|rw] [--json]
+    manage.py locks waiters NAME [--kind lock|sem|rw] [--json]
+    manage.py locks release NAME [--kind lock|sem|rw] [--fence FENCE] [--noinput]
     manage.py locks release [--host H] [--pid P] [--label-prefix L] [--older-than DURATION] [--yes]
     manage.py locks ping [--json]
     manage.py locks run NAME [--wait [SECONDS]] [--timeout SECONDS] -- COMMAND [ARGS...]
@@ -99,6 +99,7 @@ HOLDER_JSON_SCHEMA: dict[str, Any] = {
         "extra": {"type": "object"},
         "role": _OPTIONAL_STR,
         "term": _OPTIONAL_INT,
+        "mode": {"enum": ["read", "write", None]},
     },
 }
 
@@ -130,7 +131,8 @@ class Command(ReleaseAction, BaseCommand):
         subparsers.required = True
 
         listing = subparsers.add_parser("list", help="live holders, sorted by name")
-        listing.add_argument("--kind", choices=sorted(KINDS), help="only locks or only semaphore permits")
+        listing.add_argument("--kind", choices=sorted(KINDS),
+                             help="only locks, only semaphore permits or only read-write lock holds")
         listing.add_argument("--search", default=None, help="substring of the name (case-insensitive, literal)")
         listing.add_argument("--json", action="store_true", help="a JSON array instead of a table")
         listing.add_argument("--watch", type=float, default=None, metavar="SECONDS",
@@ -142,7 +144,8 @@ class Command(ReleaseAction, BaseCommand):
 
         show = subparsers.add_parser("show", help="the holder(s) of one lock or semaphore")
         show.add_argument("name")
-        show.add_argument("--kind", choices=sorted(KINDS), help="default: the lock, else the semaphore")
+        show.add_argument("--kind", choices=sorted(KINDS),
+                          help="default: the lock, else the semaphore, else the read-write lock")
         show.add_argument("--json", action="store_true")
         self._add_scope(show)
 
@@ -251,18 +254,21 @@ class Command(ReleaseAction, BaseCommand):
             self.stdout.write("No live holders.")
             return
         self.stdout.write(holders_table(holders))
-        locks = sum(1 for h in holders if h.kind == "lock")
-        self.stdout.write(f"{len(holders)} holder(s): {locks} lock(s), {len(holders) - locks} semaphore permit(s)")
+        counts = {kind: sum(1 for h in holders if h.kind == kind) for kind in KINDS}
+        rw = f", {counts['rw']} read-write lock hold(s)" if counts["rw"] else ""
+        self.stdout.write(f"{len(holders)} holder(s): {counts['lock']} lock(s), {counts['sem']} semaphore permit(s)"
+                          + rw)
 
     # -- show ----------------------------------------------------------------------------------
     def find(self, name: str, kind: Optional[str]) -> tuple[str, list[HolderInfo]]:
-        """The holders of ``name`` (the lock first, else the semaphore, unless ``kind`` is given)."""
+        """The holders of ``name`` (the lock first, else the semaphore, else the read-write lock,
+        unless ``kind`` is given)."""
         key = self.key_for(name)
-        for candidate in [kind] if kind else ["lock", "sem"]:
+        for candidate in [kind] if kind else list(KINDS):
             holders = self.listing.holder(key, candidate)
             if holders:
                 return candidate, holders
-        what = KINDS[kind].lower() if kind else "lock or semaphore"
+        what = KINDS[kind].lower() if kind else "lock, semaphore or read-write lock"
         raise CommandError(f"No {what} named {name!r} is held.", returncode=EXIT_NOT_HELD)
 
     def do_show(self, options: dict[str, Any]) -> None:
@@ -283,7 +289,7 @@ class Command(ReleaseAction, BaseCommand):
         first = holders[0]
         self.stdout.write(f"{KINDS[kind]} {quoted(first.short_name)} (key {quoted(first.name)})")
         if first.usage:
-            self.stdout.write(f"  permits in use: {first.usage}")
+            self.stdout.write(f"  {'held by' if kind == 'rw' else 'permits in use'}: {first.usage}")
         for holder in holders:
             self.stdout.write("")
             self.stdout.write(holder_details(holder))
