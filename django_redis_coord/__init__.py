@@ -42,7 +42,7 @@ from .identity import IdentityLock
 from .locks import Lock
 
 if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
-    from . import redlock
+    from . import redlock, rwlock
     from .asyncio.cache_fill import aget_or_set
     from .cache_fill import get_or_set
     from .decorators import KeyTemplateError, KeyTooLong, LockContended, MissingKeyValue, current_lock, locked
@@ -53,8 +53,9 @@ if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
     from .redlock import Redlock
     from .rwlock import ReadWriteLock
     from .semaphores import Semaphore
-    from .shortcuts import alock, aredlock, asemaphore, lock, semaphore
+    from .shortcuts import alock, aredlock, arwlock, asemaphore, lock, semaphore
     from .shortcuts import redlock as get_redlock
+    from .shortcuts import rwlock as get_rwlock
     from .transactions import optimistic
 
 __version__ = "0.1.0"
@@ -105,6 +106,8 @@ __all__ = [
     "asemaphore",
     "current_lock",
     "get_redlock",
+    "get_rwlock",
+    "arwlock",
     "lock",
     "locked",
     "semaphore",
@@ -118,6 +121,7 @@ __all__ = [
     "aget_or_set",
     # modules
     "redlock",
+    "rwlock",
 ]
 
 # Names served lazily, so that importing the core never imports Django (or optional modules):
@@ -145,6 +149,9 @@ _LAZY: dict[str, str] = {
     # The package's "redlock" is its module: the sync factory is served as get_redlock.
     "get_redlock": ".shortcuts:redlock",
     "aredlock": ".shortcuts",
+    # The same for "rwlock", the read-write lock's module: its factory is served as get_rwlock.
+    "get_rwlock": ".shortcuts:rwlock",
+    "arwlock": ".shortcuts",
     "fenced_update": ".fencing",
     "afenced_update": ".fencing",
     "fenced_set": ".fencing",
@@ -157,8 +164,8 @@ _LAZY: dict[str, str] = {
 
 
 def __getattr__(name: str) -> Any:
-    if name == "redlock":
-        return import_module(".redlock", __name__)
+    if name in ("redlock", "rwlock"):
+        return import_module(f".{name}", __name__)
     module, _, attribute = _LAZY.get(name, "").partition(":")
     if not module:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

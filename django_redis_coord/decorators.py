@@ -15,15 +15,11 @@ manager (``with locked("nightly-report") as held: ...``).  The whole story is in
   :mod:`~django_redis_coord.key_names` (a value missing from a request: 400, :class:`MissingKeyValue`);
 * the answer when the key is taken, 409 with ``Retry-After`` or ``status=``/``handler=``/
   ``template_name=`` (:class:`LockContended` outside views): :mod:`~django_redis_coord.contention`;
-* the hold's end, when the response is closed (a stream: when it ends): :mod:`~django_redis_coord.release`;
-* Redis unreachable, 503 or ``fail_open``: :mod:`~django_redis_coord.unavailable`;
-* the primitive itself (a lock, ``limit=N`` permits of a semaphore, ``redlock=True`` a Redlock over
-  ``REDLOCK["MASTERS"]``, ``mode="read"``/``"write"`` that side of a read-write lock), made by the
-  factories of :mod:`~django_redis_coord.shortcuts`.
+* the hold's end at the response's close: :mod:`~django_redis_coord.release`; Redis unreachable (503
+  or ``fail_open``): :mod:`~django_redis_coord.unavailable`;
+* the primitive (a lock, ``limit=N`` permits, ``redlock=True`` a Redlock, ``mode="read"``/``"write"``
+  a side of a read-write lock), made by :mod:`~django_redis_coord.shortcuts`.
 
-``timeout`` defaults to ``DEFAULT_TIMEOUT`` (``NO_EXPIRY`` asks for no expiry, ``None`` is
-refused); ``auto_renew=True`` renews with the watchdog; ``rollback_on_loss=True`` (sync views) runs
-the view in ``transaction.atomic()`` and rolls it back when the hold was lost before it returned.
 The hold is ``request.coord_lock`` and :func:`current_lock` inside the view.
 """
 
