@@ -17,7 +17,7 @@ from typing import Any, Optional, Union
 from ._arguments import Number, check_max_hold, check_number, drift, to_ms
 from ._grants import Grant
 from ._holds import capped_ms, first_time
-from ._reporting import Reporting, check_events
+from ._reporting import Reporting, check_events, report_loss
 from .events import Events
 from .exceptions import InvalidLockArgument, InvalidLockArgumentType, LockError, NameKindConflict
 from .keys import KeySet, cacheable, encode_name, keys_for
@@ -283,7 +283,7 @@ class QueuedBase(Reporting):
         gets here first."""
         if not first_time(local, "lost"):
             return
-        self._report_loss(local)
+        report_loss(self, local)  # on_lost runs even when the events object raised
         callback = self.on_lost
         if callback is not None:
             self._after_loss(callback(self._lost_subject(local)))

@@ -34,7 +34,7 @@ from ._redlock_commands import (
     script_command,
     tally_replies,
 )
-from ._reporting import Reporting, check_events
+from ._reporting import Reporting, check_events, report_loss
 from .events import Events
 from .exceptions import (
     InvalidLockArgument,
@@ -278,7 +278,7 @@ class RedlockBase(Reporting, ReleaseOnExit):
         when not called)."""
         if not first_time(hold, "lost"):
             return None
-        self._report_loss(hold)
+        report_loss(self, hold)  # on_lost runs even when the events object raised
         callback = self.on_lost
         return callback(self) if callback is not None else None
 

@@ -7,6 +7,7 @@ granted; a refused acquire leaves what the refusal said in :meth:`Reporting._not
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Optional
@@ -16,7 +17,9 @@ from ._tasks import in_background, run_to_completion
 from .events import Events, held_time
 from .exceptions import InvalidLockArgumentType
 
-__all__ = ["Reporting", "check_events"]
+__all__ = ["Reporting", "check_events", "report_loss"]
+
+logger = logging.getLogger("django_redis_coord")
 
 _METHODS = ("acquired", "contended", "released", "lost", "aacquired", "acontended", "areleased", "alost")
 
@@ -28,6 +31,15 @@ def check_events(events: object, name: object) -> Optional[Events]:
             "events must be a django_redis_coord.events.Events (or have all its methods)", lock_name=name
         )
     return events  # type: ignore[return-value]
+
+
+def report_loss(primitive: Any, hold: Any) -> None:
+    """Tell ``primitive``'s events of the loss of ``hold``; what they raise is logged, not raised:
+    the loss's other consequences (``on_lost``, the release's own error) must not depend on it."""
+    try:
+        primitive._report_loss(hold)
+    except Exception:
+        logger.exception("events.lost of %r raised", primitive.name)
 
 
 class Reporting:
@@ -120,10 +132,23 @@ class Reporting:
             await self.events.areleased(self if subject is None else subject, fence=fence, held_time=held)
 
     async def _atell_lost_now(self, hold: Any) -> None:
-        """A release found the hold gone: its caller awaits the loss's receivers (once per hold)."""
+        """A release found the hold gone: its caller awaits the loss's receivers (once per hold;
+        what they raise is logged, as in :func:`report_loss`)."""
         if self.events is not None and first_time(hold, "loss_reported"):
-            await self.events.alost(self._event_subject(hold), fence=getattr(hold, "fence", None),
-                                    held_time=held_time(hold))
+            try:
+                await self.events.alost(self._event_subject(hold), fence=getattr(hold, "fence", None),
+                                        held_time=held_time(hold))
+            except Exception:
+                logger.exception("events.alost of %r raised", self.name)
+
+    async def _release_told(self, call: Awaitable[Any], fence: Optional[int], held: Optional[float],
+                            subject: Any = None, when: Optional[Callable[[Any], bool]] = None) -> Any:
+        """``call`` (a release), then ``released`` told when ``when(its result)`` (default: always):
+        one coroutine, so that a release finished after its task was cancelled is told too."""
+        result = await call
+        if when is None or when(result):
+            await self._atell_released(fence, held, subject)
+        return result
 
     def _atell_lost(self, hold: Any) -> None:
         """The asyncio flavour's loss comes from the watchdog task or a release: scheduled."""

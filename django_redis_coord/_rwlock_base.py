@@ -246,13 +246,12 @@ class RWLockBase(QueuedBase):
 
     def _release_done(self, local: Any, token: bytes, released: bool, lost: bool) -> None:
         """After the release script answered: forget the hold; raise when it had been lost."""
-        if not released:
-            self._mark_lost(local)  # found here before the watchdog did: on_lost still fires once
         if local.token == token:
             local.token = None
             local.reads = local.writes = 0
             local.claimed = False
         if not released:
+            self._mark_lost(local)  # found here before the watchdog did: on_lost still fires once
             raise LockNotOwnedError("Cannot release a lock that's no longer owned", lock_name=self.name)
         if lost:
             raise LockLostError("The lock was lost before it was released", lock_name=self.name)

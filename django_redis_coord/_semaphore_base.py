@@ -178,20 +178,25 @@ class SemaphoreBase(QueuedBase):
         """Tokens of the permits the current thread (or task) acquired without an identity."""
         raise NotImplementedError
 
-    def _own(self, token: bytes, grant: Grant, sent_at: float, anonymous: bool) -> Permit:
+    def _own(self, token: bytes, grant: Grant, sent_at: float, anonymous: bool) -> tuple[Permit, bool]:
+        """Record a granted permit; returns it and whether it is a new hold (not the renewal of a
+        live permit of the same identity, which keeps its fence and its start)."""
         deadline = self.deadline_for(sent_at, grant.pttl)
         permit = self._permits.get(token)
+        new = True
         if permit is None:
             permit = self._permits[token] = Permit(self, token, grant.fence, deadline)
             if anonymous:
                 self._stack().append(token)
         else:
+            new = permit.lost or permit.fence != grant.fence
             if permit.watched:
                 self._watchdog().unregister(self, permit)
             permit.fence, permit.deadline, permit.lost = grant.fence, deadline, False
-        self._began(permit)
+        if new:
+            self._began(permit)
         self._watch(permit, token, grant.provisional)
-        return permit
+        return permit, new
 
     def _token_to_release(self, identity: Optional[Identity]) -> bytes:
         if identity is not None:

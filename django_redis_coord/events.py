@@ -30,8 +30,11 @@ asyncio primitive awaits the ``a``-prefixed twins, which call the sync ones unle
 comes from the watchdog, which an asyncio primitive runs as a task: it schedules :meth:`alost`.
 
 An exception raised by :meth:`acquired` (or :meth:`aacquired`, a cancellation included) gives the
-new hold back before it propagates: nobody would release it otherwise.  Exceptions from the other
-methods propagate to the caller of ``release`` / ``acquire`` (from the watchdog: they are logged).
+new hold back before it propagates: nobody would release it otherwise.  One raised by :meth:`lost`
+is logged (``on_lost`` and the release's own error come first); those of :meth:`contended` and
+:meth:`released` propagate to the caller of ``acquire`` / ``release``.  An asyncio release, once
+asked, completes and is told even if its task is cancelled meanwhile.  A semaphore identity that
+acquires again while its permit is live renews it: no new hold, nothing told.
 """
 
 from __future__ import annotations

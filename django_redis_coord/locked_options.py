@@ -71,6 +71,8 @@ def checked_options(
     check_number("max_hold", max_hold, allow_none=True, positive=True, lock_name=key)
     if max_hold is not None and auto_renew is False:
         raise InvalidLockArgument("max_hold caps a renewed hold: it needs auto_renew", lock_name=key)
+    if max_hold is not None and isinstance(timeout, (int, float)) and max_hold < timeout:
+        raise InvalidLockArgument(f"max_hold ({max_hold}s) must be at least timeout ({timeout}s)", lock_name=key)
     if on_contended is not None and not isinstance(on_contended, str):
         raise InvalidLockArgumentType(f"on_contended must be one of {ON_CONTENDED}, not {on_contended!r}",
                                       lock_name=key)

@@ -119,8 +119,9 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         if taken is None:
             self._tell_contended(started)
             return False
-        permit = self._own(token, *taken, anonymous=identity is None)
-        self._tell_acquired(permit, started, lambda: self.release(identity))
+        permit, new = self._own(token, *taken, anonymous=identity is None)
+        if new:  # an identity renewing its live permit is no new hold
+            self._tell_acquired(permit, started, lambda: self.release(identity))
         return True
 
     def release(self, identity: Optional[Identity] = None) -> bool:

@@ -253,6 +253,8 @@ class Watchdog:
 
     @staticmethod
     def _lose(hold: Hold) -> None:
+        if getattr(hold.local, "token", None) != hold.token:
+            return  # that hold ended meanwhile, and its state may describe the next hold already
         max_hold = getattr(hold.owner, "max_hold", None)
         started = getattr(hold.local, "started", None)
         if max_hold is not None and started is not None and time.monotonic() >= started + max_hold - hold.interval:

@@ -217,3 +217,112 @@ def test_a_read_write_lock_tells_of_each_side(redis_client):
     assert subjects == [lock.read, other.write, lock.read, lock.write, lock.write]
     assert 9000 < events.calls[1][2]["pttl"] <= 10000 and other.write.refused_pttl == events.calls[1][2]["pttl"]
     assert events.calls[3][2]["fence"] > events.calls[0][2]["fence"]
+
+
+class RaisingLoss(Recorder):
+    def lost(self, primitive, *, fence, held_time):
+        super().lost(primitive, fence=fence, held_time=held_time)
+        raise RuntimeError("receiver of lost failed")
+
+
+def test_on_lost_runs_and_the_release_says_not_owned_when_the_events_lost_raises(redis_client):
+    lost_calls = []
+    lock = Lock(redis_client, "ev:raising-lost", timeout=0.1, events=RaisingLoss(), on_lost=lost_calls.append)
+    assert lock.acquire()
+    time.sleep(0.2)
+    with pytest.raises(LockNotOwnedError):
+        lock.release()
+    assert lost_calls == [lock]
+
+
+def test_a_read_write_lock_is_usable_after_its_events_lost_raised(redis_client):
+    from django_redis_coord.rwlock import ReadWriteLock
+
+    events = RaisingLoss()
+    lock = ReadWriteLock(redis_client, "ev:rw-raising-lost", timeout=0.1, events=events)
+    assert lock.read.acquire()
+    time.sleep(0.2)
+    with pytest.raises(LockNotOwnedError):
+        lock.read.release()
+    assert lock.write.acquire(blocking=False)  # the thread's state was cleared: a new hold, not a re-entry
+    lock.write.release()
+    assert events.kinds() == ["acquired", "lost", "acquired", "released"]
+
+
+def test_a_semaphore_identity_renewing_its_permit_is_no_new_hold(redis_client):
+    events = Recorder()
+    pool = Semaphore(redis_client, "ev:renewing", limit=2, timeout=10, events=events)
+    assert pool.acquire("worker-1")
+    started = pool.permit("worker-1").started
+    time.sleep(0.02)
+    assert pool.acquire("worker-1")  # renews the live permit: same fence, same start
+    assert pool.permit("worker-1").started == started
+    assert pool.release("worker-1")
+    assert events.kinds() == ["acquired", "released"] and events.calls[1][2]["held_time"] >= 0.02
+
+
+def test_an_asyncio_release_cancelled_midway_is_still_told(redis_server):
+    events = Recorder()
+
+    async def scenario():
+        client = redis_server.async_client()
+        try:
+            lock = AsyncLock(client, "ev:cancelled-release", timeout=10, events=events, thread_local=False)
+            assert await lock.acquire()
+            task = asyncio.ensure_future(lock.release())
+            await asyncio.sleep(0)  # the release is under way
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            for _ in range(100):
+                if "released" in events.kinds():
+                    break
+                await asyncio.sleep(0.01)
+            return await client.exists("ev:cancelled-release")
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(scenario()) == 0
+    assert events.kinds() == ["acquired", "released"]
+
+
+def test_an_asyncio_read_write_acquire_cancelled_in_its_receiver_gives_the_hold_back(redis_server):
+    from django_redis_coord.asyncio import ReadWriteLock as AsyncReadWriteLock
+
+    async def scenario():
+        entered = asyncio.Event()
+
+        class Slow(Events):
+            async def aacquired(self, primitive, *, fence, wait_time):
+                entered.set()
+                await asyncio.sleep(10)
+
+        client = redis_server.async_client()
+        try:
+            lock = AsyncReadWriteLock(client, "ev:rw-cancelled", timeout=None, events=Slow())
+            task = asyncio.ensure_future(lock.write.acquire())
+            await entered.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            other = AsyncReadWriteLock(client, "ev:rw-cancelled", timeout=5)
+            return await other.write.acquire(blocking=False), lock._state().token
+        finally:
+            await client.aclose()
+
+    acquired, token = asyncio.run(scenario())
+    assert acquired and token is None
+
+
+def test_a_late_loss_of_an_ended_hold_leaves_the_next_hold_alone(redis_client):
+    from django_redis_coord.watchdog import Hold, Watchdog
+
+    lost_calls = []
+    lock = Lock(redis_client, "ev:late-loss", timeout=5, on_lost=lost_calls.append)
+    assert lock.acquire()
+    first = lock._state().token
+    lock.release()
+    assert lock.acquire()  # the same thread's state now describes the next hold
+    Watchdog._lose(Hold(owner=lock, local=lock._state(), token=first, interval=1.0))
+    assert lost_calls == [] and lock.valid
+    lock.release()

@@ -117,6 +117,8 @@ def test_max_hold_is_checked(redis_client):
         Lock(redis_client, "bad", timeout=5, auto_renew=True, max_hold=-1)
     with pytest.raises(InvalidLockArgument, match="needs auto_renew"):
         locked("bad", timeout=5, auto_renew=False, max_hold=60)
+    with pytest.raises(InvalidLockArgument, match="at least timeout"):  # when decorating, not per request
+        locked("bad", timeout=60, max_hold=30)
 
 
 @pytest.mark.django_db

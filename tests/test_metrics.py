@@ -361,3 +361,30 @@ def test_events_are_fed_in_the_background_and_the_queue_is_bounded(redis_client,
     assert feed() == 10  # the rest was dropped, not kept to grow
     assert counting.counts["contended", "fed:{n}", "lock"] == 10
     assert len([r for r in caplog.records if "queue is full" in r.getMessage()]) == 1
+
+
+def test_a_metrics_thread_that_cannot_start_fails_no_lock_and_starts_later(monkeypatch, redis_client):
+    import threading
+
+    from django_redis_coord import Lock, MetricsEvents
+    from django_redis_coord.metrics import _background, _recording
+
+    periodic = _background.Periodic(lambda: None, 60, "test-metrics-periodic")
+    original = threading.Thread.start
+
+    def refuse(thread):
+        if thread.name in ("test-metrics-periodic", "django-redis-coord-metrics"):
+            raise RuntimeError("can't start new thread")
+        return original(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    monkeypatch.setattr(_recording, "_feeder", periodic)
+    with pytest.raises(RuntimeError):
+        periodic.ensure()
+    lock = Lock(redis_client, "metrics:no-thread", timeout=5, events=MetricsEvents(template="t"))
+    assert lock.acquire()  # the feeder cannot start: the lock does not care
+    lock.release()
+    monkeypatch.setattr(threading.Thread, "start", original)
+    periodic.ensure()  # not left half-started: it starts now
+    assert periodic._thread is not None and periodic._thread.is_alive()
+    periodic.stop()

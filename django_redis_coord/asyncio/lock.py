@@ -118,12 +118,11 @@ class Lock(AsyncWithBlock, QueuedPrimitive, LockBase):
             return
         lost = getattr(local, "lost", False)
         fence, held = getattr(local, "fence", None), held_time(local)
-        # Once asked, the release completes even if this task is cancelled meanwhile (a client
-        # going away under ASGI): otherwise the lock would stay held, renewed by nobody.
-        await run_to_completion(self._release_call())
+        # Once asked, the release completes (and is told) even if this task is cancelled meanwhile
+        # (a client going away under ASGI): otherwise the lock would stay held, renewed by nobody.
+        await run_to_completion(self._release_told(self._release_call(), fence, held, when=lambda _: not lost))
         if lost:
             raise LockLostError("The lock was lost before it was released", lock_name=self.name)
-        await self._atell_released(fence, held)
 
     def _release_call(self) -> Awaitable[None]:
         """Stop renewing this task's hold and return the call that releases it; that call needs

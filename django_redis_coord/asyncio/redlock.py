@@ -264,9 +264,8 @@ class Redlock(AsyncWithBlock, RedlockBase):
     async def release(self) -> None:
         hold = self._state()
         fence, held = hold.fence, held_time(hold)
-        # Completes even if this task is cancelled meanwhile (see Lock.release).
-        await run_to_completion(self._release_call())
-        await self._atell_released(fence, held)
+        # Completes (and is told) even if this task is cancelled meanwhile (see Lock.release).
+        await run_to_completion(self._release_told(self._release_call(), fence, held))
 
     def _release_call(self) -> Any:
         """The call that releases this task's hold, needing nothing from the task (see

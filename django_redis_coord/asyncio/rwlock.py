@@ -115,7 +115,8 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
         if taken is None:
             await self._atell_contended(started, self.hold(mode))
             return False
-        await self._atell_acquired(self._own(mode, token, *taken), started, lambda: self._release_mode(mode))
+        hold = self._own(mode, token, *taken)
+        await self._atell_acquired(hold, started, lambda: self._release_call(hold))
         return True
 
     async def _release_mode(self, mode: str) -> None:
@@ -123,9 +124,8 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
         if local is None:
             return
         fence, held = local.fence, held_time(local)
-        # Once asked, the release completes even if this task is cancelled meanwhile.
-        await run_to_completion(self._release_call(local))
-        await self._atell_released(fence, held, self.hold(mode))
+        # Once asked, the release completes (and is told) even if this task is cancelled meanwhile.
+        await run_to_completion(self._release_told(self._release_call(local), fence, held, self.hold(mode)))
 
     def _release_call(self, local: Any) -> Awaitable[None]:
         """Stop renewing the hold ``local`` and return the call that releases it; that call needs
@@ -140,7 +140,7 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
     async def _release_hold(self, local: Any, token: bytes, lost: bool) -> None:
         released = await self.do_release(token)
         if not released:
-            await self._atell_lost_now(local)
+            await self._atell_lost_now(local)  # before _mark_lost (in _release_done): awaited here
         self._release_done(local, token, released, lost)
 
     # -- the only methods talking to Redis -----------------------------------------------------

@@ -71,18 +71,19 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         if taken is None:
             await self._atell_contended(started)
             return False
-        permit = self._own(token, *taken, anonymous=identity is None)
-        await self._atell_acquired(permit, started, lambda: self._release_call(identity))
+        permit, new = self._own(token, *taken, anonymous=identity is None)
+        if new:  # an identity renewing its live permit is no new hold
+            await self._atell_acquired(permit, started, lambda: self._release_call(identity))
         return True
 
     async def release(self, identity: Optional[Identity] = None) -> bool:
         """Return a permit; see :meth:`django_redis_coord.semaphores.Semaphore.release`."""
         _, permit, held = self._to_release(identity)
-        # Completes even if this task is cancelled meanwhile (see Lock.release).
-        released = await run_to_completion(self._release_call(identity))
-        if released and permit is not None and not permit.lost:
-            await self._atell_released(permit.fence, held)
-        return released
+        fence = permit.fence if permit is not None else None
+        # Completes (and is told) even if this task is cancelled meanwhile (see Lock.release).
+        call = self._release_call(identity)
+        return await run_to_completion(self._release_told(
+            call, fence, held, when=lambda released: released and permit is not None and not permit.lost))
 
     def _release_call(self, identity: Optional[Identity] = None) -> Awaitable[bool]:
         """The call that returns this task's permit (or ``identity``'s), needing nothing from the

@@ -38,8 +38,9 @@ class Periodic:
         with self._lock:
             if self._thread is not None:
                 return
-            self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._thread.start()
+            thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+            thread.start()  # raises (no thread to be had): tried again on the next call
+            self._thread = thread
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):

@@ -163,7 +163,10 @@ class Fanout:
                           OverflowError(QUEUED))
             return
         _queue.append((self.recorders, event, template, getattr(primitive, "kind", None), value))
-        _feeder.ensure()
+        try:
+            _feeder.ensure()
+        except Exception as exc:  # no thread to be had (at shutdown, or none left): never the lock's problem
+            failures.note("starting the metrics thread", exc)
 
 
 def feed() -> int:
