@@ -8,8 +8,9 @@ across processes and within one.  Every caller asks the
 same django-redis cache for the key through one of three helpers, the helpers taking turns round by
 round (all of them see the same background load):
 
-* **ours**: ``django_redis_coord.cache_fill.get_or_set`` (one producer; the others wait in the
-  fill lock's FIFO queue, one per process, and the rest of each process waits for that one);
+* **ours**: ``django_redis_coord.cache_fill.get_or_set`` (one producer, holding the write side of
+  the fill's read-write lock; the others queue for its read side, one per process, all granted at
+  once when the write ends, and the rest of each process waits for that one);
 * **python-redis-lock**: its cache backend's ``locked_get_or_set`` (``redis_lock.django_cache``):
   a lock around get / produce / set, waiters blocked in ``BLPOP`` and woken one per release;
 * **plain**: Django's ``cache.get_or_set`` (no lock: every caller that misses produces);
@@ -213,7 +214,7 @@ def run(ctx: Context, sizes: Sizes = Sizes()) -> Section:
     override = _configure(ctx.server.url)
     try:
         found = measure(sizes, ctx.log)
-        # The same processes with one thread each: what the hand-offs cost without the threads.
+        # The same processes with one thread each: what the lock and the wake-ups cost without the threads.
         single = measure(dataclasses.replace(sizes, threads=1), ctx.log, libs=("ours",), name="single")
     finally:
         if override is not None:
@@ -259,13 +260,14 @@ def run(ctx: Context, sizes: Sizes = Sizes()) -> Section:
         f"`cache.get_or_set` has none: every caller produces). Waiters' p99, python-redis-lock ÷ ours: "
         f"{peer / ours:.1f}×. Producer runs per round, plain `cache.get_or_set` ÷ ours: {plain_runs:.0f}×. A "
         "waiter's wait includes the producer's own reads and lock before production (the callers start at "
-        "one instant) and the hand-offs after it: ours passes the lock once per process "
-        f"({sizes.processes - 1} hand-offs after the producer's), python-redis-lock once per caller. A round "
+        "one instant) and the wake-ups after it: ours wakes the waiting processes together (the end of the "
+        "write grants all their reads in one script), python-redis-lock passes its lock once per caller. A round "
         "in which the machine stalls a process moves all of that round's waits, so the p99 over all rounds "
         "follows the worst rounds; the median round's p99 is shown beside it. The floor's callers only "
         f"sleep {production_ms:.0f} ms: its p99 is what the machine's scheduling of {callers} threads adds by "
         f"itself (here {floor - production_ms:+.1f} ms); ours ÷ floor (p99): {ours / floor:.2f}×. The same "
         f"{sizes.processes} processes with one thread each ({sizes.rounds} more rounds, ours only): waiters' p50 "
-        f"{percentile(single_waits, 50):.1f} ms, p99 {percentile(single_waits, 99):.1f} ms: the hand-offs alone."
+        f"{percentile(single_waits, 50):.1f} ms, p99 {percentile(single_waits, 99):.1f} ms: the lock and the wake-ups "
+        "alone."
     )
     return section

@@ -5,10 +5,13 @@ and the flights through which the callers of one process wait for one fill.  Not
 to Redis.
 
 A fill of the cache key ``K`` (the full Redis key: the cache's ``KEY_PREFIX`` and ``VERSION``
-applied) is guarded by the fenced :class:`~django_redis_coord.locks.Lock` named
+applied) is guarded by the fenced :class:`~django_redis_coord.rwlock.ReadWriteLock` named
 ``{T}:dcoord-fill:K``, where ``T`` is the part of ``K`` that Redis Cluster hashes (``K`` itself
 unless it has a ``{hash tag}``): the lock's keys and ``K`` share a slot, so the write script can
-read the lock and write ``K`` atomically, also on a cluster.
+read the lock and write ``K`` atomically, also on a cluster.  The producer holds its write side;
+the callers of other processes queue for its read side, and the script that ends the write grants
+them all at once (readers at the head of the queue are served together), each then reading the
+value: the waiting processes are woken together, not one after another.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from ._arguments import Number, check_number
+from ._rwlock_base import WRITE, RWLockBase
 from .cache_backends import CacheAccess, cache_access
 from .exceptions import InvalidLockArgumentType, LockAcquireTimeout
 from .keys import encode_name, keys_for, tag_for
@@ -55,8 +59,8 @@ def fill_lock_name(key: bytes) -> bytes:
 
 
 class FillLockSettings:
-    """What the fill locks (a :class:`~django_redis_coord.locks.Lock` and its asyncio twin) change
-    in a lock: the retention of their metadata (:data:`FILL_RETENTION_MS`)."""
+    """What the fill locks (a :class:`~django_redis_coord.rwlock.ReadWriteLock` and its asyncio
+    twin) change in a read-write lock: the retention of their metadata (:data:`FILL_RETENTION_MS`)."""
 
     acquire_setting = FILL_RETENTION_MS
     retention_args: tuple = (FILL_RETENTION_MS,)
@@ -101,10 +105,13 @@ class Fill:
         return {"timeout": self.lock_timeout, "auto_renew": self.auto_renew, "waiter_lease": lease, "label": LABEL}
 
     def write_keys(self) -> tuple[bytes, bytes, bytes]:
-        """``KEYS`` of ``cache_fill_set.lua``: the value, the lock's name and its meta hash."""
-        return self.key, self.lock_name, keys_for(self.lock_name).meta
+        """``KEYS`` of ``cache_fill_set.lua``: the value, the lock's name (its holders) and its meta hash."""
+        return self.key, self.lock_name, keys_for(self.lock_name, RWLockBase.key_kind).meta
 
-    def write_args(self, token: bytes, encoded: Union[bytes, int]) -> tuple[Any, ...]:
+    def write_args(self, lock: RWLockBase, encoded: Union[bytes, int]) -> tuple[Any, ...]:
+        """``ARGV`` of ``cache_fill_set.lua``: this caller's write token (of ``lock``), the value, its expiry."""
+        hold = lock.holding(WRITE)
+        token = hold.token if hold is not None else b""  # no hold: the script refuses the write
         return token, encoded, self.expiry_ms or 0
 
     def timed_out(self) -> LockAcquireTimeout:

@@ -3,17 +3,19 @@
 :func:`get_or_set` is Django's ``cache.get_or_set(key, default, timeout, version)`` where, on a
 miss, exactly one caller runs ``producer`` and the others wait for its value:
 
-* Across processes they wait in the FIFO queue of the key's fenced
-  :class:`~django_redis_coord.locks.Lock` (no polling: the releasing producer's script hands the
-  lock to the next in line and wakes it through its process's waiting connection); the next one
-  finds the value and passes the lock on.  Within a process, one caller per key waits in that
-  queue and the others wait for it (:class:`~django_redis_coord._cache_fill_base.Flights`).
+* Across processes they wait on the key's fenced
+  :class:`~django_redis_coord.rwlock.ReadWriteLock`: the producer holds its write side, the others
+  queue for its read side (no polling), and the script that ends the write grants every queued
+  reader at once and wakes each through its process's waiting connection: the waiting processes
+  read the value together, none waits for another.  Within a process, one caller per key waits
+  in that queue and the others wait for it
+  (:class:`~django_redis_coord._cache_fill_base.Flights`).
 * A producer that dies is replaced when its lock's TTL (``lock_timeout``) ends.
 * The write is fenced: ``lua/cache_fill_set.lua`` writes the value only while the lock is still
   held with the producer's token, in the same script, so a producer whose hold ended (paused past
   its TTL) cannot overwrite what a later producer stored.
-* A producer that raises: the exception reaches its caller; the lock passes to the next caller in
-  line, which finds no value and runs its own producer.
+* A producer that raises: the exception reaches its caller; the waiting callers find no value and
+  queue for the write side, the first of them produces (the others, in turn, find its value).
 
 The asyncio twin is :func:`django_redis_coord.asyncio.cache_fill.aget_or_set`; the shared code is
 in :mod:`django_redis_coord._cache_fill_base`.  See docs/caching.md.
@@ -31,7 +33,7 @@ from redis.exceptions import LockError
 
 from ._arguments import Number
 from ._cache_fill_base import DEFAULT_LOCK_TIMEOUT, Fill, FillLockSettings, Flights, check_produced, prepare, written
-from .locks import Lock
+from .rwlock import ReadWriteLock, RWHold
 from .scripts import sync_scripts
 
 __all__ = ["get_or_set", "DEFAULT_LOCK_TIMEOUT"]
@@ -52,8 +54,8 @@ class _Flight:
 _flights = Flights()
 
 
-class FillLock(FillLockSettings, Lock):
-    """The lock guarding the fills of one cache key (its metadata kept for a minute, not a day)."""
+class FillLock(FillLockSettings, ReadWriteLock):
+    """The read-write lock guarding the fills of one cache key (its metadata kept for a minute, not a day)."""
 
 
 def get_or_set(
@@ -108,23 +110,25 @@ def get_or_set(
 
 
 def _fill(fill: Fill, producer: Callable[[], Any]) -> tuple[Any, Optional[bytes]]:
-    """Take the fill lock, then read the value a previous holder stored, or produce and store it.
-    Returns what the caller returns and the stored bytes (``None`` when nothing is stored).
+    """Take the fill lock's write side, then read the value a previous holder stored, or produce and
+    store it.  Returns what the caller returns and the stored bytes (``None`` when nothing is stored).
 
-    A caller that had to wait in line was handed the lock by a holder that, almost always, has
-    just stored the value: it passes the lock on *before* reading, so that each process in line
-    costs the next one a hand-off, not a hand-off and a read.  When the value is not there (that
-    holder failed or died), it takes the lock again and, holding it, reads and produces."""
+    While another caller holds the write side, wait for its read side: the release of the write
+    grants every reader queued behind it together, and each reads the value the writer has, almost
+    always, just stored.  When the value is not there (that writer failed or died), queue for the
+    write side and, holding it, read and produce."""
     client = fill.access.client
     lock = FillLock(client, fill.lock_name, **fill.lock_arguments())
-    if not lock.acquire(blocking=False):
-        if not lock.acquire(blocking_timeout=fill.remaining()):
+    if not lock.write.acquire(blocking=False):
+        if not lock.read.acquire(blocking_timeout=fill.remaining()):
             raise fill.timed_out()
-        _release(lock)
-        raw = client.get(fill.key)
+        try:
+            raw = client.get(fill.key)
+        finally:
+            _release(lock.read)
         if raw is not None:
             return fill.access.decode(raw), raw
-        if not lock.acquire(blocking_timeout=fill.remaining()):
+        if not lock.write.acquire(blocking_timeout=fill.remaining()):
             raise fill.timed_out()
     try:
         raw = client.get(fill.key)
@@ -134,14 +138,14 @@ def _fill(fill: Fill, producer: Callable[[], Any]) -> tuple[Any, Optional[bytes]
         check_produced(value, fill.key)
         encoded = fill.access.encode(value)
         script = sync_scripts.get(client, "cache_fill_set")
-        reply = script(fill.write_keys(), fill.write_args(lock.local.token, encoded), client=client)
-        return written(fill, reply, value, encoded, lock.fence)
+        reply = script(fill.write_keys(), fill.write_args(lock, encoded), client=client)
+        return written(fill, reply, value, encoded, lock.write.fence)
     finally:
-        _release(lock)
+        _release(lock.write)
 
 
-def _release(lock: FillLock) -> None:
+def _release(hold: RWHold) -> None:
     try:
-        lock.release()
-    except LockError:  # the hold ended first (its TTL): the next in line already has the lock
+        hold.release()
+    except LockError:  # the hold ended first (its TTL): the queue was served then
         pass

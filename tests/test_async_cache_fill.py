@@ -114,7 +114,7 @@ def test_plain_callables_waiting_limits_and_timeout_zero(alias):
 
     asyncio.run(main())
     assert caches[alias].get("plain") == [1, 2]
-    metas = [key for key in db(alias).keys("*") if b":dcoord:lock:meta:" in key]
+    metas = [key for key in db(alias).keys("*") if b":dcoord:rw:meta:" in key]
     assert metas and all(0 < db(alias).pttl(key) <= FILL_RETENTION_MS for key in metas)
     assert counters().get("runs:slow") == b"1" and counters().get("runs:zero") == b"2"
     assert not caches[alias].has_key("zero")

@@ -235,6 +235,39 @@ def test_a_producer_that_outlives_its_lock_alone_returns_its_value_unstored(alia
     assert "was not stored" in caplog.text
 
 
+def _fill_into(alias: str, key: str, delay: float, options: Any, out: Any) -> None:
+    out.put(get_or_set(key, counting(key, delay), cache=alias, **options))
+
+
+def test_the_waiting_processes_get_the_value_together_not_in_turn(alias):
+    """A waiting process is stopped (SIGSTOP) in the queue, ahead of two others: the end of the
+    write grants all of them their read at once, so the stopped one holds nobody up (were the
+    value passed from process to process, the others would wait for its hold to expire)."""
+    options = {"lock_timeout": 6.0}  # a stopped waiter's place in the queue lives 3 s (the waiter lease)
+    out = CTX.Queue()
+    producer = CTX.Process(target=_fill_into, args=(alias, "together", 2.0, options, out), daemon=True)
+    producer.start()
+    wait_for(lambda: counters().exists("runs:together"))
+    stopped = CTX.Process(target=_fill_into, args=(alias, "together", 0.0, options, out), daemon=True)
+    stopped.start()
+    queue = keys_for(fill_lock_name(b"pfx:3:together"), b"rw").queue
+    wait_for(lambda: db(alias).zcard(queue) == 1)
+    os.kill(stopped.pid, signal.SIGSTOP)
+    try:
+        launched = time.monotonic()
+        results = run_processes(callers, [(alias, "together", 1, 0.0, 0.0, options)] * 2)
+        done = time.monotonic()
+    finally:
+        os.kill(stopped.pid, signal.SIGCONT)
+    values = [value for each in results for value in each] + [out.get(timeout=10), out.get(timeout=10)]
+    produced_at = values[0]["at"] + 2.0
+    assert launched < produced_at - 0.5  # the two were in the queue, behind the stopped one
+    assert all(value == values[0] for value in values) and counters().get("runs:together") == b"1"
+    assert done - produced_at < 2.0, done - produced_at  # not the 6 s of the stopped one's hold
+    producer.join(5)
+    stopped.join(5)
+
+
 def _raising(alias: str, key: str) -> str:
     def producer():
         counters().set(f"raising:{key}", 1)
@@ -305,14 +338,14 @@ def test_what_a_fill_leaves_in_redis_expires(alias):
     lock = fill_lock_name(b"pfx:3:tidy")
     assert not raw.exists(lock)  # released
     # Only the lock's meta hash stays (its fence counter), for a minute rather than a lock's day.
-    assert [key for key in raw.keys("*") if key != b"pfx:3:tidy"] == [keys_for(lock).meta]
-    assert 0 < raw.pttl(keys_for(lock).meta) <= FILL_RETENTION_MS
+    assert [key for key in raw.keys("*") if key != b"pfx:3:tidy"] == [keys_for(lock, b"rw").meta]
+    assert 0 < raw.pttl(keys_for(lock, b"rw").meta) <= FILL_RETENTION_MS
 
 
 def test_the_fill_lock_shares_the_slot_of_the_cache_key():
     for key in [b":1:plain", b"{user:7}:1:orders", b"a}b", b"{}x}", b"x{y", b"{a{b}c", "\u9396".encode()]:
         name = fill_lock_name(key)
-        slots = {key_slot(each) for each in (key, name, keys_for(name).meta, keys_for(name).queue)}
+        slots = {key_slot(each) for each in (key, name, keys_for(name, b"rw").meta, keys_for(name, b"rw").queue)}
         assert slots == {key_slot(key)}, key
 
 

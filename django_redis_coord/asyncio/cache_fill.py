@@ -3,7 +3,7 @@
 Named as Django names the asyncio form of a cache method (``cache.aget_or_set``).  Same
 arguments and behaviour as :func:`~django_redis_coord.cache_fill.get_or_set`, over
 ``redis.asyncio`` (a client per event loop with the cache's connection parameters) and the asyncio
-:class:`~django_redis_coord.asyncio.lock.Lock`; ``producer`` may be a plain callable or return an
+:class:`~django_redis_coord.asyncio.rwlock.ReadWriteLock`; ``producer`` may be a plain callable or return an
 awaitable (an ``async def`` function), which is awaited.  Within one event loop, one task per key
 waits in the fill lock's queue and the others wait for it.
 """
@@ -23,7 +23,7 @@ from .._arguments import Number
 from .._cache_fill_base import DEFAULT_LOCK_TIMEOUT, Fill, FillLockSettings, Flights, prepare, written
 from ..cache_backends import async_cache_client
 from ..scripts import async_scripts
-from .lock import Lock
+from .rwlock import ReadWriteLock, RWHold
 
 __all__ = ["aget_or_set", "DEFAULT_LOCK_TIMEOUT"]
 
@@ -32,8 +32,8 @@ T = TypeVar("T")
 _flights = Flights()
 
 
-class FillLock(FillLockSettings, Lock):
-    """The lock guarding the fills of one cache key (its metadata kept for a minute, not a day)."""
+class FillLock(FillLockSettings, ReadWriteLock):
+    """The read-write lock guarding the fills of one cache key (its metadata kept for a minute, not a day)."""
 
 
 # A producer returning an awaitable (an ``async def`` function) gives the awaited type; any other, its own.
@@ -96,17 +96,20 @@ async def _produce(producer: Callable[[], Any]) -> Any:
 
 
 async def _fill(fill: Fill, client: Any, producer: Callable[[], Any]) -> tuple[Any, Optional[bytes]]:
-    """As the sync ``_fill``: take the fill lock (a caller that waited passes it on before
-    reading), then read the value or, holding the lock, produce and store it."""
+    """As the sync ``_fill``: take the fill lock's write side, or wait for its read side (granted to
+    every waiting reader together when the write ends) and read the value; when it is missing, take
+    the write side and, holding it, read the value or produce and store it."""
     lock = FillLock(client, fill.lock_name, **fill.lock_arguments())
-    if not await lock.acquire(blocking=False):
-        if not await lock.acquire(blocking_timeout=fill.remaining()):
+    if not await lock.write.acquire(blocking=False):
+        if not await lock.read.acquire(blocking_timeout=fill.remaining()):
             raise fill.timed_out()
-        await _release(lock)
-        raw = await client.get(fill.key)
+        try:
+            raw = await client.get(fill.key)
+        finally:
+            await _release(lock.read)
         if raw is not None:
             return fill.access.decode(raw), raw
-        if not await lock.acquire(blocking_timeout=fill.remaining()):
+        if not await lock.write.acquire(blocking_timeout=fill.remaining()):
             raise fill.timed_out()
     try:
         raw = await client.get(fill.key)
@@ -115,14 +118,14 @@ async def _fill(fill: Fill, client: Any, producer: Callable[[], Any]) -> tuple[A
         value = await _produce(producer)
         encoded = fill.access.encode(value)
         script = async_scripts.get(client, "cache_fill_set")
-        reply = await script(fill.write_keys(), fill.write_args(lock.local.token, encoded), client=client)
-        return written(fill, reply, value, encoded, lock.fence)
+        reply = await script(fill.write_keys(), fill.write_args(lock, encoded), client=client)
+        return written(fill, reply, value, encoded, lock.write.fence)
     finally:
-        await _release(lock)
+        await _release(lock.write)
 
 
-async def _release(lock: FillLock) -> None:
+async def _release(hold: RWHold) -> None:
     try:
-        await lock.release()
-    except LockError:  # the hold ended first (its TTL): the next in line already has the lock
+        await hold.release()
+    except LockError:  # the hold ended first (its TTL): the queue was served then
         pass
