@@ -388,3 +388,22 @@ def test_a_metrics_thread_that_cannot_start_fails_no_lock_and_starts_later(monke
     periodic.ensure()  # not left half-started: it starts now
     assert periodic._thread is not None and periodic._thread.is_alive()
     periodic.stop()
+
+
+def test_gauges_are_read_in_a_child_forked_while_a_reading_held_their_lock(redis_client):
+    import os
+    import signal
+
+    from django_redis_coord.metrics.gauges import HolderGauges
+
+    gauges = HolderGauges(redis_client)
+    gauges._lock.acquire()  # a reading under way in another thread at the instant of the fork
+    try:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit status
+            signal.alarm(10)  # a deadlocked read ends the child with SIGALRM
+            os._exit(0 if gauges.read() is not None else 1)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        gauges._lock.release()
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -209,6 +209,7 @@ def _after_fork_in_child() -> None:
     global _feeding
     _queue.clear()
     _feeding = threading.Lock()
+    failures._lock = threading.Lock()  # a thread of the parent may have held it at the fork
 
 
 if hasattr(os, "register_at_fork"):

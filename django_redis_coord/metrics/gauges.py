@@ -11,8 +11,10 @@ not on the server read here: they are not counted.  A reading that fails (Redis 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -39,6 +41,21 @@ class KindFigures:
     oldest_hold: float = 0.0
 
 
+#: Every gauge reader of this process, for :func:`_after_fork_in_child`.
+_all: weakref.WeakSet = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A reading under way in a thread of the parent holds its lock: the child gets new ones."""
+    for gauges in list(_all):
+        gauges._lock = threading.Lock()
+        gauges._read_at = -float("inf")
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class HolderGauges:
     """Holds, waiters and the oldest hold per kind, read from ``client``'s registries.
 
@@ -53,6 +70,7 @@ class HolderGauges:
         self._lock = threading.Lock()
         self._reading: Optional[dict[str, KindFigures]] = None
         self._read_at = -float("inf")
+        _all.add(self)
 
     def listing(self) -> HolderListing:
         return HolderListing(self.client, prefix=self.prefix)
