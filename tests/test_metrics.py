@@ -388,6 +388,7 @@ def test_a_metrics_thread_that_cannot_start_fails_no_lock_and_starts_later(monke
     periodic.ensure()  # not left half-started: it starts now
     assert periodic._thread is not None and periodic._thread.is_alive()
     periodic.stop()
+    assert _recording.feed() == 2  # the two events queued meanwhile, handed over (none left for other tests)
 
 
 def test_gauges_are_read_in_a_child_forked_while_a_reading_held_their_lock(redis_client):
