@@ -14,14 +14,7 @@ local last = redis.call('HGET', meta, 'fence') or '0'
 if not rw_mode(holders, meta, now_ms) then
   return {0, ARGV[2], last, false}
 end
-local victim = nil
-for _, token in ipairs(redis.call('ZRANGE', holders, 0, -1)) do
-  local fence = sem_record(redis.call('HGET', meta, 'p:' .. token) or '0 0 0 {}')
-  if fence == expected then
-    victim = token
-    break
-  end
-end
+local victim = sem_token_of_fence(meta, redis.call('ZRANGE', holders, 0, -1), expected)
 if not victim then
   return {0, ARGV[2], last, false}
 end

@@ -9,14 +9,7 @@ local permits, meta, queue, waiters, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[
 local member, expected, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_ms, now_us = server_now()
 local last = redis.call('HGET', meta, 'fence') or '0'
-local victim = nil
-for _, token in ipairs(redis.call('ZRANGEBYSCORE', permits, '(' .. int(now_ms), '+inf')) do
-  local fence = sem_record(redis.call('HGET', meta, 'p:' .. token) or '0 0 0 {}')
-  if fence == expected then
-    victim = token
-    break
-  end
-end
+local victim = sem_token_of_fence(meta, redis.call('ZRANGEBYSCORE', permits, '(' .. int(now_ms), '+inf'), expected)
 if not victim then
   return {0, ARGV[2], last, false}
 end

@@ -49,6 +49,17 @@ local function sem_record(data)
          tonumber(string.sub(data, b + 1, c - 1)), string.sub(data, c + 1)
 end
 
+-- The token among `tokens` (members of a permits zset) whose record carries the fence `fence`
+-- (a number); nil when none does.  An operator names a hold by its fence, never by its token.
+local function sem_token_of_fence(meta, tokens, fence)
+  for _, token in ipairs(tokens) do
+    if sem_record(redis.call('HGET', meta, 'p:' .. token) or '0 0 0 {}') == fence then
+      return token
+    end
+  end
+  return nil
+end
+
 -- Remaining ms of a lease ending at `score` (nil: no expiry).
 local function sem_left(score, now_ms)
   if string.find(score, 'inf', 1, true) then return nil end
