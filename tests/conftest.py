@@ -83,6 +83,15 @@ def redis_servers():
         server.cleanup()
 
 
+@pytest.fixture
+def spawn(redis_url):
+    """``spawn(...)`` starts a holder process (tests/hold_lock.py); all are stopped after the test."""
+    from tests.hold_lock import HolderProcesses
+
+    with HolderProcesses(redis_url) as processes:
+        yield processes.start
+
+
 def connect_hold_signals():
     """Receivers of the four hold signals, connected now: ``(events, disconnect)``; ``events``
     gets every signal sent, as ``(label, {"sender": ..., **arguments})``."""

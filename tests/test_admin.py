@@ -14,7 +14,6 @@ from django_redis_coord import Lock, Semaphore
 from django_redis_coord.admin import HolderAdmin
 from django_redis_coord.listing import HolderListing, holder_id
 from django_redis_coord.server import free_port
-from tests.hold_lock import HolderProcesses
 
 pytestmark = pytest.mark.django_db
 
@@ -64,12 +63,6 @@ def client_for(user=None, **kwargs) -> Client:
     if user is not None:
         client.force_login(user)
     return client
-
-
-@pytest.fixture
-def spawn(redis_url):
-    with HolderProcesses(redis_url) as processes:
-        yield processes.start
 
 
 def wait_for_waiters(client, name: str, kind: str = "lock", timeout: float = 20.0) -> list:

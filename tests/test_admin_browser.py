@@ -26,7 +26,6 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from django_redis_coord import Leader, Lock, Semaphore
-from tests.hold_lock import HolderProcesses
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -120,12 +119,6 @@ def browser(browser_binaries):
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
-
-
-@pytest.fixture
-def spawn(redis_url):
-    with HolderProcesses(redis_url) as processes:
-        yield processes.start
 
 
 def rows(driver) -> list[tuple[str, str]]:

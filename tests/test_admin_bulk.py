@@ -11,7 +11,6 @@ from django.urls import reverse
 from django_redis_coord import Lock
 from django_redis_coord.listing import holder_id
 from django_redis_coord.server import free_port
-from tests.hold_lock import HolderProcesses
 from tests.test_admin import CHANGELIST, admin_users, client_for, csrf_from, snapshot
 
 pytestmark = pytest.mark.django_db
@@ -20,12 +19,6 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def users(django_user_model):
     return admin_users(django_user_model)
-
-
-@pytest.fixture
-def spawn(redis_url):
-    with HolderProcesses(redis_url) as processes:
-        yield processes.start
 
 
 BULK = "admin:django_redis_coord_holder_bulk_release"

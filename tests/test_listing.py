@@ -12,18 +12,11 @@ from django_redis_coord import Lock, Semaphore
 from django_redis_coord.exceptions import InvalidLockArgument, LockNotOwnedError
 from django_redis_coord.keys import keys_for
 from django_redis_coord.listing import HolderListing, holder_id, parse_holder_id
-from tests.hold_lock import HolderProcesses
 
 
 @pytest.fixture
 def listing(redis_client):
     return HolderListing(redis_client)
-
-
-@pytest.fixture
-def spawn(redis_url):
-    with HolderProcesses(redis_url) as processes:
-        yield processes.start
 
 
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.02):

@@ -8,14 +8,7 @@ import time
 import pytest
 
 from django_redis_coord import Lock, Semaphore
-from tests.hold_lock import HolderProcesses
 from tests.test_locks_command import fails, manage, run, wait_for
-
-
-@pytest.fixture
-def spawn(redis_url):
-    with HolderProcesses(redis_url) as processes:
-        yield processes.start
 
 
 def fence_counter(redis_client, name: str) -> int:

@@ -20,7 +20,6 @@ from django_redis_coord import Lock, Semaphore
 from django_redis_coord.management.commands import locks as command_module
 from django_redis_coord.management.commands.locks import HOLDER_JSON_SCHEMA
 from django_redis_coord.server import free_port
-from tests.hold_lock import HolderProcesses
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,12 +66,6 @@ def validate(value, schema, path="$"):
     for key, sub in schema.get("properties", {}).items():
         if isinstance(value, dict) and key in value:
             validate(value[key], sub, f"{path}.{key}")
-
-
-@pytest.fixture
-def spawn(redis_url):
-    with HolderProcesses(redis_url) as processes:
-        yield processes.start
 
 
 def wait_for(predicate, timeout: float = 20.0):

@@ -16,6 +16,7 @@ from django_redis_coord import lock
 from django_redis_coord.commands import EX_TEMPFAIL
 from django_redis_coord.holders import lock_holder
 from tests.procs import manage_py
+from tests.test_singleton_commands import wait_for
 
 
 def start(redis_url: str, name: str, *command: str, options: tuple = ()) -> subprocess.Popen:
@@ -26,15 +27,6 @@ def start(redis_url: str, name: str, *command: str, options: tuple = ()) -> subp
 def finish(proc: subprocess.Popen) -> tuple[int, str, str]:
     out, err = proc.communicate(timeout=60)
     return proc.returncode, out, err
-
-
-def wait_for(condition, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError("timed out waiting")
 
 
 def started(redis_client, name: str, count: int = 1) -> list[int]:

@@ -15,7 +15,6 @@ from django_redis_coord.holders import rwlock_holders, semaphore_holders
 from django_redis_coord.listing import HolderListing, holder_id
 from django_redis_coord.management.commands.locks import EXIT_CHANGED, EXIT_USAGE, HOLDER_JSON_SCHEMA
 from django_redis_coord.rwlock import ReadWriteLock
-from tests.hold_lock import HolderProcesses
 from tests.test_admin import CHANGELIST, admin_users, client_for, snapshot
 from tests.test_admin_bulk import BULK, bulk_form
 from tests.test_locks_command import fails, run, validate, wait_for
@@ -26,12 +25,6 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def users(django_user_model):
     return admin_users(django_user_model)
-
-
-@pytest.fixture
-def spawn(redis_url):
-    with HolderProcesses(redis_url) as processes:
-        yield processes.start
 
 
 def readers_and_a_writer(spawn, redis_client, name: str, **kwargs):
