@@ -5,10 +5,8 @@
 ... def checkout(request):
 ...     ...
 
-Works on function views, class-based views (decorate the class or one of its methods),
-``async def`` views, plain functions (Celery tasks, management commands) and as a context
-manager (``with locked("nightly-report") as held: ...``).  The whole story is in
-``docs/django.md``; each concern has a module of its own:
+Works on function and class-based views (sync or async), plain functions (Celery tasks, commands)
+and as a context manager.  The whole story is in ``docs/django.md``; each concern has a module:
 
 * the key, a ``str.format`` template or a callable (default: the view's dotted name), parsed and
   checked when decorating and filled on each call: :mod:`~django_redis_coord.key_templates`,
