@@ -18,4 +18,5 @@ class DjangoRedisCoordConfig(AppConfig):
         )
         from .metrics.configured import install
 
-        install()  # the exporters of DJANGO_REDIS_COORD["METRICS"], if any (no connection)
+        if not checks.check_settings():  # an invalid setting: its system-check errors say it, alone
+            install()  # the exporters of DJANGO_REDIS_COORD["METRICS"], if any (no connection)

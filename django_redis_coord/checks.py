@@ -16,10 +16,13 @@ The settings errors (E001-E016, E018-E020) come from :func:`django_redis_coord.c
 (listed in docs/django.md); none of them connects.
 ``django_redis_coord.E017``: something was decorated with ``@locked(redlock=True)`` but
 ``REDLOCK["MASTERS"]`` is not set.
+``django_redis_coord.W005``: ``DJANGO_REDIS_COORD`` is not set but the settings define a name close
+to it (``DJANGO_REDIS_CORD``): the locks would silently use the ``default`` cache's Redis.
 """
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import re
 from collections.abc import Mapping
@@ -30,7 +33,7 @@ from django.core.checks import CheckMessage, Error, Info, Tags, Warning, registe
 
 from .conf import REDIS_CACHE_BACKENDS, SETTING_NAME, settings_problems
 
-__all__ = ["check_settings", "check_redlock_users", "check_redis_for_deploy", "redis_location"]
+__all__ = ["check_settings", "check_setting_name", "check_redlock_users", "check_redis_for_deploy", "redis_location"]
 
 TAG = "django_redis_coord"
 
@@ -42,6 +45,28 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     return [
         Error(problem.msg, hint=problem.hint, obj=SETTING_NAME, id=problem.id)
         for problem in settings_problems(raw, getattr(settings, "CACHES", {}) or {})
+    ]
+
+
+@register(TAG)
+def check_setting_name(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """A warning when ``DJANGO_REDIS_COORD`` is not set but a name close to it is (a misspelling
+    that would leave the locks on the ``default`` cache's Redis, without their prefix)."""
+    if hasattr(settings, SETTING_NAME):
+        return []
+    defined = [name for name in dir(settings) if name.isupper() and settings.is_overridden(name)]
+    close = difflib.get_close_matches(SETTING_NAME, defined, n=3, cutoff=0.75)
+    if not close:
+        return []
+    shown = " and ".join(repr(name) for name in close)
+    return [
+        Warning(
+            f"The settings define {shown} but not {SETTING_NAME}: the locks use the 'default' cache's Redis "
+            "and none of those values.",
+            hint=f"Did you mean {SETTING_NAME}? Rename the setting to {SETTING_NAME}.",
+            obj=close[0],
+            id="django_redis_coord.W005",
+        )
     ]
 
 

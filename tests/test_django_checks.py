@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -363,3 +366,48 @@ def test_deploy_says_so_when_config_is_refused(redis_servers):
     (locked_down,) = redis_servers(1, args=["--rename-command", "CONFIG", ""])
     found = deploy_ids(DJANGO_REDIS_COORD={"URL": locked_down.url})
     assert "django_redis_coord.I001" in found and "django_redis_coord.W004" not in found
+
+
+# -- a misspelled setting name, an invalid setting at start-up ----------------------------------
+@pytest.mark.parametrize("name", ["DJANGO_REDIS_CORD", "DJANGO_REDIS_COORDS", "REDIS_COORD", "DJANGO_COORD"])
+def test_a_name_close_to_the_setting_without_the_setting_is_a_warning(settings, name):
+    del settings.DJANGO_REDIS_COORD
+    setattr(settings, name, {"URL": GOOD_URL, "KEY_PREFIX": "shop"})
+    (warning,) = checks.run_checks(tags=["django_redis_coord"], include_deployment_checks=False)
+    assert warning.id == "django_redis_coord.W005" and warning.level == checks.WARNING
+    assert name in warning.msg and "DJANGO_REDIS_COORD" in warning.hint
+
+
+@pytest.mark.parametrize("name", ["DJANGO_REDIS_CONNECTION_FACTORY", "DJANGO_REDIS_IGNORE_EXCEPTIONS", "REDIS_URL",
+                                  "REDIS_CONFIG"])
+def test_other_redis_settings_are_not_taken_for_a_misspelling(settings, name):
+    del settings.DJANGO_REDIS_COORD
+    setattr(settings, name, "x")
+    assert not checks.run_checks(tags=["django_redis_coord"], include_deployment_checks=False)
+
+
+def test_a_close_name_beside_the_setting_is_not_a_warning(settings):
+    settings.DJANGO_REDIS_COORDS = {"URL": GOOD_URL}  # the real one is set too
+    assert not checks.run_checks(tags=["django_redis_coord"], include_deployment_checks=False)
+
+
+def manage_check(tmp_path, setting: str) -> subprocess.CompletedProcess:
+    """``django-admin check`` in a new process whose settings add ``setting`` to the suite's."""
+    (tmp_path / "typo_settings.py").write_text(f"from tests.settings import *  # noqa: F403\n{setting}\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "typo_settings", "PYTHONPATH": f"{tmp_path}{os.pathsep}{root}"}
+    return subprocess.run([sys.executable, "-m", "django", "check"], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=root)
+
+
+def test_manage_check_shows_an_invalid_setting_as_its_error_alone(tmp_path):
+    result = manage_check(tmp_path, 'DJANGO_REDIS_COORD = {"URL": REDIS_URL, "TIMEOUT": 5, "METRICS": ["prometheus"]}')
+    assert result.returncode == 1
+    assert "django_redis_coord.E002" in result.stderr and "DEFAULT_TIMEOUT" in result.stderr
+    assert "Traceback" not in result.stderr and "Metrics" not in result.stderr, result.stderr
+
+
+def test_manage_check_warns_about_a_misspelled_setting_name(tmp_path):
+    result = manage_check(tmp_path, 'DJANGO_REDIS_CORD = DJANGO_REDIS_COORD\ndel DJANGO_REDIS_COORD')
+    assert result.returncode == 0
+    assert "django_redis_coord.W005" in result.stderr and "'DJANGO_REDIS_CORD'" in result.stderr, result.stderr
