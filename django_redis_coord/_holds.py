@@ -10,7 +10,9 @@ import time
 from types import SimpleNamespace
 from typing import Any, Optional
 
-__all__ = ["SharedHold", "ThreadHold", "capped_ms", "first_time", "first_of"]
+from .exceptions import LockForkedError
+
+__all__ = ["Hold", "SharedHold", "ThreadHold", "capped_ms", "first_time", "first_of", "refuse_forked"]
 
 
 _FLAGS = threading.Lock()
@@ -45,7 +47,6 @@ def first_of(seen: set, key: Any) -> bool:
         return True
 
 
-
 def capped_ms(ttl_ms: int, hold: Any, max_hold: Optional[float]) -> int:
     """The TTL a renewal of ``hold`` asks for: ``ttl_ms``, or less so that the hold ends
     ``max_hold`` seconds after it began (its ``started`` instant); 1 ms once that has passed."""
@@ -53,6 +54,27 @@ def capped_ms(ttl_ms: int, hold: Any, max_hold: Optional[float]) -> int:
     if max_hold is None or started is None:
         return ttl_ms
     return max(1, min(ttl_ms, int((started + max_hold - time.monotonic()) * 1000)))
+
+
+class Hold(SimpleNamespace):
+    """The fields of one hold; setting its ``token`` records the process taking it (``pid``)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "token" and value is not None:
+            super().__setattr__("pid", os.getpid())
+        super().__setattr__(name, value)
+
+
+def refuse_forked(hold: Any, name: Any) -> None:
+    """Raise :class:`LockForkedError` when ``hold`` was taken by another process than this one
+    (this one is a fork of it): only the process that took a hold releases or renews it."""
+    pid = getattr(hold, "pid", None)
+    if pid is not None and getattr(hold, "token", None) is not None and pid != os.getpid():
+        raise LockForkedError(
+            f"Lock {name!r} was acquired by process {pid}; this process ({os.getpid()}) is a fork of it. "
+            f"A hold stays with the process that took it: release it there, or acquire the lock in this process.",
+            lock_name=name,
+        )
 
 
 class SharedHold:
@@ -65,7 +87,7 @@ class SharedHold:
     initial: dict[str, Any] = {}
 
     def __init__(self) -> None:
-        self.hold = SimpleNamespace(token=None, **self.initial)
+        self.hold = Hold(token=None, **self.initial)
 
     @property
     def token(self) -> Optional[bytes]:

@@ -16,6 +16,7 @@ Python code expects.  The tree (``also``: further base classes)::
     │   ├── LockContended               ``@locked``: the key is held (plain functions, ``with``)
     │   ├── LockAcquireTimeout          a ``with`` block could not acquire in time
     │   ├── LockLostError               also redis LockNotOwnedError: the hold ended unreleased
+    │   ├── LockForkedError             a hold used in a forked child, not in the process that took it
     │   ├── LockUpgradeError            a write asked for by the holder of a read (read-write lock)
     │   ├── ConnectionPoolTooSmall      also ValueError
     │   ├── SemaphoreLimitNotSet        also TypeError
@@ -51,6 +52,7 @@ __all__ = [
     "InvalidLockArgumentType",
     "NameKindConflict",
     "LockLostError",
+    "LockForkedError",
     "LockAcquireTimeout",
     "LockUpgradeError",
     "QuorumUnavailable",
@@ -105,6 +107,14 @@ class ConnectionPoolTooSmall(CoordLockError, ValueError):
 
 class LockLostError(CoordLockError, LockNotOwnedError):
     """The hold ended without a release: it expired, was taken over or could not be renewed."""
+
+
+class LockForkedError(CoordLockError):
+    """A hold was released, extended or renewed in a forked child of the process that took it.
+
+    Refused with nothing sent to Redis: the hold stays with the process that acquired it (that
+    process's watchdog renews it, its ``valid`` and ``on_lost`` describe it), so the parent keeps a
+    hold that no other process can end behind its back.  The child takes holds of its own."""
 
 
 class LockUpgradeError(CoordLockError):

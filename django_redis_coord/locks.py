@@ -16,7 +16,7 @@ import time
 from typing import Any, Optional, Union
 
 from ._arguments import Number, as_bytes, check_number, encode_token, new_token, to_ms
-from ._holds import SharedHold, ThreadHold
+from ._holds import SharedHold, ThreadHold, refuse_forked
 from ._lock_base import LockBase, WithBlock
 from .events import held_time
 from .exceptions import (
@@ -94,7 +94,8 @@ class Lock(WithBlock, QueuedPrimitive, LockBase):
         local = self._state()
         token = local.token
         if token is None:
-            raise LockError("Cannot release an unlocked lock", lock_name=self.name)
+            raise LockError(f"Cannot release an unlocked lock: {self.name!r}", lock_name=self.name)
+        refuse_forked(local, self.name)
         if self.reentrant and getattr(local, "count", 1) > 1:
             local.count -= 1
             return
@@ -128,6 +129,7 @@ class Lock(WithBlock, QueuedPrimitive, LockBase):
         local = self._state()
         if local.token is None:
             raise LockError("Cannot extend an unlocked lock", lock_name=self.name)
+        refuse_forked(local, self.name)
         self.check_extendable("extend")
         return self._extend_hold(local, to_ms(additional_time), "replace" if replace_ttl else "add")
 
@@ -145,6 +147,7 @@ class Lock(WithBlock, QueuedPrimitive, LockBase):
         local = self._state()
         if local.token is None:
             raise LockError("Cannot reacquire an unlocked lock", lock_name=self.name)
+        refuse_forked(local, self.name)
         self.check_extendable("reacquire")
         return self._extend_hold(local, self._ttl_ms, "replace")
 
