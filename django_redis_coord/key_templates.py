@@ -87,7 +87,13 @@ class _Formatter(string.Formatter):
     def get_value(self, key: Any, args: Any, kwargs: Any) -> Any:
         namespace = kwargs["namespace"]
         if key not in namespace:
-            raise KeyTemplateError(f"The lock key {self.template!r} uses {{{key}}}, which is not available here.")
+            given = ", ".join(sorted(str(name) for name in namespace if name not in VIEW_NAMES)) or "none"
+            if "request" in namespace:
+                given += "; views also offer request, user, query, headers, args, kwargs, view"
+            raise KeyTemplateError(
+                f"The lock key {self.template!r} uses {{{key}}}, which this call does not provide "
+                f"(its arguments: {given})."
+            )
         return namespace[key]
 
     def get_field(self, field_name: str, args: Any, kwargs: Any) -> Any:

@@ -18,7 +18,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .conf import CoordSettings
 
-__all__ = ["UNAVAILABLE_ERRORS", "UNAVAILABLE_CODES", "REDIS_ERRORS", "redis_unavailable", "unavailable_response"]
+__all__ = ["UNAVAILABLE_ERRORS", "UNAVAILABLE_CODES", "REDIS_ERRORS", "RETRY_AFTER", "redis_unavailable",
+           "unavailable_response"]
 
 #: Errors meaning "Redis cannot be reached or cannot take writes right now".
 UNAVAILABLE_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OutOfMemoryError, TryAgainError,
@@ -28,6 +29,9 @@ UNAVAILABLE_ERRORS = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, Ou
 UNAVAILABLE_CODES = ("OOM", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "NOREPLICAS", "MISCONF")
 #: What the acquire and release sites catch before telling "unavailable" from other errors (re-raised).
 REDIS_ERRORS = (RedisError, RedisClusterException)
+#: The ``Retry-After`` of the 503, in seconds: about what a Sentinel or Cluster failover takes
+#: (a standalone Redis that is down may take longer; the client is told to come back, not when).
+RETRY_AFTER = 5
 
 
 def redis_unavailable(exc: BaseException) -> bool:
@@ -42,9 +46,11 @@ def redis_unavailable(exc: BaseException) -> bool:
 
 
 def unavailable_response(name: str, settings: CoordSettings) -> HttpResponse:
-    """A view's answer when it fails closed: ``UNAVAILABLE_STATUS`` (503)."""
-    return HttpResponse(
-        f"{name}: the coordination service is unavailable; try again later.\n",
+    """A view's answer when it fails closed: ``UNAVAILABLE_STATUS`` (503), with ``Retry-After``."""
+    response = HttpResponse(
+        f"{name}: the coordination service is unavailable; try again in {RETRY_AFTER} s.\n",
         status=settings.unavailable_status,
         content_type="text/plain; charset=utf-8",
     )
+    response["Retry-After"] = str(RETRY_AFTER)
+    return response

@@ -24,7 +24,7 @@ def dead_url() -> str:
 def test_unreachable_redis_fails_closed_with_503_and_logs(redis_client, caplog):
     with override_settings(DJANGO_REDIS_COORD={"URL": dead_url()}), caplog.at_level(logging.WARNING):
         response = Client().get("/t/avail/a/")
-    assert response.status_code == 503
+    assert response.status_code == 503 and response["Retry-After"] == "5"
     assert b"unavailable" in response.content
     (record,) = [r for r in caplog.records if r.name == "django_redis_coord"]
     assert record.levelno == logging.ERROR and "fail closed" in record.getMessage()

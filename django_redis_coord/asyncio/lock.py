@@ -112,7 +112,7 @@ class Lock(AsyncWithBlock, QueuedPrimitive, LockBase):
         local = self._state()
         token = local.token
         if token is None:
-            raise LockError("Cannot release an unlocked lock", lock_name=self.name)
+            raise LockError(f"Cannot release an unlocked lock: {self.name!r}", lock_name=self.name)
         if self.reentrant and getattr(local, "count", 1) > 1:
             local.count -= 1
             return
