@@ -1,0 +1,48 @@
+"""``/metrics``: the URL include serves the real prometheus-client registry, as Prometheus scrapes it."""
+
+from __future__ import annotations
+
+from django.test import Client, override_settings
+from django.urls import include, path
+from prometheus_client.parser import text_string_to_metric_families
+
+from django_redis_coord import lock
+from tests.test_django_metrics import coord
+
+urlpatterns = [path("", include("django_redis_coord.metrics.urls"))]
+
+
+def scraped(text: str, name: str, labels: dict) -> float:
+    """The value of the sample ``name`` with ``labels`` in an exposition, as Prometheus reads it."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_the_include_serves_the_holds_counted_and_held_now(redis_client):
+    labels = {"template": "scrape:{n}", "kind": "lock"}
+    with coord(METRICS=["prometheus"]):
+        before = scraped(Client().get("/metrics").content.decode(), "django_redis_coord_acquisitions_total", labels)
+        for n in range(3):
+            with lock(f"scrape:{n}", template="scrape:{n}"):
+                pass
+        with lock("scrape:held", template="scrape:{n}"):
+            response = Client().get("/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=")  # what prometheus_client serves
+    text = response.content.decode()
+    assert scraped(text, "django_redis_coord_acquisitions_total", labels) - before == 4
+    assert scraped(text, "django_redis_coord_holders", {"kind": "lock"}) >= 1  # the hold live at the scrape
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_openmetrics_when_the_scraper_asks_and_only_get(redis_client):
+    with coord(METRICS=["prometheus"]):
+        client = Client()
+        response = client.get("/metrics", HTTP_ACCEPT="application/openmetrics-text; version=1.0.0")
+        assert response["Content-Type"].startswith("application/openmetrics-text")
+        assert response.content.rstrip().endswith(b"# EOF")
+        assert client.post("/metrics").status_code == 405
