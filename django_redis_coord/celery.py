@@ -270,10 +270,14 @@ class UniqueTask(Task):
         if self.unique_on_duplicate == "return" and pending is not None:
             logger.info("%s(%r): already pending or running as %s", self.name, name, pending)
             return self.AsyncResult(pending)
-        raise DuplicateTask(
-            f"{self.name}: {name!r} is already pending or running" + (f" as task {pending}" if pending else ""),
-            lock_name=name, task_id=pending, retry_after=retry_after(reservation),
-        )
+        if pending is not None:
+            why = f"is already pending or running as task {pending}"
+        elif text is None:
+            why = "was held when this one was sent (the hold has ended since)"
+        else:  # a lock(), @locked or a command holding the same key: no task of this name
+            why = "is held by a lock that is not a task's (lock(), @locked or a command on the same key)"
+        raise DuplicateTask(f"{self.name}: {name!r} {why}", lock_name=name, task_id=pending,
+                            retry_after=retry_after(reservation))
 
     # -- run ----------------------------------------------------------------------------------------
     def _running_hold(self, task_id: Optional[str]) -> Optional[HandOverLock]:
