@@ -48,7 +48,12 @@ USER_CONFTEST = """
 import django
 from django.conf import settings
 
-settings.configure(INSTALLED_APPS=["django_redis_coord"])
+settings.configure(
+    INSTALLED_APPS=["django_redis_coord"],
+    # The project's own setting: the fixture replaces its Redis and keeps the rest.
+    DJANGO_REDIS_COORD={"URL": "redis://10.0.0.9:6379/2", "KEY_PREFIX": "shop", "DEFAULT_TIMEOUT": 5,
+                        "REDLOCK": {"MASTERS": ["redis://10.0.0.1:6379/0"]}},
+)
 django.setup()
 
 pytest_plugins = ["django_redis_coord.testing.pytest"]
@@ -68,9 +73,9 @@ def test_each_test_starts_with_an_empty_redis(coord_redis):
 
 
 def test_the_django_layer_uses_the_private_server(coord_django_settings, coord_redis):
-    assert coord_django_settings["URL"].startswith("redis://127.0.0.1:")
-    with lock("report", timeout=5):
-        assert coord_redis.exists("report")
+    assert coord_django_settings["URL"].startswith("redis://127.0.0.1:") and "REDLOCK" not in coord_django_settings
+    with lock("report"):
+        assert 0 < coord_redis.pttl("shop:report") <= 5000  # the project's KEY_PREFIX and DEFAULT_TIMEOUT
 """
 
 
@@ -85,3 +90,27 @@ def test_a_projects_suite_gets_the_fixtures_from_the_plugin(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "3 passed" in result.stdout
+
+
+PROJECT_SETTING = {
+    "URL": "redis://10.0.0.9:6379/2",  # the project's own Redis: never reached in a test
+    "KEY_PREFIX": "shop",
+    "METRICS": ["history"],
+    "CLIENT_OPTIONS": {"socket_timeout": 9},
+    "REDLOCK": {"MASTERS": ["redis://10.0.0.1:6379/0", "redis://10.0.0.2:6379/0", "redis://10.0.0.3:6379/0"]},
+}
+
+
+def test_the_helpers_keep_the_rest_of_the_projects_setting_and_leave_the_caches():
+    from django.conf import settings
+    from django.test import override_settings
+
+    with override_settings(DJANGO_REDIS_COORD=PROJECT_SETTING), RedisServer() as server:
+        caches = settings.CACHES
+        with override_settings_for(server, DEFAULT_TIMEOUT=5):
+            assert settings.DJANGO_REDIS_COORD == {"KEY_PREFIX": "shop", "METRICS": ["history"],
+                                                   "URL": server.url, "DEFAULT_TIMEOUT": 5}
+            with lock("report"):
+                assert 0 < server.client().pttl("shop:report") <= 5000  # the prefix, the timeout
+            assert settings.CACHES == caches  # only DJANGO_REDIS_COORD changes (docs/testing.md)
+

@@ -20,7 +20,11 @@ from .server import RedisServer, RedisServerNotFound, find_redis_server
 if TYPE_CHECKING:
     from django.test.utils import override_settings
 
-__all__ = ["RedisServer", "RedisServerNotFound", "find_redis_server", "override_settings_for", "settings_for"]
+__all__ = ["CONNECTION_KEYS", "RedisServer", "RedisServerNotFound", "find_redis_server", "override_settings_for",
+           "project_settings_for", "settings_for"]
+
+#: The keys of ``DJANGO_REDIS_COORD`` that say which Redis servers to use: what the helpers replace.
+CONNECTION_KEYS = ("URL", "CACHE_ALIAS", "SENTINEL", "CLUSTER", "CLIENT_OPTIONS", "REDLOCK")
 
 
 def settings_for(server: RedisServer, **options: Any) -> dict[str, Any]:
@@ -29,9 +33,22 @@ def settings_for(server: RedisServer, **options: Any) -> dict[str, Any]:
     return {"URL": server.url, **options}
 
 
+def project_settings_for(server: RedisServer, **options: Any) -> dict[str, Any]:
+    """The project's ``DJANGO_REDIS_COORD`` with its Redis replaced by ``server``: its other keys
+    (``KEY_PREFIX``, ``METRICS``, ``DEFAULT_TIMEOUT``...) kept, those of :data:`CONNECTION_KEYS`
+    dropped (no Redlock master, Sentinel or cluster of the project is reached), then ``options``."""
+    from django.conf import settings
+
+    project = getattr(settings, "DJANGO_REDIS_COORD", None)
+    kept = {key: value for key, value in (project if isinstance(project, dict) else {}).items()
+            if key not in CONNECTION_KEYS}
+    return {**kept, **settings_for(server, **options)}
+
+
 def override_settings_for(server: RedisServer, **options: Any) -> override_settings:
-    """``django.test.override_settings`` with ``DJANGO_REDIS_COORD = settings_for(server, **options)``:
-    a context manager, or a decorator of test functions and ``TestCase`` classes."""
+    """``django.test.override_settings`` with ``DJANGO_REDIS_COORD = project_settings_for(server,
+    **options)``: a context manager, or a decorator of test functions and ``TestCase`` classes.
+    Only that setting changes: ``CACHES`` (a cache fill's cache) stay where the settings say."""
     from django.test import override_settings
 
-    return override_settings(DJANGO_REDIS_COORD=settings_for(server, **options))
+    return override_settings(DJANGO_REDIS_COORD=project_settings_for(server, **options))
