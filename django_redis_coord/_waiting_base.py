@@ -161,6 +161,11 @@ class HubBase:
         self._idle_since: Optional[float] = None
         #: Held by the waiter that reads the channel (a ``threading.Lock`` or an ``asyncio.Lock``).
         self._reading: Any = None
+        #: Set while the channel is subscribed (a ``threading.Event`` or an ``asyncio.Event``).
+        self._ready: Any = None
+        #: Failed attempts to read or subscribe in a row, and when the next one may start.
+        self._failures = 0
+        self._retry_at = 0.0
 
     def _next_number(self) -> int:
         return next(self._numbers)
@@ -195,6 +200,24 @@ class HubBase:
             waiters = list(self._waiters.values())
         for waiter in waiters:
             waiter.event.set()
+
+    def _failed(self, exc: BaseException) -> None:
+        """After the connection failed (and was closed): a pause before the next subscription,
+        and every waiter looks again in Redis now (a grant may have been announced meanwhile)."""
+        self._ready.clear()
+        self._failures += 1
+        self._retry_at = time.monotonic() + retry_pause(self._failures)
+        log_failure(self._failures, exc)
+        self._recheck_all()
+
+    def _took(self, message: Optional[dict]) -> None:
+        """Act on what one read gave; the first confirmation of the subscription lets the
+        waiters that register meanwhile go on."""
+        if self._handle(message):
+            self._failures = 0
+            if not self._ready.is_set():
+                self._ready.set()
+                self._wake_all()
 
     def _recheck_all(self) -> None:
         """Make every waiter look again in Redis now (a message may have been lost)."""

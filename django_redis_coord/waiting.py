@@ -23,6 +23,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any, Optional
 
 from ._waiting_base import (
@@ -33,8 +34,6 @@ from ._waiting_base import (
     check_pool,
     command_slots,
     hub_key,
-    log_failure,
-    retry_pause,
 )
 
 __all__ = ["WaitHub", "Waiter", "hub_for"]
@@ -50,26 +49,9 @@ class Waiter(WaiterBase):
         self.hub = hub
 
     def wait(self, timeout: float) -> Optional[bytes]:
-        """The next message (``RECHECK``: look again in Redis now), or ``None`` after ``timeout`` s.
-
-        While nobody else reads the hub's connection, this thread reads it itself until its own
-        message comes, then wakes another waiter to read on."""
-        deadline = time.monotonic() + timeout
-        hub = self.hub
-        while not self.messages:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            if hub._reading.acquire(blocking=False):
-                try:
-                    while not self.messages and (left := deadline - time.monotonic()) > 0:
-                        hub.read(left)
-                finally:
-                    hub._reading.release()
-                    hub.pass_reading(self)
-                break
-            if self.event.wait(left):
-                self.event.clear()  # a message, or the reading handed over: look again
+        """The next message (``RECHECK``: look again in Redis now), or ``None`` after ``timeout`` s;
+        reads the hub's connection itself while nobody else does (see :meth:`WaitHub.take_turn`)."""
+        self.hub.take_turn(self, self.messages.__len__, time.monotonic() + timeout)
         return self.next_message()
 
 
@@ -82,10 +64,7 @@ class WaitHub(HubBase):
         self._reading = threading.Lock()
         self._client: Any = None
         self._pubsub: Any = None
-        #: Set while the channel is subscribed.
         self._ready = threading.Event()
-        self._failures = 0
-        self._retry_at = 0.0
         #: The thread that gives the connection back once nobody waited for :data:`IDLE_SECONDS`.
         self._closer: Optional[threading.Thread] = None
 
@@ -102,25 +81,27 @@ class WaitHub(HubBase):
             self._idle_since = None
             self._client = client
         if not self._ready.is_set():
-            self._subscribe(waiter, time.monotonic() + ready_within)
+            self.take_turn(waiter, self._ready.is_set, time.monotonic() + ready_within)
         return waiter
 
-    def _subscribe(self, waiter: Waiter, deadline: float) -> None:
-        """Read until the subscription is confirmed (or ``deadline``), unless another waiter does."""
-        while not self._ready.is_set():
+    def take_turn(self, waiter: Waiter, done: Callable[[], Any], deadline: float) -> None:
+        """Until ``done()`` or ``deadline``: read the channel while nobody else does (handing the
+        reading over when stopping), else sleep until woken (a message for ``waiter``, or the
+        reading handed over to it)."""
+        while not done():
             left = deadline - time.monotonic()
             if left <= 0:
                 return
             if self._reading.acquire(blocking=False):
                 try:
-                    while not self._ready.is_set() and (left := deadline - time.monotonic()) > 0:
+                    while not done() and (left := deadline - time.monotonic()) > 0:
                         self.read(left)
                 finally:
                     self._reading.release()
                     self.pass_reading(waiter)
                 return
-            if waiter.event.wait(left):  # the reader confirmed the subscription, or left
-                waiter.event.clear()
+            if waiter.event.wait(left):
+                waiter.event.clear()  # a message, or the reading handed over: look again
 
     def read(self, timeout: float) -> None:
         """One read of the channel (by the thread holding ``_reading``), for up to ``timeout`` s:
@@ -134,24 +115,20 @@ class WaitHub(HubBase):
                 self._open()
             message = self._pubsub.get_message(timeout=min(timeout, READ_SECONDS))
         except Exception as exc:  # the connection dropped, a failover, the pool ran dry
-            self._ready.clear()
             _close(self._pubsub)
             self._pubsub = None
-            self._failures += 1
-            self._retry_at = time.monotonic() + retry_pause(self._failures)
-            log_failure(self._failures, exc)
-            self._recheck_all()  # a grant may have been announced while nobody listened
+            self._failed(exc)
             return
-        if self._handle(message):
-            self._failures = 0
-            if not self._ready.is_set():
-                self._ready.set()
-                self._wake_all()  # waiters registering meanwhile may go on
+        self._took(message)
 
     def _open(self) -> None:
         pubsub = self._client.pubsub()
+        try:
+            pubsub.subscribe(self.channel)
+        except BaseException:
+            _close(pubsub)
+            raise
         self._pubsub = pubsub
-        pubsub.subscribe(self.channel)
         with self._lock:
             if self._closer is None:
                 self._closer = threading.Thread(target=self._close_when_idle, name="django_redis_coord waiting",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any, Optional
 
 from .._tasks import drop_closed_loops, in_background
@@ -19,8 +20,6 @@ from .._waiting_base import (
     check_pool,
     command_slots,
     hub_key,
-    log_failure,
-    retry_pause,
 )
 
 __all__ = ["AsyncWaitHub", "AsyncWaiter", "hub_for"]
@@ -38,26 +37,7 @@ class AsyncWaiter(WaiterBase):
     async def wait(self, timeout: float) -> Optional[bytes]:
         """The next message (``RECHECK``: look again in Redis now), or ``None`` after ``timeout`` s;
         reads the hub's connection itself while nobody else does (see the sync twin)."""
-        deadline = time.monotonic() + timeout
-        hub = self.hub
-        while not self.messages:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            if not hub._reading.locked():
-                await hub._reading.acquire()  # free: taken at once
-                try:
-                    while not self.messages and (left := deadline - time.monotonic()) > 0:
-                        await hub.read(left)
-                finally:
-                    hub._reading.release()
-                    hub.pass_reading(self)
-                break
-            try:
-                await asyncio.wait_for(self.event.wait(), left)
-            except asyncio.TimeoutError:
-                break
-            self.event.clear()  # a message, or the reading handed over: look again
+        await self.hub.take_turn(self, self.messages.__len__, time.monotonic() + timeout)
         return self.next_message()
 
 
@@ -70,10 +50,7 @@ class AsyncWaitHub(HubBase):
         self._reading = asyncio.Lock()
         self._client: Any = None
         self._pubsub: Any = None
-        #: Set while the channel is subscribed.
         self._ready = asyncio.Event()
-        self._failures = 0
-        self._retry_at = 0.0
         #: The task that gives the connection back once nobody waited for :data:`IDLE_SECONDS`.
         self._closer: Optional[asyncio.Future] = None
 
@@ -88,32 +65,33 @@ class AsyncWaitHub(HubBase):
         self._client = client
         if not self._ready.is_set():
             try:
-                await self._subscribe(waiter, time.monotonic() + ready_within)
+                await self.take_turn(waiter, self._ready.is_set, time.monotonic() + ready_within)
             except BaseException:
                 self.unregister(waiter)
                 raise
         return waiter
 
-    async def _subscribe(self, waiter: AsyncWaiter, deadline: float) -> None:
-        """Read until the subscription is confirmed (or ``deadline``), unless another waiter does."""
-        while not self._ready.is_set():
+    async def take_turn(self, waiter: AsyncWaiter, done: Callable[[], Any], deadline: float) -> None:
+        """Until ``done()`` or ``deadline``: read the channel while nobody else does, else sleep
+        until woken (see the sync twin)."""
+        while not done():
             left = deadline - time.monotonic()
             if left <= 0:
                 return
             if not self._reading.locked():
                 await self._reading.acquire()  # free: taken at once
                 try:
-                    while not self._ready.is_set() and (left := deadline - time.monotonic()) > 0:
+                    while not done() and (left := deadline - time.monotonic()) > 0:
                         await self.read(left)
                 finally:
                     self._reading.release()
                     self.pass_reading(waiter)
                 return
             try:
-                await asyncio.wait_for(waiter.event.wait(), left)  # confirmed, or the reader left
+                await asyncio.wait_for(waiter.event.wait(), left)
             except asyncio.TimeoutError:
                 return
-            waiter.event.clear()
+            waiter.event.clear()  # a message, or the reading handed over: look again
 
     async def read(self, timeout: float) -> None:
         """One read of the channel (by the task holding ``_reading``); see the sync twin."""
@@ -126,23 +104,20 @@ class AsyncWaitHub(HubBase):
                 await self._open()
             message = await self._pubsub.get_message(timeout=min(timeout, READ_SECONDS))
         except Exception as exc:  # the connection dropped, a failover, the pool ran dry
-            self._ready.clear()
             pubsub, self._pubsub = self._pubsub, None
             await _close(pubsub)
-            self._failures += 1
-            self._retry_at = time.monotonic() + retry_pause(self._failures)
-            log_failure(self._failures, exc)
-            self._recheck_all()  # a grant may have been announced while nobody listened
+            self._failed(exc)
             return
-        if self._handle(message):
-            self._failures = 0
-            if not self._ready.is_set():
-                self._ready.set()
-                self._wake_all()  # waiters registering meanwhile may go on
+        self._took(message)
 
     async def _open(self) -> None:
-        self._pubsub = self._client.pubsub()
-        await self._pubsub.subscribe(self.channel)
+        pubsub = self._client.pubsub()
+        try:
+            await pubsub.subscribe(self.channel)
+        except BaseException:  # cancelled too: a half-made subscription is not kept
+            in_background(_close(pubsub))
+            raise
+        self._pubsub = pubsub
         if self._closer is None:
             self._closer = in_background(self._close_when_idle())
 
