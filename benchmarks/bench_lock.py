@@ -112,7 +112,7 @@ class Sizes:
     pair_rounds: int = 5               # interleaved rounds; medians are reported
     contention_seconds: float = 4.0
     contention_procs: tuple[int, ...] = (4, 16)
-    contention_rounds: int = 3         # rounds at the first process count (median + spread)
+    contention_rounds: int = 3         # rounds at every process count (median + spread)
     contenders: tuple[str, ...] = CONTENDERS + ((BASE,) if BASE_PATH else ())
     hold_s: float = 0.001
     think_s: float = 0.001
@@ -763,8 +763,8 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
                  "acquisition: on a 2-core machine it bounds the rate.")
     contention: dict[tuple[str, int], list[dict[str, Any]]] = {}
     runs: list[tuple[str, int]] = []
-    for procs_index, procs in enumerate(sizes.contention_procs):
-        rounds = sizes.contention_rounds if procs_index == 0 else 1
+    for procs in sizes.contention_procs:
+        rounds = sizes.contention_rounds
         for round_no in range(rounds):
             # Each round starts at another library (and odd rounds run backwards), so that a slow
             # phase of a shared machine does not fall on the same library in every round.
@@ -800,8 +800,7 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
             rows.append([lib, med["acq_per_s"], med["held"], held_range, med["p50"], med["p99"], med["max"],
                          med["fairness"], med["sent_cmds"], med["server_cmds"], med["overlaps"], med["gap_p50"],
                          med["release_p50"], med["client_cpu_us"], med["server_cpu_us"]])
-        rounds_note = f" (median of {sizes.contention_rounds} rounds)" if procs == sizes.contention_procs[0] and \
-            sizes.contention_rounds > 1 else ""
+        rounds_note = f" (median of {sizes.contention_rounds} rounds)" if sizes.contention_rounds > 1 else ""
         section.heading(f"{procs} processes{rounds_note}", level=3)
         section.table(["library", "acq/s", "held", "held % range", "wait p50 ms", "wait p99 ms", "wait max ms",
                        "fairness", "cmds/acq", "server cmds/acq", "overlaps", "gap p50 ms", "release p50 ms",
