@@ -157,6 +157,9 @@ class HubBase:
         self._numbers = itertools.count(1)
         #: Whether the hub's connection saw its subscription confirmed already.
         self._subscribed = False
+        #: The client a waiter registered with (``None`` while nobody waits): what the
+        #: connection is subscribed through.
+        self._client: Any = None
         #: The monotonic instant the last waiter left (``None`` while anyone waits).
         self._idle_since: Optional[float] = None
         #: Held by the waiter that reads the channel (a ``threading.Lock`` or an ``asyncio.Lock``).
@@ -181,6 +184,7 @@ class HubBase:
             self._waiters.pop(waiter.id, None)
             if not self._waiters:
                 self._idle_since = time.monotonic()
+                self._client = None  # the hub, kept by its pool, must not keep the pool alive
         self.pass_reading(waiter)
 
     def pass_reading(self, leaving: WaiterBase) -> None:

@@ -62,7 +62,6 @@ class WaitHub(HubBase):
         super().__init__()
         self._gate: Optional[threading.BoundedSemaphore] = None
         self._reading = threading.Lock()
-        self._client: Any = None
         self._pubsub: Any = None
         self._ready = threading.Event()
         #: The thread that gives the connection back once nobody waited for :data:`IDLE_SECONDS`.

@@ -327,6 +327,26 @@ def test_an_idle_hub_gives_its_connection_back(redis_servers, monkeypatch):
 
 
 # -- failovers -----------------------------------------------------------------------------------
+def test_an_idle_hub_keeps_no_reference_to_its_client(redis_servers, monkeypatch):
+    """The hubs are kept by connection pool, weakly: an idle hub must not keep the client (and so
+    the pool) alive."""
+    import gc
+
+    from django_redis_coord import waiting
+
+    monkeypatch.setattr("django_redis_coord.waiting.IDLE_SECONDS", 0.3)
+    (server,) = redis_servers(1)
+    client = server.client()
+    holder = Lock(client, "hot", timeout=0.2)
+    assert holder.acquire(blocking=False)
+    assert Lock(client, "hot", timeout=5).acquire(blocking_timeout=5)  # waits: subscribes the hub
+    hub = waiting.hub_for(client)
+    wait_for(lambda: waiting_connections(server) == 0, 5, "the hub to give its connection back")
+    assert not [r for r in gc.get_referrers(client) if r is hub or r is vars(hub)]
+    assert not [r for r in gc.get_referrers(client.connection_pool) if r is hub or r is vars(hub)]
+    client.close()
+
+
 def _queue_threads(client: Any, name: str, count: int) -> tuple[list[threading.Thread], list[float], list]:
     served: list[float] = []
     errors: list[BaseException] = []

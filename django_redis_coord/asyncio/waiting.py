@@ -48,7 +48,6 @@ class AsyncWaitHub(HubBase):
         super().__init__()
         self._gate: Optional[asyncio.Semaphore] = None
         self._reading = asyncio.Lock()
-        self._client: Any = None
         self._pubsub: Any = None
         self._ready = asyncio.Event()
         #: The task that gives the connection back once nobody waited for :data:`IDLE_SECONDS`.
