@@ -327,11 +327,9 @@ def test_an_idle_hub_gives_its_connection_back(redis_servers, monkeypatch):
 
 
 # -- failovers -----------------------------------------------------------------------------------
-def test_an_idle_hub_keeps_no_reference_to_its_client(redis_servers, monkeypatch):
-    """The hubs are kept by connection pool, weakly: an idle hub must not keep the client (and so
-    the pool) alive."""
-    import gc
-
+def _after_one_wait(redis_servers: Any, monkeypatch: Any) -> tuple[Any, redis.Redis, Any]:
+    """A private server, a client whose one blocking acquire waited (for a 0.2 s TTL) and so
+    subscribed its hub, and that hub, which idles out after 0.3 s."""
     from django_redis_coord import waiting
 
     monkeypatch.setattr("django_redis_coord.waiting.IDLE_SECONDS", 0.3)
@@ -340,7 +338,15 @@ def test_an_idle_hub_keeps_no_reference_to_its_client(redis_servers, monkeypatch
     holder = Lock(client, "hot", timeout=0.2)
     assert holder.acquire(blocking=False)
     assert Lock(client, "hot", timeout=5).acquire(blocking_timeout=5)  # waits: subscribes the hub
-    hub = waiting.hub_for(client)
+    return server, client, waiting.hub_for(client)
+
+
+def test_an_idle_hub_keeps_no_reference_to_its_client(redis_servers, monkeypatch):
+    """The hubs are kept by connection pool, weakly: an idle hub must not keep the client (and so
+    the pool) alive."""
+    import gc
+
+    server, client, hub = _after_one_wait(redis_servers, monkeypatch)
     wait_for(lambda: waiting_connections(server) == 0, 5, "the hub to give its connection back")
     assert not [r for r in gc.get_referrers(client) if r is hub or r is vars(hub)]
     assert not [r for r in gc.get_referrers(client.connection_pool) if r is hub or r is vars(hub)]
@@ -535,15 +541,7 @@ def test_a_grant_found_after_an_outage_is_measured_from_the_call_that_found_it(r
 def test_a_hub_with_nobody_waiting_stops_when_its_server_goes_away(redis_servers, caplog, monkeypatch):
     """No reconnection attempts (and no warnings) for a waiting connection nobody needs: nobody
     reads it, and it is given back once idle."""
-    from django_redis_coord import waiting
-
-    monkeypatch.setattr("django_redis_coord.waiting.IDLE_SECONDS", 0.3)
-    (server,) = redis_servers(1)
-    client = server.client()
-    holder = Lock(client, "hot", timeout=0.2)
-    assert holder.acquire(blocking=False)
-    assert Lock(client, "hot", timeout=5).acquire(blocking_timeout=5)  # waits: subscribes the hub
-    hub = waiting.hub_for(client)
+    server, client, hub = _after_one_wait(redis_servers, monkeypatch)
     assert hub._pubsub is not None
     caplog.set_level("DEBUG", logger="django_redis_coord")
     server.stop()
