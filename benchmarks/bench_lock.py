@@ -14,6 +14,9 @@ the targets are ratios to the best peer of that run, as this shared machine's sp
   queue in Redis, and the release script hands the lock to the queue head and PUBLISHes the grant
   to the channel of the waiter's process, where one subscribed connection per connection pool
   (the process's wait hub) wakes that waiter alone;
+* ``ours base`` (contention only, when ``BENCH_LOCK_BASE`` names a checkout of an earlier version,
+  e.g. ``git archive fcd75c0 | tar -x -C /tmp/base``) — that version's ``django_redis_coord.Lock``,
+  imported in the contending processes in place of ours: a before/after in the same run;
 * ``ceiling`` (contention only) — not a lock: one token passed around through one Redis list, ``BLPOP``
   to take it and ``RPUSH`` to give it back, over raw sockets with no client library.  No expiry,
   fence, holder record or queue state: the most held time any Redis-based lock can reach on the
@@ -57,6 +60,9 @@ from benchmarks.common import (
 
 ALL = ("raw", "redis-py", "python-redis-lock", "pottery", "ours")
 CONTENDERS = ("raw", "redis-py", "redis-py 1ms", "python-redis-lock", "pottery", "ours", "ceiling")
+#: A checkout of an earlier version of the library, whose Lock contends as ``ours base``.
+BASE_PATH = os.environ.get("BENCH_LOCK_BASE", "")
+BASE = "ours base"
 #: Contention references, not libraries: no uncontended, expiry or handoff runs.
 REFERENCES = ("ceiling",)
 #: The peers: the contention targets are ratios to the best of them in the same run (``raw`` and
@@ -77,16 +83,20 @@ DESCRIPTIONS = {
     "pottery": "pottery.Redlock, one master",
     "ours": "django_redis_coord.Lock",
     "ours asyncio": "django_redis_coord.asyncio.Lock",
+    BASE: f"django_redis_coord.Lock of {BASE_PATH or 'an earlier checkout'}",
     "ceiling": "one token in a Redis list, BLPOP / RPUSH over raw sockets (not a lock)",
 }
 
 # Targets.  Uncontended: ours >= 0.9x the raw floor.  Contention (at every process count), against
-# the best peer of the same run: held fraction >= 1.0x the highest peer's, wait p99 <= 0.5x the
+# the best peer of the same run: held fraction >= 0.95x the highest peer's (aim 1.0x), redis-server
+# CPU per acquisition <= python-redis-lock's, wait p99 <= 0.5x the
 # lowest peer's; fairness >= 0.95, <= 4 commands sent per acquisition (counted by MONITOR, scripted
 # calls left out), no overlapping hold.  Many waiters in one process: ours serves every waiter
 # with no error and gives at most 4 connections over to waiting.  Crash-expiry handoff <= 50 ms.
 TARGET_RATIO = 0.9
-TARGET_HELD_VS_PEER = 1.0
+TARGET_HELD_VS_PEER = 0.95
+#: redis-server CPU per acquisition of ours at most that of python-redis-lock (same run).
+TARGET_SERVER_CPU_VS_PRL = 1.0
 TARGET_P99_VS_PEER = 0.5
 TARGET_FAIRNESS = 0.95
 TARGET_COMMANDS = 4.0
@@ -102,8 +112,8 @@ class Sizes:
     pair_rounds: int = 5               # interleaved rounds; medians are reported
     contention_seconds: float = 4.0
     contention_procs: tuple[int, ...] = (4, 16)
-    contention_rounds: int = 3         # rounds at the first process count (median + spread)
-    contenders: tuple[str, ...] = CONTENDERS
+    contention_rounds: int = 3         # rounds at every process count (median + spread)
+    contenders: tuple[str, ...] = CONTENDERS + ((BASE,) if BASE_PATH else ())
     hold_s: float = 0.001
     think_s: float = 0.001
     monitor_seconds: float = 1.0       # the run counted by MONITOR, per contender (first process count)
@@ -218,9 +228,26 @@ def make_lock(lib: str, client: Any, name: str, ttl: float) -> Any:
         from django_redis_coord import Lock
 
         return Lock(client, name, timeout=ttl)
+    if lib == BASE:
+        return base_lock_class()(client, name, timeout=ttl)
     if lib == "ceiling":
         return TokenRing(client, name)
     raise ValueError(f"unknown library {lib!r}")
+
+
+def base_lock_class() -> Any:
+    """``Lock`` of the checkout at ``BENCH_LOCK_BASE``, imported in place of ours: only ever called
+    in a contending process of its own (forked), which then uses no other version."""
+    import importlib
+    import sys
+
+    for module in [m for m in sys.modules if m == "django_redis_coord" or m.startswith("django_redis_coord.")]:
+        del sys.modules[module]
+    sys.path.insert(0, BASE_PATH)
+    package = importlib.import_module("django_redis_coord")
+    if not package.__file__ or not package.__file__.startswith(BASE_PATH):
+        raise RuntimeError(f"{BASE} imported {package.__file__}, not the checkout at {BASE_PATH}")
+    return package.Lock
 
 
 def lock_key(lib: str, name: str) -> str:
@@ -693,7 +720,7 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
     sizes = sizes or (QUICK if ctx.quick else FULL)
     section = Section("lock", "Lock benchmark: django_redis_coord.Lock next to redis-py, python-redis-lock, pottery")
     section.text(__doc__.split("\n\n", 1)[1])
-    warm_up(ctx, sorted(set(ALL) | set(sizes.contenders) - {"ceiling"}))  # the ring has no scripts
+    warm_up(ctx, sorted(set(ALL) | set(sizes.contenders) - {"ceiling", BASE}))  # no scripts; another version
     ctx.flush()
 
     # 1. uncontended
@@ -736,8 +763,8 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
                  "acquisition: on a 2-core machine it bounds the rate.")
     contention: dict[tuple[str, int], list[dict[str, Any]]] = {}
     runs: list[tuple[str, int]] = []
-    for procs_index, procs in enumerate(sizes.contention_procs):
-        rounds = sizes.contention_rounds if procs_index == 0 else 1
+    for procs in sizes.contention_procs:
+        rounds = sizes.contention_rounds
         for round_no in range(rounds):
             # Each round starts at another library (and odd rounds run backwards), so that a slow
             # phase of a shared machine does not fall on the same library in every round.
@@ -773,8 +800,7 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
             rows.append([lib, med["acq_per_s"], med["held"], held_range, med["p50"], med["p99"], med["max"],
                          med["fairness"], med["sent_cmds"], med["server_cmds"], med["overlaps"], med["gap_p50"],
                          med["release_p50"], med["client_cpu_us"], med["server_cpu_us"]])
-        rounds_note = f" (median of {sizes.contention_rounds} rounds)" if procs == sizes.contention_procs[0] and \
-            sizes.contention_rounds > 1 else ""
+        rounds_note = f" (median of {sizes.contention_rounds} rounds)" if sizes.contention_rounds > 1 else ""
         section.heading(f"{procs} processes{rounds_note}", level=3)
         section.table(["library", "acq/s", "held", "held % range", "wait p50 ms", "wait p99 ms", "wait max ms",
                        "fairness", "cmds/acq", "server cmds/acq", "overlaps", "gap p50 ms", "release p50 ms",
@@ -818,6 +844,27 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
         section.table(["processes", "ours held", "best peer held", "x best peer", "ours wait p99 ms",
                        "best peer p99 ms", "x best peer", "ours fairness", "ours server CPU µs/acq",
                        "best peer server CPU µs/acq", "x best peer"], rows)
+    if "python-redis-lock" in sizes.contenders:
+        for procs in sizes.contention_procs:
+            ratio = medians[("ours", procs)]["server_cpu_us"] / medians[("python-redis-lock", procs)]["server_cpu_us"]
+            section.figure(f"contention{procs}.ours.server_cpu_vs_python_redis_lock", ratio)
+            section.check(f"{procs} processes: ours redis-server CPU per acquisition / python-redis-lock's", ratio,
+                          "<=", TARGET_SERVER_CPU_VS_PRL)
+    if BASE in sizes.contenders:
+        section.heading("Ours against the earlier version (same run)", level=3)
+        section.text(f"*{BASE}* is the `Lock` of the checkout at `{BASE_PATH}`, contending in the same rounds "
+                     "as ours; *x base* is ours / base.")
+        rows = []
+        for procs in sizes.contention_procs:
+            ours, base = medians[("ours", procs)], medians[(BASE, procs)]
+            for key in ("held", "p99", "gap_p50", "client_cpu_us", "server_cpu_us"):
+                section.figure(f"contention{procs}.ours.{key}_vs_base", ours[key] / base[key])
+            rows.append([str(procs), ours["held"], base["held"], f"{ours['held'] / base['held']:.2f}x", ours["p99"],
+                         base["p99"], ours["gap_p50"], base["gap_p50"], ours["client_cpu_us"], base["client_cpu_us"],
+                         ours["server_cpu_us"], base["server_cpu_us"]])
+        section.table(["processes", "ours held", "base held", "x base", "ours wait p99 ms", "base wait p99 ms",
+                       "ours gap p50 ms", "base gap p50 ms", "ours client CPU µs/acq", "base client CPU µs/acq",
+                       "ours server CPU µs/acq", "base server CPU µs/acq"], rows)
     for procs in sizes.contention_procs:
         section.check(f"{procs} processes: ours fairness", medians[("ours", procs)]["fairness"], ">=", TARGET_FAIRNESS)
 

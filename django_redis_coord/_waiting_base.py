@@ -2,9 +2,13 @@
 
 A queued waiter is told of its grant by a message on its process's channel: ``"<number>.<attempt>
 <fence> <provisional>"``, or ``"<number>.<attempt> expires <ms>"`` (a note), published by the script
-that made the grant (``notify`` in ``lua/common.lua``).  The hub of the process reads the channel on
-one connection and hands each message to waiter ``number``, which takes it only when it is about
-its latest queueing call (``attempt``): a grant announced for an earlier call may have ended since.
+that made the grant (``notify`` in ``lua/common.lua``).  The hub of the process subscribes one
+connection to the channel; one of its waiters at a time reads it (the *reader*: the first to wait,
+then whoever it hands the reading to when it leaves), takes the messages about itself and hands
+every other message to waiter ``number``.  The reader is thus woken by its own read, with no
+thread (or task) in between: the only waiter of a process, the common case, always is.  A waiter
+takes a message only when it is about its latest queueing call (``attempt``): a grant announced
+for an earlier call may have ended since.
 A message is only a wake-up: the grant is written in Redis before it is announced, so a waiter that
 misses one (its hub's connection dropped, a failover) finds the grant at its next refresh.
 """
@@ -15,6 +19,7 @@ import itertools
 import logging
 import secrets
 import threading
+import time
 from collections import deque
 from typing import Any, Optional
 
@@ -27,7 +32,7 @@ logger = logging.getLogger("django_redis_coord")
 CHANNEL_PREFIX = b"dcoord:wait:"
 #: A hub with nobody waiting gives its connection back after this many seconds.
 IDLE_SECONDS = 10.0
-#: How long one read of the channel waits for a message (the hub checks for idleness between reads).
+#: How long one read of the channel waits for a message at most.
 READ_SECONDS = 1.0
 #: What a hub hands its waiters after its connection came back: a message may have been lost
 #: meanwhile, so each looks again in Redis at once.
@@ -150,8 +155,20 @@ class HubBase:
         self._lock = threading.Lock()
         self._waiters: dict[int, WaiterBase] = {}
         self._numbers = itertools.count(1)
-        #: Whether the running thread (task) of the hub saw its subscription confirmed already.
+        #: Whether the hub's connection saw its subscription confirmed already.
         self._subscribed = False
+        #: The client a waiter registered with (``None`` while nobody waits): what the
+        #: connection is subscribed through.
+        self._client: Any = None
+        #: The monotonic instant the last waiter left (``None`` while anyone waits).
+        self._idle_since: Optional[float] = None
+        #: Held by the waiter that reads the channel (a ``threading.Lock`` or an ``asyncio.Lock``).
+        self._reading: Any = None
+        #: Set while the channel is subscribed (a ``threading.Event`` or an ``asyncio.Event``).
+        self._ready: Any = None
+        #: Failed attempts to read or subscribe in a row, and when the next one may start.
+        self._failures = 0
+        self._retry_at = 0.0
 
     def _next_number(self) -> int:
         return next(self._numbers)
@@ -159,10 +176,52 @@ class HubBase:
     def _add(self, waiter: WaiterBase) -> None:
         with self._lock:
             self._waiters[waiter.id] = waiter
+            self._idle_since = None
 
     def unregister(self, waiter: WaiterBase) -> None:
+        """``waiter`` leaves: the reading passes to another waiter if nobody reads."""
         with self._lock:
             self._waiters.pop(waiter.id, None)
+            if not self._waiters:
+                self._idle_since = time.monotonic()
+                self._client = None  # the hub, kept by its pool, must not keep the pool alive
+        self.pass_reading(waiter)
+
+    def pass_reading(self, leaving: WaiterBase) -> None:
+        """Wake the longest-registered waiter other than ``leaving`` to take the reading over, if
+        nobody reads now (the reader hands it over when it stops, see the twins' ``Waiter.wait``)."""
+        if self._reading.locked():
+            return
+        with self._lock:
+            for waiter in self._waiters.values():
+                if waiter is not leaving:
+                    waiter.event.set()
+                    return
+
+    def _wake_all(self) -> None:
+        """Wake every waiter without a message (each looks whether it should read)."""
+        with self._lock:
+            waiters = list(self._waiters.values())
+        for waiter in waiters:
+            waiter.event.set()
+
+    def _failed(self, exc: BaseException) -> None:
+        """After the connection failed (and was closed): a pause before the next subscription,
+        and every waiter looks again in Redis now (a grant may have been announced meanwhile)."""
+        self._ready.clear()
+        self._failures += 1
+        self._retry_at = time.monotonic() + retry_pause(self._failures)
+        log_failure(self._failures, exc)
+        self._recheck_all()
+
+    def _took(self, message: Optional[dict]) -> None:
+        """Act on what one read gave; the first confirmation of the subscription lets the
+        waiters that register meanwhile go on."""
+        if self._handle(message):
+            self._failures = 0
+            if not self._ready.is_set():
+                self._ready.set()
+                self._wake_all()
 
     def _recheck_all(self) -> None:
         """Make every waiter look again in Redis now (a message may have been lost)."""

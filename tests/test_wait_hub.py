@@ -197,6 +197,69 @@ def test_1000_asyncio_tasks_are_served_in_order_on_one_waiting_connection(redis_
     asyncio.run(main())
 
 
+# -- the direct wake-up ----------------------------------------------------------------------------
+def _readers_of_grants(url: str, name: str, rounds: int, flavour: str) -> dict[str, Any]:
+    """One contending process with one waiter at a time: for each grant message handed to a
+    waiter, whether the thread (asyncio: the task) that read it was the waiting one."""
+    from django_redis_coord import _waiting_base
+
+    handed: list[bool] = []
+    owner: dict[str, Any] = {}
+    original = _waiting_base.WaiterBase.deliver
+
+    def deliver(self: Any, message: bytes, attempt: int = 0) -> None:
+        if message:  # a grant or a note, not a recheck
+            if flavour == "sync":
+                handed.append(threading.get_ident() == owner["thread"])
+            else:
+                handed.append(asyncio.current_task() is owner["task"])
+        original(self, message, attempt)
+
+    _waiting_base.WaiterBase.deliver = deliver  # type: ignore[method-assign]  # this child only
+    acquired = 0
+    if flavour == "sync":
+        owner["thread"] = threading.get_ident()
+        client = redis.Redis.from_url(url)
+        for _ in range(rounds):
+            lock = Lock(client, name, timeout=10)
+            acquired += lock.acquire(blocking_timeout=30)
+            time.sleep(0.002)
+            lock.release()
+            time.sleep(0.001)
+        client.close()
+    else:
+        async def main() -> int:
+            owner["task"] = asyncio.current_task()
+            client = redis.asyncio.Redis.from_url(url)
+            count = 0
+            for _ in range(rounds):
+                lock = AsyncLock(client, name, timeout=10)
+                count += await lock.acquire(blocking_timeout=30)
+                await asyncio.sleep(0.002)
+                await lock.release()
+                await asyncio.sleep(0.001)
+            await client.aclose()
+            return count
+
+        acquired = asyncio.run(main())
+    return {"acquired": acquired, "by_waiter": sum(handed), "by_another": len(handed) - sum(handed)}
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_the_only_waiter_of_a_process_reads_its_own_grant(redis_servers, flavour):
+    """Three processes take turns on one lock, one waiter each at a time: every grant announced to a
+    waiter is read from the waiting connection by that waiter's own thread (asyncio: its own task),
+    never handed over by another one: no thread switch between the grant and the waiter."""
+    from tests.procs import run_processes
+
+    (server,) = redis_servers(1)
+    url = f"redis://{server.host}:{server.port}/0"
+    results = run_processes(_readers_of_grants, [(url, "direct", 40, flavour)] * 3, timeout=120)
+    assert [r["acquired"] for r in results] == [40, 40, 40]
+    assert sum(r["by_waiter"] for r in results) >= 40, results  # most grants come by a message
+    assert sum(r["by_another"] for r in results) == 0, results
+
+
 # -- the waiting connection lost ------------------------------------------------------------------
 def test_a_killed_waiting_connection_loses_no_grant(redis_servers):
     """The hub's connection is killed while 20 threads wait: each is still served, the first
@@ -264,6 +327,32 @@ def test_an_idle_hub_gives_its_connection_back(redis_servers, monkeypatch):
 
 
 # -- failovers -----------------------------------------------------------------------------------
+def _after_one_wait(redis_servers: Any, monkeypatch: Any) -> tuple[Any, redis.Redis, Any]:
+    """A private server, a client whose one blocking acquire waited (for a 0.2 s TTL) and so
+    subscribed its hub, and that hub, which idles out after 0.3 s."""
+    from django_redis_coord import waiting
+
+    monkeypatch.setattr("django_redis_coord.waiting.IDLE_SECONDS", 0.3)
+    (server,) = redis_servers(1)
+    client = server.client()
+    holder = Lock(client, "hot", timeout=0.2)
+    assert holder.acquire(blocking=False)
+    assert Lock(client, "hot", timeout=5).acquire(blocking_timeout=5)  # waits: subscribes the hub
+    return server, client, waiting.hub_for(client)
+
+
+def test_an_idle_hub_keeps_no_reference_to_its_client(redis_servers, monkeypatch):
+    """The hubs are kept by connection pool, weakly: an idle hub must not keep the client (and so
+    the pool) alive."""
+    import gc
+
+    server, client, hub = _after_one_wait(redis_servers, monkeypatch)
+    wait_for(lambda: waiting_connections(server) == 0, 5, "the hub to give its connection back")
+    assert not [r for r in gc.get_referrers(client) if r is hub or r is vars(hub)]
+    assert not [r for r in gc.get_referrers(client.connection_pool) if r is hub or r is vars(hub)]
+    client.close()
+
+
 def _queue_threads(client: Any, name: str, count: int) -> tuple[list[threading.Thread], list[float], list]:
     served: list[float] = []
     errors: list[BaseException] = []
@@ -449,20 +538,14 @@ def test_a_grant_found_after_an_outage_is_measured_from_the_call_that_found_it(r
     client.close()
 
 
-def test_a_hub_with_nobody_waiting_stops_when_its_server_goes_away(redis_servers, caplog):
-    """No reconnection attempts (and no warnings) for a waiting connection nobody needs."""
-    from django_redis_coord import waiting
-
-    (server,) = redis_servers(1)
-    client = server.client()
-    holder = Lock(client, "hot", timeout=0.2)
-    assert holder.acquire(blocking=False)
-    assert Lock(client, "hot", timeout=5).acquire(blocking_timeout=5)  # waits: starts the hub
-    hub = waiting.hub_for(client)
-    assert hub._thread is not None
+def test_a_hub_with_nobody_waiting_stops_when_its_server_goes_away(redis_servers, caplog, monkeypatch):
+    """No reconnection attempts (and no warnings) for a waiting connection nobody needs: nobody
+    reads it, and it is given back once idle."""
+    server, client, hub = _after_one_wait(redis_servers, monkeypatch)
+    assert hub._pubsub is not None
     caplog.set_level("DEBUG", logger="django_redis_coord")
     server.stop()
-    wait_for(lambda: hub._thread is None, 5, "the hub to stop")
+    wait_for(lambda: hub._pubsub is None and hub._closer is None, 5, "the hub to stop")
     assert not [r for r in caplog.records if "waiting connection" in r.getMessage()]
 
 
@@ -490,7 +573,7 @@ def test_a_grant_announced_for_an_earlier_call_is_not_taken_after_it_ended(redis
     wait_for(lambda: client.zscore(holder.keys.queue, "w") is not None, 5, "the waiter queued")
     hub = waiting.hub_for(client)
     slots = [hub._gate.acquire() for _ in range(64) if hub._gate._value > 0]  # no refresh gets through
-    with hub._lock:  # the hub cannot hand any message over
+    with hub._reading:  # nobody reads the waiting connection: the announcement waits there
         holder.release()  # granted to "w" for 0.3 s and announced; the announcement waits in the hub
         time.sleep(0.6)  # the grant ends unseen
         other = Lock(client, "stale", timeout=5)
@@ -498,7 +581,7 @@ def test_a_grant_announced_for_an_earlier_call_is_not_taken_after_it_ended(redis
         for _ in slots:
             hub._gate.release()  # the waiter's refresh finds "other" holding: it queues again
         wait_for(lambda: client.zscore(holder.keys.queue, "w") is not None, 5, "the waiter queued again")
-    time.sleep(0.3)  # the stale announcement is handed over now
+    time.sleep(0.3)  # the waiter reads the stale announcement now
     assert "acquired" not in result, "the waiter took a grant that had ended"
     other_fence = other.fence
     released_at = time.monotonic()

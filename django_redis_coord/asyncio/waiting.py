@@ -1,11 +1,14 @@
 """Waiting in line without a connection per waiter (asyncio): the twin of
 :mod:`django_redis_coord.waiting`, with one hub per event loop and connection pool (or cluster
-client), read by a task of that loop, and waiters that are tasks."""
+client), whose connection is read by one of its waiting tasks at a time, and waiters that are
+tasks."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
+from collections.abc import Callable
 from typing import Any, Optional
 
 from .._tasks import drop_closed_loops, in_background
@@ -17,8 +20,6 @@ from .._waiting_base import (
     check_pool,
     command_slots,
     hub_key,
-    log_failure,
-    retry_pause,
 )
 
 __all__ = ["AsyncWaitHub", "AsyncWaiter", "hub_for"]
@@ -27,16 +28,16 @@ __all__ = ["AsyncWaitHub", "AsyncWaiter", "hub_for"]
 class AsyncWaiter(WaiterBase):
     """One waiting task (see :class:`~django_redis_coord._waiting_base.WaiterBase`)."""
 
-    __slots__ = ()
+    __slots__ = ("hub",)
+
+    def __init__(self, number: int, hub: AsyncWaitHub, gate: Any) -> None:
+        super().__init__(number, hub.channel, gate, asyncio.Event())
+        self.hub = hub
 
     async def wait(self, timeout: float) -> Optional[bytes]:
-        """The next message (``RECHECK``: look again in Redis now), or ``None`` after ``timeout`` s."""
-        if not self.messages and timeout > 0:
-            try:
-                await asyncio.wait_for(self.event.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
-        self.event.clear()
+        """The next message (``RECHECK``: look again in Redis now), or ``None`` after ``timeout`` s;
+        reads the hub's connection itself while nobody else does (see the sync twin)."""
+        await self.hub.take_turn(self, self.messages.__len__, time.monotonic() + timeout)
         return self.next_message()
 
 
@@ -46,70 +47,96 @@ class AsyncWaitHub(HubBase):
     def __init__(self) -> None:
         super().__init__()
         self._gate: Optional[asyncio.Semaphore] = None
-        self._task: Optional[asyncio.Future] = None
-        #: Set while the channel is subscribed.
+        self._reading = asyncio.Lock()
+        self._pubsub: Any = None
         self._ready = asyncio.Event()
+        #: The task that gives the connection back once nobody waited for :data:`IDLE_SECONDS`.
+        self._closer: Optional[asyncio.Future] = None
 
     async def register(self, client: Any, ready_within: float) -> AsyncWaiter:
-        """A new waiter; starts the hub's task (on ``client``'s pool) if it is not running, and
+        """A new waiter; subscribes the hub's connection (on ``client``'s pool) if it is not, and
         waits up to ``ready_within`` seconds for the subscription (see the sync twin)."""
         check_pool(client)
         if self._gate is None:
             self._gate = asyncio.Semaphore(command_slots(client))
-        waiter = AsyncWaiter(self._next_number(), self.channel, self._gate, asyncio.Event())
+        waiter = AsyncWaiter(self._next_number(), self, self._gate)
         self._add(waiter)
-        if self._task is None:
-            self._ready.clear()
-            self._task = in_background(self._run(client))
+        self._client = client
         if not self._ready.is_set():
             try:
-                await asyncio.wait_for(self._ready.wait(), ready_within)
-            except asyncio.TimeoutError:
-                pass
+                await self.take_turn(waiter, self._ready.is_set, time.monotonic() + ready_within)
             except BaseException:
                 self.unregister(waiter)
                 raise
         return waiter
 
-    async def _run(self, client: Any) -> None:
-        pubsub = None
-        failures = 0
-        self._subscribed = False
-        idle_since: Optional[float] = None
-        loop = asyncio.get_running_loop()
+    async def take_turn(self, waiter: AsyncWaiter, done: Callable[[], Any], deadline: float) -> None:
+        """Until ``done()`` or ``deadline``: read the channel while nobody else does, else sleep
+        until woken (see the sync twin)."""
+        while not done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if not self._reading.locked():
+                await self._reading.acquire()  # free: taken at once
+                try:
+                    while not done() and (left := deadline - time.monotonic()) > 0:
+                        await self.read(left)
+                finally:
+                    self._reading.release()
+                    self.pass_reading(waiter)
+                return
+            try:
+                await asyncio.wait_for(waiter.event.wait(), left)
+            except asyncio.TimeoutError:
+                return
+            waiter.event.clear()  # a message, or the reading handed over: look again
+
+    async def read(self, timeout: float) -> None:
+        """One read of the channel (by the task holding ``_reading``); see the sync twin."""
+        try:
+            if self._pubsub is None:
+                pause = self._retry_at - time.monotonic()
+                if pause > 0:
+                    await asyncio.sleep(min(pause, timeout))
+                    return
+                await self._open()
+            message = await self._pubsub.get_message(timeout=min(timeout, READ_SECONDS))
+        except Exception as exc:  # the connection dropped, a failover, the pool ran dry
+            pubsub, self._pubsub = self._pubsub, None
+            await _close(pubsub)
+            self._failed(exc)
+            return
+        self._took(message)
+
+    async def _open(self) -> None:
+        pubsub = self._client.pubsub()
+        try:
+            await pubsub.subscribe(self.channel)
+        except BaseException:  # cancelled too: a half-made subscription is not kept
+            in_background(_close(pubsub))
+            raise
+        self._pubsub = pubsub
+        if self._closer is None:
+            self._closer = in_background(self._close_when_idle())
+
+    async def _close_when_idle(self) -> None:
+        """Give the connection back once nobody waited for :data:`IDLE_SECONDS` (see the sync twin),
+        or when the loop shuts down (this task is cancelled)."""
         try:
             while True:
-                if self._waiters:
-                    idle_since = None
-                elif idle_since is None:
-                    idle_since = loop.time()
-                elif loop.time() - idle_since >= IDLE_SECONDS:
-                    self._task = None
-                    self._ready.clear()
+                idle_for = time.monotonic() - self._idle_since if self._idle_since is not None else 0.0
+                if idle_for < IDLE_SECONDS:
+                    await asyncio.sleep(IDLE_SECONDS - idle_for)
+                elif self._reading.locked():
+                    await asyncio.sleep(READ_SECONDS)
+                elif not self._waiters and self._idle_since is not None:
                     return
-                try:
-                    if pubsub is None:
-                        pubsub = client.pubsub()
-                        await pubsub.subscribe(self.channel)
-                    message = await pubsub.get_message(timeout=READ_SECONDS)
-                except Exception as exc:  # the connection dropped, a failover, the pool ran dry
-                    self._ready.clear()
-                    await _close(pubsub)
-                    pubsub = None
-                    if not self._waiters:
-                        self._task = None
-                        return  # nobody waits: nothing to reconnect for
-                    failures += 1
-                    log_failure(failures, exc)
-                    self._recheck_all()  # a grant may have been announced while nobody listened
-                    await asyncio.sleep(retry_pause(failures))
-                    continue
-                if self._handle(message):
-                    failures = 0
-                    self._ready.set()
         finally:
-            if self._task is not None and self._task is asyncio.current_task():
-                self._task = None
+            self._ready.clear()
+            self._subscribed = False
+            self._closer = None
+            pubsub, self._pubsub = self._pubsub, None
             await _close(pubsub)
 
 
