@@ -234,6 +234,32 @@ def test_prometheus_gauges_count_holders_waiters_and_the_oldest_hold(redis_clien
         assert registry.get_sample_value("django_redis_coord_registry_up") == 1
 
 
+def test_gauges_and_counters_count_read_write_locks_as_rwlock(redis_client, redis_url):
+    """A read-write lock's holds are in the gauges (the listing shows them) and its events are
+    labelled ``rwlock``, one of the documented kinds."""
+    from django_redis_coord import ReadWriteLock
+
+    registry = CollectorRegistry()
+    registry.register(HolderCollector(HolderGauges(redis_client, max_age=0)))
+    counting = Counting()
+    rw = ReadWriteLock(redis_client, "ledger", timeout=60, events=MetricsEvents(counting, template="ledger"))
+    with HolderProcesses(redis_url) as processes:
+        processes.start("ledger", timeout=60, mode="read")
+        assert rw.read.acquire(blocking=False)
+        processes.start("ledger", timeout=60, mode="write", wait=False)  # queued behind the two readers
+        deadline = time.monotonic() + 10
+        while registry.get_sample_value("django_redis_coord_waiters", {"kind": "rwlock"}) != 1:
+            assert time.monotonic() < deadline, "the queued writer never showed"
+            time.sleep(0.05)
+        assert registry.get_sample_value("django_redis_coord_holders", {"kind": "rwlock"}) == 2
+        assert registry.get_sample_value("django_redis_coord_holders", {"kind": "lock"}) == 0
+        rw.read.release()
+        assert not rw.write.acquire(blocking=False)  # the other reader still holds
+    feed()
+    assert dict(counting.counts) == {("acquired", "ledger", "rwlock"): 1, ("released", "ledger", "rwlock"): 1,
+                                     ("contended", "ledger", "rwlock"): 1}
+
+
 def test_the_gauges_share_one_reading_within_max_age(redis_client):
     gauges = HolderGauges(redis_client, max_age=60)
     assert gauges.read()["lock"].holders == 0
