@@ -177,6 +177,25 @@ def test_non_blocking_and_blocking_timeout(redis_client):
     second.release()
 
 
+def test_without_auto_renew_a_loss_shows_in_valid_and_on_lost_fires_at_the_release(redis_client):
+    """No timer watches a hold without ``auto_renew``: ``valid`` turns False at the local deadline
+    (it is computed when read) and ``on_lost`` fires when a call finds the hold gone, the release."""
+    lost: list[Lock] = []
+    lock = Lock(redis_client, "unwatched", timeout=0.2, on_lost=lost.append)
+    assert lock.acquire(blocking=False) and lock.valid
+    deadline = time.monotonic() + 30
+    while redis_client.exists("unwatched"):  # the key expires after the local deadline, never before
+        assert time.monotonic() < deadline, "the key never expired"
+        time.sleep(0.02)
+    assert not lock.valid
+    with pytest.raises(LockNotOwnedError):
+        lock.ensure_valid()
+    assert lost == []  # found by nobody yet
+    with pytest.raises(LockNotOwnedError):
+        lock.release()
+    assert lost == [lock]
+
+
 def test_fence_grows_with_every_grant(redis_client):
     fences = []
     for _ in range(20):
