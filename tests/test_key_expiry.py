@@ -37,9 +37,11 @@ def test_permits_never_released_expire_with_their_lease_and_their_metadata_after
     for index in range(50):
         assert Semaphore(redis_client, f"dropped:{index}", limit=1, timeout=3).acquire(blocking=False)
     assert keys_without_expiry(redis_client) == []
+    meta = redis_client.pttl(Semaphore(redis_client, "dropped:0").keys.meta)  # read first: see below
     permits = redis_client.pttl("dropped:0")
     assert 0 < permits <= 3000  # the permits set goes when its last lease ends
-    assert redis_client.pttl(Semaphore(redis_client, "dropped:0").keys.meta) <= 3000 + META_RETENTION_MS
+    # The metadata stays META_RETENTION_MS after that lease's end, which is still ahead.
+    assert META_RETENTION_MS <= meta <= 3000 + META_RETENTION_MS
 
 
 def test_every_semaphore_operation_keeps_the_keys_expiring(redis_client):
