@@ -199,9 +199,9 @@ def test_a_writer_that_gives_up_lets_the_readers_queued_behind_it_in_at_once(red
     writer_started = time.monotonic()
     thread.start()
     _wait_for(lambda: redis_client.zcard(holder.keys.queue) == 1)
-    # A waiter refreshes its place every waiter_lease / 3 (10 s here): within its 5 s, only the
-    # writer's give-up can let this reader in.
-    reader = ReadWriteLock(redis_client, "giveup", timeout=10, waiter_lease=30)
+    # A waiter without a timeout refreshes its place every waiter_lease / 3 (10 s here): within
+    # its 5 s, only the writer's give-up can let this reader in.
+    reader = ReadWriteLock(redis_client, "giveup", waiter_lease=30)
     assert reader.read.acquire(blocking_timeout=5)
     granted_at = time.monotonic()
     thread.join()
