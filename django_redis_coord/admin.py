@@ -253,8 +253,8 @@ class HolderAdmin(BulkReleaseViews, admin.ModelAdmin):
                 result = listing.force_release(raw, kind, expected_fence=fence) if target else None
             except RedisError as error:
                 return self.unavailable(request, context, error)
-            if result is not None and result.released:
-                follow = "it went to the next waiter" if result.handed_off else "nobody was waiting"
+            if target is not None and result is not None and result.released:
+                follow = "it went to the next waiter" if result.handed_off else result.what_followed(target.waiters)
                 messages.success(
                     request,
                     f"Released {_what(target, kind)} “{name}” (fence {result.fence}); the fence counter moved to "

@@ -34,12 +34,14 @@ def test_names_used_once_leave_only_keys_that_expire(redis_client):
 
 
 def test_permits_never_released_expire_with_their_lease_and_their_metadata_after_it(redis_client):
-    for index in range(50):
-        assert Semaphore(redis_client, f"dropped:{index}", limit=1, timeout=3).acquire(blocking=False)
+    for index in range(50):  # leases longer than the loop takes on a loaded machine
+        assert Semaphore(redis_client, f"dropped:{index}", limit=1, timeout=30).acquire(blocking=False)
     assert keys_without_expiry(redis_client) == []
+    meta = redis_client.pttl(Semaphore(redis_client, "dropped:0").keys.meta)  # read first: see below
     permits = redis_client.pttl("dropped:0")
-    assert 0 < permits <= 3000  # the permits set goes when its last lease ends
-    assert redis_client.pttl(Semaphore(redis_client, "dropped:0").keys.meta) <= 3000 + META_RETENTION_MS
+    assert 0 < permits <= 30_000  # the permits set goes when its last lease ends
+    # The metadata stays META_RETENTION_MS after that lease's end, which is still ahead.
+    assert META_RETENTION_MS <= meta <= 30_000 + META_RETENTION_MS
 
 
 def test_every_semaphore_operation_keeps_the_keys_expiring(redis_client):

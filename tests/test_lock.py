@@ -24,7 +24,10 @@ from django_redis_coord import (
     lock_holder,
 )
 from django_redis_coord.keys import key_slot, keys_for
+from django_redis_coord.listing import HolderListing
 
+from .cluster import wait_until
+from .fences import assert_each_above_the_last, counter_ahead_of_the_clock
 from .procs import run_processes
 
 
@@ -177,6 +180,25 @@ def test_non_blocking_and_blocking_timeout(redis_client):
     second.release()
 
 
+def test_without_auto_renew_a_loss_shows_in_valid_and_on_lost_fires_at_the_release(redis_client):
+    """No timer watches a hold without ``auto_renew``: ``valid`` turns False at the local deadline
+    (it is computed when read) and ``on_lost`` fires when a call finds the hold gone, the release."""
+    lost: list[Lock] = []
+    lock = Lock(redis_client, "unwatched", timeout=0.2, on_lost=lost.append)
+    assert lock.acquire(blocking=False) and lock.valid
+    deadline = time.monotonic() + 30
+    while redis_client.exists("unwatched"):  # the key expires after the local deadline, never before
+        assert time.monotonic() < deadline, "the key never expired"
+        time.sleep(0.02)
+    assert not lock.valid
+    with pytest.raises(LockNotOwnedError):
+        lock.ensure_valid()
+    assert lost == []  # found by nobody yet
+    with pytest.raises(LockNotOwnedError):
+        lock.release()
+    assert lost == [lock]
+
+
 def test_fence_grows_with_every_grant(redis_client):
     fences = []
     for _ in range(20):
@@ -186,6 +208,25 @@ def test_fence_grows_with_every_grant(redis_client):
         lock.release()
     assert fences == sorted(fences) and len(set(fences)) == len(fences)
     assert Lock(redis_client, "fenced").fence is None
+
+
+def test_every_grant_takes_a_fence_above_the_counter_even_ahead_of_the_clock(redis_client, spawn):
+    first = Lock(redis_client, "fenced-ahead", timeout=30)
+    counter = counter_ahead_of_the_clock(redis_client, first.keys.meta)
+    assert first.acquire(blocking=False)  # a grant at once
+    fences = [first.fence]
+    waiter = spawn("fenced-ahead", timeout=30, wait=False)
+    wait_until(lambda: redis_client.zcard(first.keys.queue) == 1, 30, what="the waiter queued")
+    first.release()  # a hand-off to the queued waiter
+    fences.append(waiter.wait_held())
+    released = HolderListing(redis_client).force_release("fenced-ahead", expected_fence=fences[-1])
+    assert released.released  # a force release moves the counter too
+    fences.append(released.fence_after)
+    again = Lock(redis_client, "fenced-ahead", timeout=30)
+    assert again.acquire(blocking=False)
+    fences.append(again.fence)
+    again.release()
+    assert_each_above_the_last(counter, fences)
 
 
 def test_fence_stays_monotonic_across_a_server_kill_and_restart(redis_servers):

@@ -16,7 +16,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from django_redis_coord import Lock, Semaphore
+from django_redis_coord import Lock, ReadWriteLock, Semaphore
 from django_redis_coord.exceptions import LockNotOwnedError
 from django_redis_coord.metrics import (
     DEFAULT_TEMPLATE,
@@ -211,6 +211,14 @@ def test_otel_gauges_read_the_registry(redis_client, redis_url):
     provider.shutdown()
 
 
+def wait_for_sample(registry: CollectorRegistry, name: str, labels: dict[str, str], value: float) -> None:
+    """Wait until the registry's sample ``name{labels}`` reads ``value`` (processes starting up)."""
+    deadline = time.monotonic() + 30
+    while registry.get_sample_value(name, labels) != value:
+        assert time.monotonic() < deadline, f"{name}{labels} never reached {value}"
+        time.sleep(0.05)
+
+
 def test_prometheus_gauges_count_holders_waiters_and_the_oldest_hold(redis_client, redis_url):
     registry = CollectorRegistry()
     gauges = HolderGauges(redis_client, max_age=0)
@@ -223,15 +231,33 @@ def test_prometheus_gauges_count_holders_waiters_and_the_oldest_hold(redis_clien
         permits = Semaphore(redis_client, "exports", limit=3, timeout=60)
         assert permits.acquire(blocking=False) and permits.acquire(blocking=False)
         time.sleep(0.3)
-        deadline = time.monotonic() + 10
-        while registry.get_sample_value("django_redis_coord_waiters", {"kind": "lock"}) != 2:
-            assert time.monotonic() < deadline, "the two waiters never showed"
-            time.sleep(0.05)
+        wait_for_sample(registry, "django_redis_coord_waiters", {"kind": "lock"}, 2)
         assert registry.get_sample_value("django_redis_coord_holders", {"kind": "lock"}) == 1
         assert registry.get_sample_value("django_redis_coord_holders", {"kind": "semaphore"}) == 2
         assert registry.get_sample_value("django_redis_coord_waiters", {"kind": "semaphore"}) == 0
         assert registry.get_sample_value("django_redis_coord_oldest_hold_seconds", {"kind": "lock"}) >= 0.3
         assert registry.get_sample_value("django_redis_coord_registry_up") == 1
+
+
+def test_gauges_and_counters_count_read_write_locks_as_rwlock(redis_client, redis_url):
+    """A read-write lock's holds are in the gauges (the listing shows them) and its events are
+    labelled ``rwlock``, one of the documented kinds."""
+    registry = CollectorRegistry()
+    registry.register(HolderCollector(HolderGauges(redis_client, max_age=0)))
+    counting = Counting()
+    rw = ReadWriteLock(redis_client, "ledger", timeout=60, events=MetricsEvents(counting, template="ledger"))
+    with HolderProcesses(redis_url) as processes:
+        processes.start("ledger", timeout=60, mode="read")
+        assert rw.read.acquire(blocking=False)
+        processes.start("ledger", timeout=60, mode="write", wait=False)  # queued behind the two readers
+        wait_for_sample(registry, "django_redis_coord_waiters", {"kind": "rwlock"}, 1)
+        assert registry.get_sample_value("django_redis_coord_holders", {"kind": "rwlock"}) == 2
+        assert registry.get_sample_value("django_redis_coord_holders", {"kind": "lock"}) == 0
+        rw.read.release()
+        assert not rw.write.acquire(blocking=False)  # the other reader still holds
+    feed()
+    assert dict(counting.counts) == {("acquired", "ledger", "rwlock"): 1, ("released", "ledger", "rwlock"): 1,
+                                     ("contended", "ledger", "rwlock"): 1}
 
 
 def test_the_gauges_share_one_reading_within_max_age(redis_client):

@@ -32,6 +32,7 @@ from django_redis_coord.keys import key_slot
 from django_redis_coord.rwlock import ReadWriteLock
 from django_redis_coord.watchdog import sync_watchdog
 
+from .fences import assert_each_above_the_last, counter_ahead_of_the_clock
 from .procs import CTX
 from .test_key_expiry import keys_without_expiry, longest_ttl
 from .test_semaphore import max_concurrent
@@ -67,21 +68,25 @@ def test_readers_share_the_lock_and_a_writer_holds_it_alone(redis_client):
     assert redis_client.exists("doc") == 0
 
 
-def test_every_grant_has_a_fence_and_a_write_fence_exceeds_every_earlier_one(redis_client):
+def test_every_grant_has_a_fence_and_a_write_fence_exceeds_every_earlier_one(redis_client, spawn):
     rw = [ReadWriteLock(redis_client, "fences", timeout=10) for _ in range(4)]
+    counter = counter_ahead_of_the_clock(redis_client, rw[0].keys.meta)
     fences = []
     assert rw[0].read.acquire() and rw[1].read.acquire()
     fences += [rw[0].read.fence, rw[1].read.fence]
     rw[0].read.release()
     rw[1].read.release()
     assert rw[2].write.acquire()
-    write_fence = rw[2].write.fence
-    rw[2].write.release()
+    fences.append(rw[2].write.fence)
+    writer = spawn("fences", timeout=10, mode="write", wait=False)
+    _wait_for(lambda: redis_client.zcard(rw[0].keys.queue) == 1)
+    rw[2].write.release()  # a hand-off to the queued writer
+    fences.append(writer.wait_held())
+    assert writer.finish() == "RELEASED"
     assert rw[3].read.acquire()
-    later = rw[3].read.fence
+    fences.append(rw[3].read.fence)
     rw[3].read.release()
-    assert fences[0] != fences[1]
-    assert write_fence > max(fences) and later > write_fence
+    assert_each_above_the_last(counter, fences)
 
 
 def test_holders_show_the_mode_and_how_many_hold(redis_client):
@@ -191,15 +196,17 @@ def test_a_writer_that_gives_up_lets_the_readers_queued_behind_it_in_at_once(red
     writer = ReadWriteLock(redis_client, "giveup", timeout=10)
     outcome = {}
     thread = threading.Thread(target=lambda: outcome.setdefault("write", writer.write.acquire(blocking_timeout=0.6)))
+    writer_started = time.monotonic()
     thread.start()
     _wait_for(lambda: redis_client.zcard(holder.keys.queue) == 1)
-    reader = ReadWriteLock(redis_client, "giveup", timeout=10)
-    started = time.monotonic()
+    # A waiter without a timeout refreshes its place every waiter_lease / 3 (10 s here): within
+    # its 5 s, only the writer's give-up can let this reader in.
+    reader = ReadWriteLock(redis_client, "giveup", waiter_lease=30)
     assert reader.read.acquire(blocking_timeout=5)
-    waited = time.monotonic() - started
+    granted_at = time.monotonic()
     thread.join()
     assert outcome == {"write": False}
-    assert 0.3 < waited < 0.6 + 0.3  # behind the writer, and in as soon as it gave up
+    assert granted_at - writer_started >= 0.6  # behind the writer, which waited its blocking_timeout
     assert len(reader.holders()) == 2
     reader.read.release()
     holder.read.release()
@@ -288,11 +295,10 @@ def test_a_dead_holders_hold_ends_with_its_ttl(redis_client, redis_url, dead, wa
     dead_fence = ready.recv()
     child.join(10)
     assert child.exitcode == -signal.SIGKILL
-    started = time.monotonic()
-    rw = ReadWriteLock(redis_client, "crashed", timeout=5)
+    # A waiter without a timeout refreshes its place every waiter_lease / 3 (10 s here): within its
+    # 5 s, only the wake-up at the dead hold's lease end can let it in (not polling).
+    rw = ReadWriteLock(redis_client, "crashed", waiter_lease=30)
     assert rw.hold(waiting).acquire(blocking_timeout=5)
-    waited = time.monotonic() - started
-    assert waited <= 0.8 + 0.4  # woken by the lease's end, not by polling
     assert rw.hold(waiting).fence > dead_fence
     assert [h.extra["mode"] for h in rw.holders()] == [waiting]
     rw.hold(waiting).release()
@@ -353,10 +359,11 @@ def test_extend_and_reacquire_change_the_lease_in_redis(redis_client):
     rw = ReadWriteLock(redis_client, "ext", timeout=2)
     with rw.read:
         assert rw.read.extend(10)
-        assert 11_000 < redis_client.pttl("ext") <= 12_000
+        assert 10_000 < redis_client.pttl("ext") <= 12_000  # 10 s added to what was left of 2 s
         assert rw.read.extend(3, replace_ttl=True)
-        assert redis_client.pttl("ext") <= 3_000
-        assert rw.read.reacquire() and 1_500 < redis_client.pttl("ext") <= 2_000
+        assert 0 < redis_client.pttl("ext") <= 3_000  # replaced, and still there
+        assert rw.read.extend(30, replace_ttl=True) and rw.read.reacquire()
+        assert 0 < redis_client.pttl("ext") <= 2_000  # back to the timeout
     endless = ReadWriteLock(redis_client, "endless")
     with endless.write:
         with pytest.raises(LockError):
@@ -383,10 +390,11 @@ def test_names_used_once_leave_only_keys_that_expire(redis_client):
             pass
         with rw.write:
             pass
-        assert ReadWriteLock(redis_client, f"dropped:{index}", timeout=3).read.acquire()  # never released
+        # Never released; a lease longer than the loop takes on a loaded machine.
+        assert ReadWriteLock(redis_client, f"dropped:{index}", timeout=30).read.acquire()
     assert keys_without_expiry(redis_client) == []
-    assert longest_ttl(redis_client) <= 3000 + META_RETENTION_MS
-    assert 0 < redis_client.pttl("dropped:0") <= 3000  # the holders go when the last lease ends
+    assert longest_ttl(redis_client) <= 30_000 + META_RETENTION_MS
+    assert 0 < redis_client.pttl("dropped:0") <= 30_000  # the holders go when the last lease ends
 
 
 def test_waiters_and_endless_holds_leave_only_keys_that_expire(redis_client):
@@ -489,8 +497,9 @@ def test_a_writer_behind_sixteen_looping_readers_waits_at_most_the_longest_reade
     reader_holds = [hold for _ in procs for hold in out.get(timeout=60)]
     for proc in procs:
         proc.join(10)
+    # The readers' own sleeps overrun on a loaded machine: the writer's bound follows the holds
+    # as they were, not as they were meant to be.
     longest = max(end - start for start, end in reader_holds) / 1e9
-    assert longest <= READER_HOLD[1] + 0.2
     assert max_concurrent(reader_holds) >= READERS // 2  # the readers did overlap: a read lock is never free
     for invoked, granted, released, readers_now in writes:
         assert readers_now >= 2
@@ -538,8 +547,8 @@ def test_async_holds_are_per_task_and_reenter_per_task(async_redis):
     async def scenario():
         client = async_redis()
         rw = AsyncReadWriteLock(client, "a:tasks", timeout=10)
-        both_in = asyncio.Event()
-        fences = []
+        both_in, both_counted = asyncio.Event(), asyncio.Event()
+        fences, counted = [], []
 
         async def reader():
             async with rw.read:
@@ -551,6 +560,10 @@ def test_async_holds_are_per_task_and_reenter_per_task(async_redis):
                     both_in.set()
                 await both_in.wait()
                 assert len(await rw.holders()) == 2  # one hold per task, not per object
+                counted.append(fence)
+                if len(counted) == 2:
+                    both_counted.set()
+                await both_counted.wait()  # neither leaves before both have counted
                 with pytest.raises(LockUpgradeError):
                     await rw.write.acquire()
 

@@ -83,7 +83,8 @@ def test_locks_release_takes_readers_back_one_by_one_and_the_writer_gets_in(redi
     assert error.returncode == EXIT_USAGE and "has 2 holds" in str(error) and str(first.fence) in str(error)
     out = run("release", "stock", "--kind", "rw", "--fence", str(first.fence), "--noinput")
     assert f"Released Read-write lock 'stock' (read hold), fence {first.fence}" in out
-    assert "nobody was waiting" in out  # the other reader still holds: the writer waits on
+    # The other reader still holds: the writer waits on, and the message says so.
+    assert "1 caller still waiting behind the other holds." in out and "nobody" not in out
     assert first.finish() == "LOST"
     out = run("release", "stock", "--fence", str(second.fence), "--noinput")  # found without --kind
     assert "handed to the next waiter" in out
@@ -173,7 +174,8 @@ def test_admin_list_detail_and_release_of_one_reader(users, redis_client, spawn)
     assert len(HolderListing(redis_client).holder("report:7", "rw")) == 2
     done = client.post(rw_url("release", "report:7"), form, follow=True).content.decode()
     assert f"Released read hold of read-write lock “report:7” (fence {first.fence})" in done
-    assert "nobody was waiting" in done and first.finish() == "LOST"
+    assert "1 caller still waiting behind the other holds." in done and "nobody" not in done
+    assert first.finish() == "LOST"
     [left] = HolderListing(redis_client).holder("report:7", "rw")
     assert left.fence == second.fence
     form = dict(re.findall(r'<input type="hidden" name="(fence|hold)" value="([^"]*)"',

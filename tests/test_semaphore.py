@@ -25,6 +25,7 @@ from django_redis_coord.holders import semaphore_holders
 from django_redis_coord.keys import key_slot, keys_for
 from django_redis_coord.watchdog import sync_watchdog
 
+from .fences import assert_each_above_the_last, counter_ahead_of_the_clock
 from .procs import CTX, run_processes
 
 
@@ -155,6 +156,7 @@ def test_raising_the_limit_wakes_waiters_at_once(redis_client):
 
 # -- constructor form, context manager, fences, metadata --------------------------------------------
 def test_context_manager_waits_and_fences_grow(redis_client):
+    counter = counter_ahead_of_the_clock(redis_client, Semaphore(redis_client, "ctx").keys.meta)
     fences = []
     for _ in range(10):
         with Semaphore(redis_client, "ctx", limit=2, timeout=5, label="thumbnails") as semaphore:
@@ -165,7 +167,7 @@ def test_context_manager_waits_and_fences_grow(redis_client):
             assert holder.pid == os.getpid() and holder.host == socket.gethostname()
             assert holder.thread == threading.current_thread().name
         assert semaphore.fence is None
-    assert fences == sorted(fences) and len(set(fences)) == len(fences)
+    assert_each_above_the_last(counter, fences)
     assert redis_client.zcard("ctx") == 0
 
 

@@ -33,6 +33,15 @@ class ForceReleaseResult:
     #: The lock (or permit) went straight to a waiter.
     handed_off: bool = False
 
+    def what_followed(self, waiting: int) -> str:
+        """What became of the callers waiting, for people, given the ``waiting`` callers listed with
+        the hold: a semaphore's or read-write lock's other holds may still keep them out."""
+        if self.handed_off:
+            return "handed to the next waiter"
+        if waiting:
+            return f"{waiting} caller{'s' if waiting != 1 else ''} still waiting behind the other holds"
+        return "nobody was waiting"
+
 
 class ForceReleasing:
     """The force release of :class:`~django_redis_coord.listing.HolderListing`."""

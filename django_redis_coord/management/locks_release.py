@@ -118,7 +118,7 @@ class ReleaseAction(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(f"Released {summary}.")
             + f"\nFence counter moved to {result.fence_after}; "
-            + ("handed to the next waiter." if result.handed_off else "nobody was waiting.")
+            + result.what_followed(target.waiters) + "."
         )
 
     # -- every hold matching filters -----------------------------------------------------------
@@ -135,9 +135,9 @@ class ReleaseAction(BaseCommand):
         left = 0
         for holder, result in self.listing.force_release_holds(holders):
             if result.released:
-                follow = "handed to the next waiter" if result.handed_off else "nobody was waiting"
                 self.stdout.write(self.style.SUCCESS(f"Released {describe(holder)}") +
-                                  f"; fence counter moved to {result.fence_after}, {follow}.")
+                                  f"; fence counter moved to {result.fence_after}, "
+                                  f"{result.what_followed(holder.waiters)}.")
             else:
                 left += 1
                 now = "it had ended" if result.was_free else f"now fence {result.fence}"

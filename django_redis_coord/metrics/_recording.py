@@ -56,6 +56,11 @@ MAX_TEMPLATE_LENGTH = 200
 BUCKETS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                               30.0, 60.0, 300.0)
 
+#: The ``kind`` label of each primitive's kind: a read-write lock's read and write holds are both
+#: ``rwlock`` (the gauges' name for the registry's ``rw``); a kind not listed keeps its own name.
+KIND_LABELS = {"lock": "lock", "semaphore": "semaphore", "redlock": "redlock", "read-write lock": "rwlock",
+               "read hold of read-write lock": "rwlock", "write hold of read-write lock": "rwlock"}
+
 #: Seconds between two log records of one recorder's failures (the ones between are counted).
 LOG_EVERY = 60.0
 #: Seconds between two hand-overs of the queued events to the recorders.
@@ -95,7 +100,8 @@ label_of = _Labels()
 
 class Recorder:
     """A metrics backend: one method per event of a hold, given the bounded template label, the
-    primitive's kind (``"lock"``, ``"semaphore"``, ``"redlock"``) and a duration in seconds.
+    primitive's kind (``"lock"``, ``"semaphore"``, ``"rwlock"``, ``"redlock"``: :data:`KIND_LABELS`)
+    and a duration in seconds.
 
     The methods are called by :func:`feed` (one thread at a time), never in the lock's call;
     :meth:`batch_done` after each batch.  Keep them in memory (no I/O).  What they raise is logged
@@ -184,7 +190,7 @@ def feed() -> int:
             except Exception as exc:  # a template whose hash raises, say
                 failures.note("labelling", exc)
                 continue
-            kind = kind if isinstance(kind, str) else "lock"
+            kind = KIND_LABELS.get(kind, kind) if isinstance(kind, str) else "lock"
             for recorder in recorders:
                 touched[id(recorder)] = recorder
                 try:

@@ -23,19 +23,19 @@ from ._recording import failures
 
 __all__ = ["HolderGauges", "KindFigures", "KINDS"]
 
-#: The kinds the gauges report (the registry's ``sem`` is reported as ``semaphore``, as the
-#: events' kind is).
-KINDS = ("lock", "semaphore")
-_KIND_OF = {"lock": "lock", "sem": "semaphore"}
+#: The kinds the gauges report (the registry's ``sem`` is reported as ``semaphore`` and ``rw`` as
+#: ``rwlock``, as the events' kind is).
+KINDS = ("lock", "semaphore", "rwlock")
+_KIND_OF = {"lock": "lock", "sem": "semaphore", "rw": "rwlock"}
 
 
 @dataclass
 class KindFigures:
     """What the registry said of one kind."""
 
-    #: Live holds (a semaphore counts one per permit held).
+    #: Live holds (a semaphore counts one per permit held, a read-write lock one per reader).
     holders: int = 0
-    #: Callers queued for a held lock or semaphore.
+    #: Callers queued for a held lock, semaphore or read-write lock.
     waiters: int = 0
     #: Seconds since the oldest live hold began (0 without any), by the server's clock.
     oldest_hold: float = 0.0
@@ -99,7 +99,7 @@ def figures(listing: HolderListing) -> dict[str, KindFigures]:
             continue
         found = result[kind]
         found.holders += 1
-        if holder.primitive_id not in counted:  # a semaphore's waiters are listed with each permit
+        if holder.primitive_id not in counted:  # waiters are listed with each permit (each reader)
             counted.add(holder.primitive_id)
             found.waiters += holder.waiters
         if holder.acquired_at_ms is not None and holder.server_now_ms:

@@ -55,9 +55,9 @@ class OtelRecorder(Recorder):
         self.gauges = gauges
         if gauges is not None:
             meter.create_observable_gauge(name + "holders", [self._observe("holders")], unit="{hold}",
-                                          description="Live holds (one per semaphore permit).")
+                                          description="Live holds (one per semaphore permit, per reader).")
             meter.create_observable_gauge(name + "waiters", [self._observe("waiters")], unit="{caller}",
-                                          description="Callers queued for a held lock or semaphore.")
+                                          description="Callers queued behind a live hold.")
             meter.create_observable_gauge(name + "oldest_hold", [self._observe("oldest_hold")], unit="s",
                                           description="Age of the oldest live hold.")
 

@@ -112,8 +112,8 @@ class HolderCollector(Collector):
     def _families(self) -> tuple[GaugeMetricFamily, ...]:
         name = self.namespace + "_"
         return (
-            GaugeMetricFamily(name + "holders", "Live holds (one per semaphore permit).", labels=["kind"]),
-            GaugeMetricFamily(name + "waiters", "Callers queued for a held lock or semaphore.", labels=["kind"]),
+            GaugeMetricFamily(name + "holders", "Live holds (one per semaphore permit, per reader).", labels=["kind"]),
+            GaugeMetricFamily(name + "waiters", "Callers queued behind a live hold.", labels=["kind"]),
             GaugeMetricFamily(name + "oldest_hold_seconds", "Age of the oldest live hold.", labels=["kind"]),
             GaugeMetricFamily(name + "registry_up", "1 when the holder registry could be read, else 0."),
         )
