@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from django_redis_coord.server import free_port
+from tests.test_admin_browser import browser, browser_binaries, clipped, page_fits  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "example_project"
@@ -248,6 +249,18 @@ def test_landing_page_links_everything(demo):
                  "/admin/django_redis_coord/holder/", "/admin/django_redis_coord/holder/contention/",
                  "locks list --watch"):
         assert link in html
+
+
+def test_the_landing_pages_command_box_wraps(demo, browser):  # noqa: F811 (browser is a fixture)
+    """The terminal command (a long line: the Redis URL, the full paths) is shown whole in a
+    narrow window too, wrapped, never cut or scrolled sideways."""
+    from selenium.webdriver.common.by import By
+
+    for width in (1280, 800):
+        browser.set_window_size(width, 900)
+        browser.get(demo.base + "/")
+        assert not clipped(browser, "#terminal-command, code") and page_fits(browser), width
+        assert "locks list --watch 1" in browser.find_element(By.ID, "terminal-command").text
 
 
 def test_locked_report_view_answers_409_while_building(demo):
