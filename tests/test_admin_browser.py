@@ -28,7 +28,7 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from django_redis_coord import Leader, Lock, Semaphore
-from django_redis_coord.listing import holder_id
+from django_redis_coord.listing import HolderListing, holder_id
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -216,16 +216,19 @@ def test_operator_finds_a_holder_and_sees_it_go(
     exports = Semaphore(redis_client, "exports:csv", limit=3, timeout=300, label="csv export")
     exports.acquire()
     exports.acquire()
-    # A holder whose thread name and label are far longer than a column: cut, never wider.
-    long_thread = "ThreadPoolExecutor-catalogue-import-worker-" + "0123456789" * 12
+    # A holder whose thread name and label are longer than a column: wrapped, never cut, never wider.
+    long_thread = "celery-catalogue-import-ForkPoolWorker-3-ThreadPoolExecutor-0_12-supplier-feed-2026-11"
     taker = threading.Thread(name=long_thread, target=Lock(
-        redis_client, "imports:catalogue", timeout=300, label="catalogue import, " * 6, thread_local=False).acquire)
+        redis_client, "imports:catalogue", timeout=300, label="catalogue import for the supplier feed (full refresh)",
+        thread_local=False).acquire)
     taker.start()
     taker.join()
     # Long names and owners on other hosts, a read hold of a read-write lock, a @locked view's hold
     # (whose label is its view): the page shows each whole.
     statement = "invoices:customer-7f3c2a91-e5b4-4d0e-9a77-1c2f3e4d5b6a:statement-2026-11"
     spawn(statement, timeout=300, label="monthly statement", host="web-7f9c4d-2x8kq.eu-west-1.compute.internal")
+    spawn(statement, timeout=300, label="statement e-mail", host="worker-5d8b7-kq2zt.eu-west-1.compute.internal",
+          wait=False)
     spawn("catalogue:prices", timeout=300, label="price import", mode="read")
     view = Lock(redis_client, "shop.views.download_invoices", timeout=300, label="shop.views.download_invoices")
     view.view = "shop.views.download_invoices"
@@ -239,6 +242,9 @@ def test_operator_finds_a_holder_and_sees_it_go(
                           "key": "report:2026-11-26"}
     task.acquire()
 
+    listing = HolderListing(redis_client)
+    for name in ("orders:sync", statement):
+        wait_until(browser, lambda _, name=name: listing.waiters(name, "lock"), what=f"the waiter of {name}")
     changelist = live_server.url + reverse("admin:django_redis_coord_holder_changelist")
     browser.get(f"{live_server.url}{reverse('admin:login')}?next={reverse('admin:django_redis_coord_holder_changelist')}"
                 "%3Frefresh%3D0")
@@ -296,7 +302,9 @@ def test_operator_finds_a_holder_and_sees_it_go(
     for width in WIDTHS:
         at_width(browser, width, detail)
         assert statement in browser.find_element(By.TAG_NAME, "h1").text
-        assert not clipped(browser, "#content h1, .holder-detail td, .holder-detail code") and page_fits(browser)
+        assert "statement e-mail" in browser.find_element(By.ID, "waiters").text
+        assert not clipped(browser, "#content h1, .holder-detail td, .holder-detail code, #waiters td")
+        assert page_fits(browser)
         acquired = browser.find_element(By.CSS_SELECTOR, ".holder-detail .acquired-at").text
         assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", acquired), acquired
         release = browser.find_element(By.CSS_SELECTOR, ".submit-row a.release-link")
