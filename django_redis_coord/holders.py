@@ -162,8 +162,9 @@ class HolderInfo:
 
     @property
     def label_view(self) -> str:
-        """``"label / view"``, either alone, or ``""``."""
-        return " / ".join(part for part in (self.label, self.view) if part)
+        """``"label / view"``, either alone (once when they are the same, as ``@locked``'s default
+        label is its view), or ``""``."""
+        return " / ".join(dict.fromkeys(part for part in (self.label, self.view) if part))
 
     @property
     def acquired_at(self) -> Optional[datetime]:

@@ -27,10 +27,6 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from django_redis_coord.server import RedisServer  # noqa: E402
 
 
-def manage(*args: str, env: dict) -> None:
-    subprocess.run([sys.executable, str(HERE / "manage.py"), *args], check=True, env=env, cwd=HERE)
-
-
 def terminal_command(redis_url: str) -> str:
     """``manage.py locks list --watch 1`` for this demo, runnable from any directory and shell:
     the Python of the demo (``.venv``'s) by its full path, the demo's Redis in the environment."""
@@ -51,25 +47,28 @@ def main() -> int:
     parser.add_argument("--no-serve", action="store_true", help="set everything up, then stop")
     options = parser.parse_args()
     with RedisServer() as server:
-        env = dict(os.environ, DEMO_REDIS_URL=server.url, DJANGO_SETTINGS_MODULE="demo_site.settings")
         print(f"Embedded redis-server: {server.url} ({server.binary})", flush=True)
-        manage("migrate", "--noinput", "-v", "0", env=env)
-        manage("ensure_demo_admin", env=env)
+        # Django runs in this process (one start-up less than a manage.py per step): the workers
+        # and the terminal command get the same settings through the environment.
+        os.environ.update(DEMO_REDIS_URL=server.url, DJANGO_SETTINGS_MODULE="demo_site.settings")
+        import django
+        from django.core.management import call_command
+
+        django.setup()
+        call_command("prepare_demo")  # migrate, and the admin / admin superuser
         if options.no_serve:
-            manage("check", env=env)
+            call_command("check")
             return 0
         workers = None
         if options.workers > 0:
             workers = subprocess.Popen(
-                [sys.executable, str(HERE / "manage.py"), "contend", "--workers", str(options.workers)],
-                env=env, cwd=HERE,
-            )
+                [sys.executable, str(HERE / "manage.py"), "contend", "--workers", str(options.workers)], cwd=HERE)
         print(f"Site:  http://127.0.0.1:{options.port}/", flush=True)
         print(f"Admin: http://127.0.0.1:{options.port}/admin/django_redis_coord/holder/  (admin / admin)", flush=True)
         print(f"Terminal: {terminal_command(server.url)}", flush=True)
         try:
-            manage("runserver", f"127.0.0.1:{options.port}", "--noreload", env=env)
-        except (KeyboardInterrupt, subprocess.CalledProcessError):
+            call_command("runserver", f"127.0.0.1:{options.port}", use_reloader=False)
+        except (KeyboardInterrupt, SystemExit):  # runserver turns Ctrl-C into SystemExit(0)
             pass
         finally:
             if workers is not None:

@@ -4,13 +4,15 @@ The browser (Debian's ``chromium`` and ``chromium-driver``) is looked for at the
 it is missing and the suite runs as root on a machine with ``apt-get``, it is installed (bounded
 in time).  Only when no browser can be found or installed is the test skipped, with the reason
 spelled out in the summary.  Screenshots go to ``test-artifacts/`` (not versioned); with
-``DCOORD_UPDATE_DOCS_SCREENSHOT=1`` the one of the full list also replaces the committed
-``docs/img/admin-holders.png``.
+``DCOORD_UPDATE_DOCS_SCREENSHOT=1`` those of the full list and of a holder's page, at 1,280 px
+with the sidebar open, also replace the committed ``docs/img/admin-holders.png`` and
+``docs/img/admin-holder-detail.png``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -26,10 +28,12 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from django_redis_coord import Leader, Lock, Semaphore
+from django_redis_coord.listing import HolderListing, holder_id
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 DOCS_SCREENSHOT = ROOT / "docs" / "img" / "admin-holders.png"
+DOCS_DETAIL_SCREENSHOT = ROOT / "docs" / "img" / "admin-holder-detail.png"
 #: Set to refresh the committed screenshot of the docs (otherwise only test-artifacts/ is written).
 DOCS_SCREENSHOT_ENV = "DCOORD_UPDATE_DOCS_SCREENSHOT"
 ADMIN_STATIC = Path(django.__file__).parent / "contrib" / "admin" / "static"
@@ -47,6 +51,8 @@ CHROMIUM_FLAGS = [
     "--window-size=1500,1000",
 ]
 PASSWORD = "operator-pass-1234"
+#: The widths every page must be readable at with the admin's sidebar open: a common laptop, a desktop.
+WIDTHS = (1280, 1920)
 
 
 def find_browser() -> Optional[tuple[str, str]]:
@@ -140,12 +146,54 @@ def wait_until(driver, predicate, timeout: float = 20.0, what: str = "the page")
     return waiting.until(lambda d: predicate(d), message=what)
 
 
-def screenshot(driver, name: str) -> Path:
+def screenshot(driver, name: str, docs: Optional[Path] = None) -> Path:
+    """The window's screenshot in test-artifacts/; also ``docs`` when asked (or when it is missing)."""
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / name
     assert driver.save_screenshot(str(path)), f"could not save {path}"
     assert path.stat().st_size > 10_000
+    if docs is not None and (os.environ.get(DOCS_SCREENSHOT_ENV) or not docs.exists()):
+        docs.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, docs)
     return path
+
+
+def at_width(driver, width: int, url: str) -> None:
+    """``url`` in a window ``width`` px wide, with the admin's navigation sidebar open."""
+    driver.set_window_size(width, 1000)
+    driver.get(url)
+    driver.execute_script("localStorage.setItem('django.admin.navSidebarIsOpen', 'true');")
+    driver.get(url)
+    sidebar = driver.execute_script(
+        "var nav = document.getElementById('nav-sidebar'), main = document.getElementById('main');"
+        "return {open: main.classList.contains('shifted'), width: nav ? nav.getBoundingClientRect().width : 0,"
+        " inner: window.innerWidth};")
+    assert sidebar["open"] and sidebar["width"] > 200 and sidebar["inner"] == width, sidebar
+
+
+def clipped(driver, selector: str) -> list[str]:
+    """The text of each element matching ``selector`` that shows less than its content (its
+    scroll width beyond its client width: cut, or spilling over its neighbours)."""
+    found = driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0])).map(function (e) {"
+        "  return [e.textContent.trim(), e.scrollWidth, e.clientWidth]; });", selector)
+    assert found, f"nothing matches {selector}"
+    return [f"{text!r} ({scroll} px in {client} px)" for text, scroll, client in found if scroll > client]
+
+
+def clipped_column(driver, header: str) -> list[str]:
+    """:func:`clipped` for the cells of the list's column whose heading starts with ``header``."""
+    index = driver.execute_script(
+        "var header = arguments[0];"
+        "return Array.from(document.querySelectorAll('#result_list thead th')).findIndex(function (th) {"
+        "  return th.textContent.trim().toLowerCase().startsWith(header); });", header.lower())
+    assert index >= 0, f"no column {header}"
+    return clipped(driver, f"tr.holder-row > :nth-child({index + 1})")
+
+
+def page_fits(driver) -> bool:
+    """No sideways scrolling: the page is no wider than the window."""
+    return driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth;")
 
 
 def test_operator_finds_a_holder_and_sees_it_go(
@@ -155,6 +203,7 @@ def test_operator_finds_a_holder_and_sees_it_go(
     from selenium.webdriver.common.keys import Keys
 
     settings.STATIC_ROOT = str(ADMIN_STATIC)  # the live server serves the admin's CSS from here
+    settings.TIME_ZONE = "UTC"
     operator = django_user_model.objects.create_user("operator", password=PASSWORD, is_staff=True)
     for codename in ("view_holder", "force_release_holder"):
         operator.user_permissions.add(Permission.objects.get(codename=codename))
@@ -167,12 +216,23 @@ def test_operator_finds_a_holder_and_sees_it_go(
     exports = Semaphore(redis_client, "exports:csv", limit=3, timeout=300, label="csv export")
     exports.acquire()
     exports.acquire()
-    # A holder whose thread name and label are far longer than a column: cut, never wider.
-    long_thread = "ThreadPoolExecutor-catalogue-import-worker-" + "0123456789" * 12
+    # A holder whose thread name and label are longer than a column: wrapped, never cut, never wider.
+    long_thread = "celery-catalogue-import-ForkPoolWorker-3-ThreadPoolExecutor-0_12-supplier-feed-2026-11"
     taker = threading.Thread(name=long_thread, target=Lock(
-        redis_client, "imports:catalogue", timeout=300, label="catalogue import, " * 6, thread_local=False).acquire)
+        redis_client, "imports:catalogue", timeout=300, label="catalogue import for the supplier feed (full refresh)",
+        thread_local=False).acquire)
     taker.start()
     taker.join()
+    # Long names and owners on other hosts, a read hold of a read-write lock, a @locked view's hold
+    # (whose label is its view): the page shows each whole.
+    statement = "invoices:customer-7f3c2a91-e5b4-4d0e-9a77-1c2f3e4d5b6a:statement-2026-11"
+    spawn(statement, timeout=300, label="monthly statement", host="web-7f9c4d-2x8kq.eu-west-1.compute.internal")
+    spawn(statement, timeout=300, label="statement e-mail", host="worker-5d8b7-kq2zt.eu-west-1.compute.internal",
+          wait=False)
+    spawn("catalogue:prices", timeout=300, label="price import", mode="read")
+    view = Lock(redis_client, "shop.views.download_invoices", timeout=300, label="shop.views.download_invoices")
+    view.view = "shop.views.download_invoices"
+    view.acquire()
     # A leader (its role and term shown) and a unique task's run, as the operator tools show them.
     leader = Leader(redis_client, "beat:scheduler", 3, label="celery beat")  # renewed every second
     assert leader.campaign(blocking_timeout=5)
@@ -182,6 +242,9 @@ def test_operator_finds_a_holder_and_sees_it_go(
                           "key": "report:2026-11-26"}
     task.acquire()
 
+    listing = HolderListing(redis_client)
+    for name in ("orders:sync", statement):
+        wait_until(browser, lambda _, name=name: listing.waiters(name, "lock"), what=f"the waiter of {name}")
     changelist = live_server.url + reverse("admin:django_redis_coord_holder_changelist")
     browser.get(f"{live_server.url}{reverse('admin:login')}?next={reverse('admin:django_redis_coord_holder_changelist')}"
                 "%3Frefresh%3D0")
@@ -197,35 +260,63 @@ def test_operator_finds_a_holder_and_sees_it_go(
     assert str(report.pid) in listed["reports:nightly"] and str(report.fence) in listed["reports:nightly"]
     assert "nightly report" in listed["reports:nightly"]
     assert "2/3" in listed["exports:csv"]
-    role = browser.find_element(By.CSS_SELECTOR, 'tr.holder-row[data-name="beat:scheduler"] td.role')
+    role = browser.find_element(By.CSS_SELECTOR, 'tr.holder-row[data-name="beat:scheduler"] .role')
     assert role.text == "leader" and role.get_attribute("title") == f"term {leader.term} (the fence)"
     assert str(leader.term) in listed["beat:scheduler"]
-    task_role = browser.find_element(By.CSS_SELECTOR, 'tr.holder-row[data-name="report:2026-11-26"] td.role')
+    task_role = browser.find_element(By.CSS_SELECTOR, 'tr.holder-row[data-name="report:2026-11-26"] .role')
     assert task_role.text == "task" and task_role.get_attribute("title") == "task running"
     header = browser.find_element(By.ID, "header")
     assert header.value_of_css_property("background-color") not in ("rgba(0, 0, 0, 0)", "transparent"), (
         "the admin stylesheet did not load"
     )
-    # At 1,280 px the list fits: every Release button inside the window, no sideways scrolling,
-    # and the long thread name cut with an ellipsis, whole in the cell's title.
-    geometry = browser.execute_script(
-        "return {width: window.innerWidth, page: document.documentElement.scrollWidth,"
-        " buttons: Array.from(document.querySelectorAll('a.release-link')).map(function (a) {"
-        "   var r = a.getBoundingClientRect(); return [r.left, r.right, r.width]; })};"
-    )
-    assert geometry["width"] <= 1280 and len(geometry["buttons"]) == len(rows(browser))
-    for left, right, width in geometry["buttons"]:
-        assert width > 0 and 0 <= left and right <= geometry["width"], geometry
-    assert geometry["page"] <= geometry["width"], geometry
     owner = browser.find_element(By.CSS_SELECTOR, 'tr.holder-row[data-name="imports:catalogue"] td.owner')
-    assert long_thread in owner.get_attribute("title")
-    assert browser.execute_script("return arguments[0].scrollWidth > arguments[0].clientWidth;", owner)
-    full = screenshot(browser, "admin-holders.png")
-    if os.environ.get(DOCS_SCREENSHOT_ENV) or not DOCS_SCREENSHOT.exists():
-        DOCS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(full, DOCS_SCREENSHOT)
+    assert long_thread in owner.text
+    assert browser.find_element(
+        By.CSS_SELECTOR, 'tr.holder-row[data-name="shop.views.download_invoices"] .label-view').text == view.view
+    # At 1,280 and 1,920 px, sidebar open, every name, fence, owner and label is shown whole (they
+    # wrap), KIND takes no more room than NAME, every Release button is inside the window and
+    # clear of the table's edge, and nothing scrolls sideways.
+    for width in WIDTHS:
+        at_width(browser, width, changelist + "?refresh=0")
+        cut = {column: clipped_column(browser, column) for column in ("name", "fence", "owner", "kind")}
+        cut.update({cells: clipped(browser, cells) for cells in ("tr.holder-row .label-view", "#result_list thead th")})
+        assert not any(cut.values()), (width, {where: cells for where, cells in cut.items() if cells})
+        geometry = browser.execute_script(
+            "function box(e) { var r = e.getBoundingClientRect(); return [r.left, r.right, r.width]; }"
+            "return {width: window.innerWidth, table: box(document.getElementById('result_list')),"
+            " name: box(document.querySelector('tr.holder-row > :nth-child(1)')),"
+            " kind: box(document.querySelector('tr.holder-row > :nth-child(2)')),"
+            " buttons: Array.from(document.querySelectorAll('a.release-link')).map(box)};"
+        )
+        assert len(geometry["buttons"]) == len(rows(browser)) and page_fits(browser), (width, geometry)
+        assert geometry["kind"][2] <= geometry["name"][2], (width, geometry)
+        table_right = geometry["table"][1]
+        for left, right, button_width in geometry["buttons"]:
+            assert button_width > 0 and 0 <= left and right <= table_right - 8, (width, geometry)
+        screenshot(browser, f"admin-holders-{width}.png", DOCS_SCREENSHOT if width == 1280 else None)
+
+    # A holder's page and its release confirmation, at both widths: the name, the fence and the
+    # owner whole, the time in the site's time zone to the second.
+    detail = live_server.url + reverse("admin:django_redis_coord_holder_detail",
+                                       args=[holder_id("lock", statement.encode())])
+    for width in WIDTHS:
+        at_width(browser, width, detail)
+        assert statement in browser.find_element(By.TAG_NAME, "h1").text
+        assert "statement e-mail" in browser.find_element(By.ID, "waiters").text
+        assert not clipped(browser, "#content h1, .holder-detail td, .holder-detail code, #waiters td")
+        assert page_fits(browser)
+        acquired = browser.find_element(By.CSS_SELECTOR, ".holder-detail .acquired-at").text
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", acquired), acquired
+        release = browser.find_element(By.CSS_SELECTOR, ".submit-row a.release-link")
+        assert release.get_attribute("class") == "deletelink release-link"
+        screenshot(browser, f"admin-holder-detail-{width}.png", DOCS_DETAIL_SCREENSHOT if width == 1280 else None)
+        release.click()
+        wait_until(browser, lambda d: d.find_elements(By.ID, "confirm-release"), what="the confirmation page")
+        assert not clipped(browser, "#content h1, #content-main li, #content-main code") and page_fits(browser)
+        screenshot(browser, f"admin-holder-release-{width}.png")
 
     # Search for it.
+    at_width(browser, 1280, changelist + "?refresh=0")
     search = browser.find_element(By.ID, "searchbar")
     search.send_keys("NIGHTLY" + Keys.ENTER)
     wait_until(browser, lambda d: [name for name, _ in rows(d)] == ["reports:nightly"], what="the search result")

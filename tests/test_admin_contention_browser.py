@@ -4,9 +4,7 @@ the browser is found or installed).  Its screenshot goes to ``test-artifacts/`` 
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
 import time
 
 import redis
@@ -21,11 +19,14 @@ from django_redis_coord.metrics.configured import configured_recorder
 from tests.procs import run_processes
 from tests.test_admin_browser import (  # noqa: F401  (browser and browser_binaries are fixtures)
     ADMIN_STATIC,
-    DOCS_SCREENSHOT_ENV,
     PASSWORD,
     ROOT,
+    WIDTHS,
+    at_width,
     browser,
     browser_binaries,
+    clipped,
+    page_fits,
     screenshot,
     wait_until,
 )
@@ -36,6 +37,7 @@ PAST = {
     "orders:{pk}": (40, 6, 0.004, 0.120),
     "reports:{day}": (2, 1, 0.030, 8.0),
     "checkout:{user.pk}": (25, 0, 0.002, 0.045),
+    "invoices:{customer.uuid}:statement-{month}:{format}": (3, 0, 0.001, 0.900),
 }
 
 
@@ -95,24 +97,30 @@ def test_operator_sees_contention_per_template(browser, live_server, settings, t
         browser.find_element(By.ID, "contention-link").click()
         wait_until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "div.dcoord-template"), what="the charts")
 
-    sections = [s.get_attribute("data-template") for s in browser.find_elements(By.CSS_SELECTOR, "div.dcoord-template")]
-    assert sections == ["orders:{pk}", "reports:{day}", "checkout:{user.pk}"]
-    header = browser.find_element(By.ID, "header")
-    assert header.value_of_css_property("background-color") not in ("rgba(0, 0, 0, 0)", "transparent")
-    geometry = browser.execute_script(
-        "return {width: window.innerWidth, page: document.documentElement.scrollWidth,"
-        " charts: Array.from(document.querySelectorAll('svg.dcoord-chart')).map(function (s) {"
-        "   var r = s.getBoundingClientRect(); return [r.width, r.height, r.right]; }),"
-        " lines: document.querySelectorAll('svg.dcoord-chart polyline.series').length,"
-        " bars: document.querySelectorAll('svg.dcoord-chart rect.bar').length};"
-    )
-    assert len(geometry["charts"]) == 9 and geometry["page"] <= geometry["width"], geometry
-    for width, height, right in geometry["charts"]:
-        assert width >= 250 and height > 100 and right <= geometry["width"]
-    assert geometry["lines"] >= 12 and geometry["bars"] >= 30  # two percentiles of two charts, three templates
-    orders = browser.find_element(By.CSS_SELECTOR, 'div.dcoord-template[data-template="orders:{pk}"]')
-    assert int(orders.find_element(By.CSS_SELECTOR, "strong.contentions").text) > 0
-    page = screenshot(browser, "admin-contention.png")
-    if os.environ.get(DOCS_SCREENSHOT_ENV) or not DOCS_SCREENSHOT.exists():
-        DOCS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(page, DOCS_SCREENSHOT)
+        sections = [section.get_attribute("data-template")
+                    for section in browser.find_elements(By.CSS_SELECTOR, "div.dcoord-template")]
+        assert sections == ["orders:{pk}", "reports:{day}", "checkout:{user.pk}",
+                            "invoices:{customer.uuid}:statement-{month}:{format}"]
+        header = browser.find_element(By.ID, "header")
+        assert header.value_of_css_property("background-color") not in ("rgba(0, 0, 0, 0)", "transparent")
+        orders = browser.find_element(By.CSS_SELECTOR, 'div.dcoord-template[data-template="orders:{pk}"]')
+        assert int(orders.find_element(By.CSS_SELECTOR, "strong.contentions").text) > 0
+        page = browser.current_url
+        # At 1,280 and 1,920 px with the sidebar open: every template's name and figures whole, every
+        # chart whole and inside the window, no sideways scrolling.
+        for window in WIDTHS:
+            at_width(browser, window, page)
+            assert not clipped(browser, "div.dcoord-template h2, div.dcoord-template .figures, .dcoord-meta")
+            assert page_fits(browser)
+            geometry = browser.execute_script(
+                "return {width: window.innerWidth,"
+                " charts: Array.from(document.querySelectorAll('svg.dcoord-chart')).map(function (s) {"
+                "   var r = s.getBoundingClientRect(); return [r.width, r.height, r.right]; }),"
+                " lines: document.querySelectorAll('svg.dcoord-chart polyline.series').length,"
+                " bars: document.querySelectorAll('svg.dcoord-chart rect.bar').length};"
+            )
+            assert len(geometry["charts"]) == 12, geometry
+            for width, height, right in geometry["charts"]:
+                assert width >= 250 and height > 100 and right <= geometry["width"], geometry
+            assert geometry["lines"] >= 16 and geometry["bars"] >= 30  # two percentiles of two charts, four templates
+            screenshot(browser, f"admin-contention-{window}.png", DOCS_SCREENSHOT if window == 1280 else None)

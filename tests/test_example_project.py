@@ -20,18 +20,23 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from html import unescape
 from pathlib import Path
 
 import pytest
 
 from django_redis_coord.server import free_port
+from tests.test_admin_browser import browser, browser_binaries, clipped, page_fits  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "example_project"
 
 
 class Demo:
-    def __init__(self) -> None:
+    def __init__(self, *options: str) -> None:
+        """``run_demo.py --port <free port> *options`` (``python3 dev.py demo`` runs exactly that
+        script, with .venv's Python)."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         # The demo's SQLite database goes to a temporary directory, never example_project/db.sqlite3.
@@ -40,7 +45,7 @@ class Demo:
         env = dict(os.environ, PYTHONUNBUFFERED="1", DEMO_DB_PATH=self.db_path)
         env.pop("DJANGO_SETTINGS_MODULE", None)
         self.proc = subprocess.Popen(
-            [sys.executable, str(DEMO / "run_demo.py"), "--port", str(self.port), "--workers", "0"],
+            [sys.executable, str(DEMO / "run_demo.py"), "--port", str(self.port), *options],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env, start_new_session=True,
         )
         self.output: list[str] = []
@@ -119,7 +124,7 @@ def project_database_state():
 @pytest.fixture(scope="module")
 def demo():
     before = project_database_state()
-    running = Demo()
+    running = Demo("--workers", "0")
     yield running
     running.stop()
     # A developer's own demo database is left as it was (or not created at all).
@@ -149,12 +154,119 @@ def in_background(fn):
     return thread, box
 
 
+def log_in(demo) -> urllib.request.OpenerDirector:
+    """An opener with the session of the demo's superuser (admin / admin, as the README says)."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    _, _, login = demo.get("/admin/login/", opener)
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login).group(1)
+    form = {"csrfmiddlewaretoken": token, "username": "admin", "password": "admin", "next": "/admin/"}
+    request = urllib.request.Request(demo.base + "/admin/login/", data=urllib.parse.urlencode(form).encode(),
+                                     headers={"Referer": demo.base + "/admin/login/"})
+    assert "Site administration" in opener.open(request, timeout=60).read().decode()
+    return opener
+
+
+def links(html: str, under: str = "/") -> list[str]:
+    """The targets of the page's ``<a href>`` under ``under``, in order, once each."""
+    found = (unescape(href) for href in re.findall(r'<a\b[^>]*\bhref="([^"#]+)"', html))
+    return list(dict.fromkeys(href for href in found if href.startswith(under)))
+
+
+#: What example_project/README.md promises: every page linked from the landing page and from the
+#: admin shows something within this many seconds of ``python3 dev.py demo``.
+WALK_SECONDS = 30
+
+
+def test_every_linked_page_shows_content_within_30_s_of_starting():
+    """The demo as ``python3 dev.py demo`` starts it (three contending workers), walked like a
+    visitor: every link of the landing page, then every link of the admin's index and of the
+    holders' pages with the demo's superuser; each page shows what it is about (a report built,
+    the CSV, the holders, the contention history, the minute-long hold's page and its release
+    confirmation) within WALK_SECONDS of the start.  Meanwhile the export lets two callers in
+    and refuses the third, as the README says, although the workers run."""
+    started = time.monotonic()
+    demo = Demo()
+    try:
+        _, _, landing = demo.get("/")
+        landing_links = links(landing)
+        assert {"/report/monthly/?seconds=10", "/export.csv?seconds=10", "/async/daily/?seconds=10", "/fencing/",
+                "/hold-a-minute/", "/admin/django_redis_coord/holder/",
+                "/admin/django_redis_coord/holder/contention/"} <= set(landing_links), landing_links
+        with ThreadPoolExecutor(max_workers=len(landing_links) + 8) as pool:
+            # A visitor opens the site's own links (the slow ones take 10 s) while the operator logs in.
+            session = pool.submit(log_in, demo)
+            opened = {path: pool.submit(demo.get, path) for path in landing_links
+                      if not path.startswith(("/admin/", "/hold-a-minute/"))}
+            # The workers never take an export permit: two visitors are let in, the third is refused.
+            second = pool.submit(demo.get, "/export.csv?seconds=8")
+            wait_for(lambda: len(demo.live("export")) == 2, timeout=WALK_SECONDS)
+            assert demo.get("/export.csv?seconds=0")[0] == 409
+            opener = session.result()
+            fetch = lambda path: demo.get(path, opener)  # noqa: E731
+            opened.update({path: pool.submit(fetch, path) for path in landing_links if path not in opened})
+
+            def shows(path: str, status: int, html: str, *texts: str) -> None:
+                assert status == 200 and all(text in html for text in texts), (path, status, texts, html[-3000:])
+
+            # The minute-long hold: its page in the admin (times in UTC, to the second), then its release page.
+            status, _, held = opened["/hold-a-minute/"].result()
+            shows("/hold-a-minute/", status, held, "maintenance:nightly-backup", "held for a minute", "Force release…")
+            assert re.search(r'<span class="acquired-at">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</span>', held)
+            [release] = [href for href in links(held, "/admin/") if "/release/" in href]
+            shows(release, *fetch(release)[::2], "Yes, force release", "maintenance:nightly-backup")
+
+            # The holders' page lists the workers; the contention page has their history (written
+            # every few seconds by each process).
+            holders = "/admin/django_redis_coord/holder/?refresh=0"
+            listed = wait_for(lambda: (page := fetch(holders)) and "worker " in page[2] and page,
+                              timeout=WALK_SECONDS)
+            shows(holders, *listed[::2], 'class="holder-row"', "maintenance:nightly-backup")
+            contention = "/admin/django_redis_coord/holder/contention/"
+            charts = wait_for(lambda: (page := fetch(contention)) and 'data-template="report:{period}"' in page[2]
+                              and page, timeout=WALK_SECONDS)
+            shows(contention, *charts[::2], "svg")
+            assert 'id="history-off"' not in charts[2]
+
+            # Every link of the admin's index and of the holders' page answers with a page; a worker's
+            # hold may end meanwhile, so its own pages may say that nobody holds it any more.
+            admin_links = links(fetch("/admin/")[2], "/admin/") + links(listed[2], "/admin/")
+            for path, (status, _, html) in zip(admin_links, pool.map(fetch, admin_links)):
+                assert status == 200 or (status == 404 and "Nobody holds this" in html), (path, status)
+                assert 'id="content"' in html, path
+
+            pages = {path: page.result() for path, page in opened.items()}
+            assert second.result()[0] == 200
+        shows("/report/monthly/", *pages["/report/monthly/?seconds=10"][::2], "Written")
+        status, headers, body = pages["/export.csv?seconds=10"]
+        assert status == 200 and headers["Content-Type"] == "text/csv" and body.startswith("name,builds,fence")
+        assert json.loads(pages["/async/daily/?seconds=10"][2])["lock"] == "demo:async:daily"
+        shows("/fencing/", *pages["/fencing/"][::2], "csrfmiddlewaretoken")
+        elapsed = time.monotonic() - started
+        assert elapsed <= WALK_SECONDS, f"the walk took {elapsed:.1f} s"
+    finally:
+        demo.stop()
+
+
 def test_landing_page_links_everything(demo):
     status, _, html = demo.get("/")
     assert status == 200
-    for link in ("/report/monthly/", "/export.csv", "/async/daily/", "/fencing/",
-                 "/admin/django_redis_coord/holder/", "locks list --watch"):
+    for link in ("/report/monthly/", "/export.csv", "/async/daily/", "/fencing/", "/hold-a-minute/",
+                 "/admin/django_redis_coord/holder/", "/admin/django_redis_coord/holder/contention/",
+                 "locks list --watch"):
         assert link in html
+
+
+def test_the_landing_pages_command_box_wraps(demo, browser):  # noqa: F811 (browser is a fixture)
+    """The terminal command (a long line: the Redis URL, the full paths) is shown whole in a
+    narrow window too, wrapped, never cut or scrolled sideways."""
+    from selenium.webdriver.common.by import By
+
+    for width in (1280, 800):
+        browser.set_window_size(width, 900)
+        browser.get(demo.base + "/")
+        assert not clipped(browser, "#terminal-command, code") and page_fits(browser), width
+        assert "locks list --watch 1" in browser.find_element(By.ID, "terminal-command").text
 
 
 def test_locked_report_view_answers_409_while_building(demo):
@@ -208,17 +320,7 @@ def test_contending_workers_show_up_in_locks_list_and_admin(demo):
                         timeout=60)
         assert busy[0]["owner"]["pid"] != workers.pid  # held by a worker process, not the command itself
         # The admin page (admin / admin, as the README says) shows them too.
-        jar = http.cookiejar.CookieJar()
-        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-        _, _, login = demo.get("/admin/login/", opener)
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login).group(1)
-        form = {"csrfmiddlewaretoken": token, "username": "admin", "password": "admin",
-                "next": "/admin/django_redis_coord/holder/?refresh=0"}
-        request = urllib.request.Request(demo.base + "/admin/login/?next=/admin/django_redis_coord/holder/",
-                                         data=urllib.parse.urlencode(form).encode(),
-                                         headers={"Referer": demo.base + "/admin/login/"})
-        html = opener.open(request, timeout=60).read().decode()
-        assert "Live holders" in html
+        opener = log_in(demo)
         html = wait_for(lambda: (page := demo.get("/admin/django_redis_coord/holder/?refresh=0", opener)[2])
                         and "worker " in page and page, timeout=60)
         assert 'data-kind="lock"' in html or 'data-kind="sem"' in html

@@ -8,4 +8,5 @@ urlpatterns = [
     path("export.csv", views.export, name="export"),
     path("async/<slug:name>/", views.async_status, name="async-status"),
     path("fencing/", views.fencing, name="fencing"),
+    path("hold-a-minute/", views.hold_a_minute, name="hold-a-minute"),
 ]

@@ -6,6 +6,7 @@
 * ``export`` — ``@locked(limit=2)``: at most two CSV exports at a time (a semaphore).
 * ``async_status`` — ``@locked`` on an ``async def`` view.
 * ``fencing`` — a holder paused past its TTL tries to write after the next holder: refused.
+* ``hold_a_minute`` — a lock left held for a minute, to explore its admin page and force release.
 """
 
 from __future__ import annotations
@@ -21,14 +22,16 @@ from pathlib import Path
 from django.conf import settings
 from django.db.models import F
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from django_redis_coord import fenced_update, lock, locked
 from django_redis_coord.decorators import current_lock
+from django_redis_coord.listing import holder_id
 
+from .management.commands.contend import SEMAPHORE
 from .models import Report
 
 MAX_SECONDS = 30.0
@@ -45,6 +48,8 @@ def seconds_from(request: HttpRequest, default: float) -> float:
 #: The report the landing page asks to open in two tabs: no ``manage.py contend`` worker takes it
 #: (they take ``demo.management.commands.contend.JOBS``), so the first tab always gets the lock.
 TWO_TABS_REPORT = "monthly"
+#: The lock the landing page's "hold a lock for a minute" link takes, and for how long (seconds).
+HELD_A_MINUTE = ("maintenance:nightly-backup", 60)
 
 
 def manage_command() -> str:
@@ -58,8 +63,12 @@ def index(request: HttpRequest) -> HttpResponse:
     return render(request, "demo/index.html", {
         "reports": Report.objects.order_by("name"),
         "holders_url": reverse("admin:django_redis_coord_holder_changelist"),
+        "contention_url": reverse("admin:django_redis_coord_holder_contention"),
         "manage": manage_command(),
         "two_tabs_report": TWO_TABS_REPORT,
+        "held_a_minute": HELD_A_MINUTE[0],
+        "held_seconds": HELD_A_MINUTE[1],
+        "worker_semaphore": SEMAPHORE[0],
     })
 
 
@@ -96,6 +105,16 @@ async def async_status(request: HttpRequest, name: str) -> JsonResponse:
     held = current_lock()
     await asyncio.sleep(seconds_from(request, 2.0))
     return JsonResponse({"name": name, "fence": held.fence, "lock": held.name})
+
+
+def hold_a_minute(request: HttpRequest) -> HttpResponse:
+    """Take a lock and leave it held until its TTL runs out (a minute, no renewal), then show its
+    page in the admin: its holder, its waiters, and the force release.  A second click while it
+    is held shows the same hold."""
+    name, seconds = HELD_A_MINUTE
+    held = lock(name, timeout=seconds, auto_renew=False, label="held for a minute from the demo's landing page")
+    held.acquire(blocking=False)
+    return redirect("admin:django_redis_coord_holder_detail", holder_id("lock", held.name.encode()))
 
 
 @require_http_methods(["GET", "POST"])

@@ -44,9 +44,11 @@ TEMPLATES = [
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3",
                          "NAME": os.environ.get("DEMO_DB_PATH") or BASE_DIR / "db.sqlite3"}}
 USE_TZ = True
+TIME_ZONE = "UTC"
 STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("DEMO_REDIS_URL", "redis://127.0.0.1:6379/0")
 # Names are stored as "demo:<name>"; the admin page and `manage.py locks` show them without it.
-DJANGO_REDIS_COORD = {"URL": REDIS_URL, "KEY_PREFIX": "demo", "DEFAULT_TIMEOUT": 30}
+# "history" keeps the last hour of waits, holds and contentions for the admin's contention page.
+DJANGO_REDIS_COORD = {"URL": REDIS_URL, "KEY_PREFIX": "demo", "DEFAULT_TIMEOUT": 30, "METRICS": ["history"]}

@@ -1,10 +1,11 @@
-"""``manage.py contend``: worker processes fighting over a few locks and the export semaphore.
+"""``manage.py contend``: worker processes fighting over a few locks and a semaphore.
 
 Each worker is a separate OS process that loops: take one of the report locks (waiting in FIFO
 order for at most a few seconds), hold it for a moment while writing the report row with its
-fence, release; now and then take an export permit instead.  Leave it running and open the admin
-page of live holders, or ``manage.py locks list --watch 1``, to see holders, waiters, fences and
-the semaphore's usage move.
+fence, release; now and then take a permit of the thumbnails semaphore instead (never one of the
+export view's: its two permits stay free for visitors).  Leave it running and open the admin page
+of live holders, or ``manage.py locks list --watch 1``, to see holders, waiters, fences and the
+semaphore's usage move.
 
     python manage.py contend                    # 3 workers until Ctrl-C
     python manage.py contend --workers 6 --seconds 60
@@ -21,7 +22,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-JOBS = ["report:daily", "report:weekly", "invoices:sync", "search:reindex"]
+#: The locks the workers take, each with the key template its metrics are counted under (the
+#: admin's contention page shows one section per template).
+JOBS = {"report:daily": "report:{period}", "report:weekly": "report:{period}", "invoices:sync": "invoices:sync",
+        "search:reindex": "search:reindex"}
+#: The semaphore the workers take now and then: ``(name, permits)``.
+SEMAPHORE = ("thumbnails", 2)
 
 
 def interrupt(signum: int, frame: Any) -> None:
@@ -56,11 +62,12 @@ def loop(label: str, rng: random.Random, stop_at: float, hold: tuple[float, floa
     while stop_at == 0 or time.monotonic() < stop_at:
         try:
             if rng.random() < 0.25:
-                with semaphore("export", 2, timeout=15, label=f"{label} export", blocking_timeout=5):
+                with semaphore(*SEMAPHORE, timeout=15, label=f"{label} thumbnails", blocking_timeout=5,
+                               template=SEMAPHORE[0]):
                     time.sleep(rng.uniform(*hold))
                 continue
-            job = rng.choice(JOBS)
-            with lock(job, timeout=15, label=label, blocking_timeout=5) as held:
+            job = rng.choice(list(JOBS))
+            with lock(job, timeout=15, label=label, blocking_timeout=5, template=JOBS[job]) as held:
                 Report.objects.get_or_create(name=job.replace(":", "-"))
                 time.sleep(rng.uniform(*hold))
                 fenced_update(
@@ -98,7 +105,7 @@ class Command(BaseCommand):
         until = f" for {seconds:g} s." if seconds else "; Ctrl-C stops them."
         self.stdout.write(
             f"{workers} worker processes ({', '.join(str(p.pid) for p in processes)}) contend for "
-            f"{', '.join(JOBS)} and the export semaphore{until}"
+            f"{', '.join(JOBS)} and the {SEMAPHORE[0]} semaphore{until}"
         )
         try:
             for process in processes:
