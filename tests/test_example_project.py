@@ -185,7 +185,7 @@ def test_every_linked_page_shows_content(record_property):
     visitor: every link of the landing page, then every link of the admin's index and of the
     holders' pages with the demo's superuser; each page shows what it is about (a report built,
     the CSV, the holders, the contention history, the minute-long hold's page and its release
-    confirmation) (the time it took is printed).  Meanwhile the export lets two callers in
+    confirmation); the time the walk took is printed.  Meanwhile the export lets two callers in
     and refuses the third, as the README says, although the workers run."""
     started = time.monotonic()
     demo = Demo()
