@@ -49,6 +49,8 @@ __all__ = ["CacheAccess", "cache_access", "async_cache_client", "cache_redis_cli
 SUPPORTED = ("django_redis.cache.RedisCache", "django.core.cache.backends.redis.RedisCache")
 
 _lock = threading.Lock()
+#: Per alias: its access, made once per process (every part of it is fixed by ``CACHES``).
+_accesses: dict[str, CacheAccess] = {}
 #: Per alias, for Django's RedisCache: the sync client and the serializer built from CACHES.
 _django_clients: dict[str, tuple[Any, Any]] = {}
 #: Per event loop, per alias: the asyncio client.
@@ -60,6 +62,7 @@ def on_setting_changed(*, setting: str, **kwargs: Any) -> None:
     """``setting_changed`` receiver: the clients built from ``CACHES`` are built again."""
     if setting == "CACHES":
         with _lock:
+            _accesses.clear()
             _django_clients.clear()
             _async_clients.clear()
 
@@ -161,13 +164,24 @@ def cache_access(alias: str) -> CacheAccess:
 
     Raises Django's ``InvalidCacheBackendError`` for an alias ``CACHES`` lacks, and
     :class:`~django_redis_coord.exceptions.UnsupportedCacheBackend` for a cache that is not one of
-    :data:`SUPPORTED` (``LocMemCache``, memcached, the database cache, ...).
+    :data:`SUPPORTED` (``LocMemCache``, memcached, the database cache, ...).  Made once per alias
+    and process (again when ``CACHES`` changes): a cache's key function, serializer, default
+    timeout and client pool are fixed by its settings, whichever thread's cache object reads them.
     """
+    if not isinstance(alias, str):
+        raise InvalidLockArgumentType(f"cache must be the alias of a cache (a str), not {type(alias).__name__}")
+    access = _accesses.get(alias)
+    if access is not None:
+        return access
+    made = _access(alias)
+    with _lock:
+        return _accesses.setdefault(alias, made)
+
+
+def _access(alias: str) -> CacheAccess:
     from django.core.cache import caches
     from django.core.cache.backends.redis import RedisCache
 
-    if not isinstance(alias, str):
-        raise InvalidLockArgumentType(f"cache must be the alias of a cache (a str), not {type(alias).__name__}")
     cache = caches[alias]
     if isinstance(cache, RedisCache):
         return _django(alias, cache)

@@ -9,12 +9,14 @@ import os
 import signal
 import threading
 import time
+import warnings
 from typing import Any
 
 import pytest
 import redis
 from django.conf import settings
 from django.core.cache import InvalidCacheBackendError, caches
+from django.core.cache.backends.base import CacheKeyWarning
 from django.test import override_settings
 from redis.crc import key_slot
 
@@ -324,6 +326,11 @@ def test_timeouts_versions_and_values_as_the_cache_itself_writes_them(alias):
     for _ in range(2):  # a timeout of 0 stores nothing: each call produces
         assert get_or_set("zero", counting("zero", value="z"), 0, cache=alias) == "z"
     assert counters().get("runs:zero") == b"2" and not cache.has_key("zero")
+    # ... but a value already cached is returned, as Django's get_or_set returns it
+    cache.set("cached", "old", 100)
+    assert cache.get_or_set("cached", lambda: "new", 0) == "old"
+    assert get_or_set("cached", counting("cached", value="new"), 0, cache=alias) == "old"
+    assert counters().get("runs:cached") is None and cache.get("cached") == "old"
 
 
 def test_the_serializer_of_a_django_redis_cache_is_its_options_one():
@@ -343,10 +350,24 @@ def test_what_a_fill_leaves_in_redis_expires(alias):
 
 
 def test_the_fill_lock_shares_the_slot_of_the_cache_key():
-    for key in [b":1:plain", b"{user:7}:1:orders", b"a}b", b"{}x}", b"x{y", b"{a{b}c", "\u9396".encode()]:
+    long_keys = [b":1:" + b"k" * 70_000, b"{user:7}:1:" + b"k" * 2000, b"{" + b"t" * 40_000 + b"}:1:x", b"}" * 1025]
+    for key in [b":1:plain", b"{user:7}:1:orders", b"a}b", b"{}x}", b"x{y", b"{a{b}c", "\u9396".encode(), *long_keys]:
         name = fill_lock_name(key)
         slots = {key_slot(each) for each in (key, name, keys_for(name, b"rw").meta, keys_for(name, b"rw").queue)}
         assert slots == {key_slot(key)}, key
+        assert len(name) < 128 or key not in long_keys
+    assert fill_lock_name(b":1:" + b"k" * 2000) != fill_lock_name(b":1:" + b"k" * 2001)
+
+
+def test_a_key_as_long_as_djangos_get_or_set_takes_is_filled(alias):
+    key = "k" * 40_000  # a fill lock's name holding it twice would pass the 64 KiB limit of names
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CacheKeyWarning)  # Django's warning for memcached's 250 characters
+        assert caches[alias].get_or_set("own" + key, lambda: "theirs") == "theirs"
+        assert get_or_set(key, counting("long", value="v"), cache=alias) == "v"
+        assert get_or_set(key, counting("long", value="w"), cache=alias) == "v"
+        assert caches[alias].get(key) == "v"
+    assert counters().get("runs:long") == b"1"
 
 
 # -- refusals ----------------------------------------------------------------------------------------
