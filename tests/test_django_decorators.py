@@ -951,4 +951,3 @@ def test_a_locked_view_under_cache_page_is_cached_without_its_hold(redis_client)
     assert first.status_code == 200 and redis_client.get("cached:x") is None  # released at close
     again = client.get("/cached/x/")
     assert again.content == first.content  # served from the cache: the view did not run again
-    again.close()
