@@ -76,9 +76,10 @@ class FillLockSettings:
     retention_args: tuple = (FILL_RETENTION_MS,)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Fill:
-    """One call's fill: the cache, the keys, the expiry to write and the lock's settings."""
+    """One call's fill: the cache, the keys, the expiry to write and the lock's settings (not
+    frozen: made on every call, hits included, and a frozen dataclass costs three times as much to make)."""
 
     access: CacheAccess
     #: The Redis key of the value (what the cache's ``get()`` reads).

@@ -29,6 +29,7 @@ alias; neither backend has one of its own).  Nothing here connects: the first co
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import threading
 import weakref
@@ -95,11 +96,19 @@ class CacheAccess:
             made = self.cache.make_key(key, version=version)
         return str(made).encode()
 
+    @functools.cached_property
+    def default_expiry_ms(self) -> Optional[int]:
+        """:meth:`expiry_ms` of the cache's default timeout (``TIMEOUT``), worked out once."""
+        return self._expiry_ms(self.cache.default_timeout)
+
     def expiry_ms(self, timeout: Any) -> Optional[int]:
         """The expiry the cache's ``set(key, value, timeout)`` gives, in ms: ``None`` for none,
         0 when it stores nothing (a timeout of 0 or less, as Django's caches read it)."""
         if timeout is DEFAULT_TIMEOUT:
-            timeout = self.cache.default_timeout
+            return self.default_expiry_ms
+        return self._expiry_ms(timeout)
+
+    def _expiry_ms(self, timeout: Any) -> Optional[int]:
         if timeout is None:
             return None
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
