@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from benchmarks.bench_stampede import configure_caches
 from benchmarks.common import Context, Section, interleaved_pairs
 
 TARGET_RATIO = 0.9
@@ -46,23 +47,6 @@ def _caches(url: str) -> dict[str, Any]:
             **{alias: {"BACKEND": backend, "LOCATION": f"{base}/{db}"} for alias, (backend, db) in BACKENDS.items()}}
 
 
-def _configure(url: str) -> Any:
-    """Django settings with the caches above; returns an override to disable afterwards (or None)."""
-    import django
-    from django.conf import settings
-
-    if not settings.configured:
-        settings.configure(DEBUG=False, SECRET_KEY="benchmark-only", INSTALLED_APPS=[], DATABASES={},
-                           CACHES=_caches(url))
-        django.setup()
-        return None
-    from django.test import override_settings
-
-    override = override_settings(CACHES=_caches(url))
-    override.enable()
-    return override
-
-
 def _produce() -> Any:
     raise AssertionError("a hit runs no producer")
 
@@ -85,7 +69,7 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
     sizes = sizes or (QUICK if ctx.quick else Sizes())
     section = Section("cache", "get_or_set on a cache hit, next to the cache's own get_or_set")
     section.text(__doc__.split("\n\n", 1)[1])
-    override = _configure(ctx.server.url)
+    override = configure_caches(_caches(ctx.server.url))
     try:
         from django.core.cache import caches
 
