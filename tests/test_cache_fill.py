@@ -20,6 +20,7 @@ from django.core.cache.backends.base import CacheKeyWarning
 from django.test import override_settings
 from redis.crc import key_slot
 
+from benchmarks.common import CommandMonitor
 from django_redis_coord._cache_fill_base import FILL_RETENTION_MS, fill_lock_name
 from django_redis_coord.cache_fill import get_or_set
 from django_redis_coord.exceptions import (
@@ -162,6 +163,21 @@ def test_each_caller_gets_its_own_copy_and_a_hit_runs_nothing(alias):
     caches[alias].set("set-by-cache", {"from": "cache.set"})
     assert get_or_set("set-by-cache", counting("set-by-cache"), cache=alias) == {"from": "cache.set"}
     assert counters().get("runs:set-by-cache") is None
+
+
+def test_a_hit_sends_one_get_as_the_caches_own_get_or_set(alias, redis_server):
+    """What is fixed per cache alias is looked up once: a hit costs Redis one GET, nothing else."""
+    cache = caches[alias]
+    cache.set("hit", [1, 2])
+    assert get_or_set("hit", counting("hit"), cache=alias) == [1, 2]  # connected
+    with CommandMonitor(redis_server, wait=30) as ours:
+        for _ in range(5):
+            assert get_or_set("hit", counting("hit"), cache=alias) == [1, 2]
+    with CommandMonitor(redis_server, wait=30) as theirs:
+        for _ in range(5):
+            assert cache.get_or_set("hit", lambda: "produced") == [1, 2]
+    assert ours.counts == theirs.counts == {"GET": 5}
+    assert counters().get("runs:hit") is None
 
 
 # -- a producer that dies, one that is paused, one that raises -----------------------------------
