@@ -58,19 +58,19 @@ def _caches(url: str) -> dict[str, Any]:
     }
 
 
-def _configure(url: str) -> Any:
-    """Django settings with the caches above; returns an override to disable afterwards (or None)."""
+def configure_caches(caches: dict[str, Any]) -> Any:
+    """Django settings with ``caches`` as ``CACHES``; returns an override to disable afterwards (or None)."""
     import django
     from django.conf import settings
 
     if not settings.configured:
         settings.configure(DEBUG=False, SECRET_KEY="benchmark-only", INSTALLED_APPS=[], DATABASES={},
-                           CACHES=_caches(url))
+                           CACHES=caches)
         django.setup()
         return None
     from django.test import override_settings
 
-    override = override_settings(CACHES=_caches(url))
+    override = override_settings(CACHES=caches)
     override.enable()
     return override
 
@@ -211,7 +211,7 @@ def run(ctx: Context, sizes: Sizes = Sizes()) -> Section:
     callers = sizes.processes * sizes.threads
     section = Section("stampede", f"Cache stampede: {callers} callers on a cold key, a 50 ms producer")
     ctx.flush()
-    override = _configure(ctx.server.url)
+    override = configure_caches(_caches(ctx.server.url))
     try:
         found = measure(sizes, ctx.log)
         # The same processes with one thread each: what the lock and the wake-ups cost without the threads.

@@ -8,7 +8,10 @@ A fill of the cache key ``K`` (the full Redis key: the cache's ``KEY_PREFIX`` an
 applied) is guarded by the fenced :class:`~django_redis_coord.rwlock.ReadWriteLock` named
 ``{T}:dcoord-fill:K``, where ``T`` is the part of ``K`` that Redis Cluster hashes (``K`` itself
 unless it has a ``{hash tag}``): the lock's keys and ``K`` share a slot, so the write script can
-read the lock and write ``K`` atomically, also on a cluster.  The producer holds its write side;
+read the lock and write ``K`` atomically, also on a cluster.  A key longer than
+:data:`NAMED_KEY_MAX` bytes (a name holding it twice could pass the 64 KiB limit of names) is
+named by its SHA-256 digest instead, under the canonical tag of its slot:
+``{S}:dcoord-fill:#<hex digest>``.  The producer holds its write side;
 the callers of other processes queue for its read side, and the script that ends the write grants
 them all at once (readers at the head of the queue are served together), each then reading the
 value: the waiting processes are woken together, not one after another.
@@ -16,6 +19,8 @@ value: the waiting processes are woken together, not one after another.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import inspect
 import logging
 import math
@@ -29,8 +34,8 @@ from typing import Any, Optional, Union
 from ._arguments import Number, check_number
 from ._rwlock_base import WRITE, RWLockBase
 from .cache_backends import CacheAccess, cache_access
-from .exceptions import InvalidLockArgumentType, LockAcquireTimeout
-from .keys import encode_name, keys_for, tag_for
+from .exceptions import InvalidLockArgument, InvalidLockArgumentType, LockAcquireTimeout
+from .keys import MARKER, key_slot, keys_for, slot_tag, tag_for
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT", "FILL_RETENTION_MS", "LABEL", "Fill", "FillLockSettings", "Flights", "fill_lock_name",
@@ -49,12 +54,17 @@ MAX_WAITER_LEASE = 5.0
 FILL_RETENTION_MS = 60_000
 #: What marks a fill lock's name (after the hash tag, before the cache key).
 LOCK_MARK = b":dcoord-fill:"
+#: The longest cache key a fill lock's name holds as it is (longer ones: their digest).
+NAMED_KEY_MAX = 1024
 #: The label operators see on a fill lock (``manage.py locks``, the admin page).
 LABEL = "cache fill"
 
 
 def fill_lock_name(key: bytes) -> bytes:
-    """The name of the lock guarding the fills of the Redis key ``key``: in ``key``'s slot."""
+    """The name of the lock guarding the fills of the Redis key ``key``: in ``key``'s slot, short
+    whatever the key's length (a long key is named by its digest)."""
+    if len(key) > NAMED_KEY_MAX:
+        return b"{" + slot_tag(key_slot(key)) + b"}" + LOCK_MARK + b"#" + hashlib.sha256(key).hexdigest().encode()
     return b"{" + tag_for(key) + b"}" + LOCK_MARK + key
 
 
@@ -66,14 +76,14 @@ class FillLockSettings:
     retention_args: tuple = (FILL_RETENTION_MS,)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Fill:
-    """One call's fill: the cache, the keys, the expiry to write and the lock's settings."""
+    """One call's fill: the cache, the keys, the expiry to write and the lock's settings (not
+    frozen: made on every call, hits included, and a frozen dataclass costs three times as much to make)."""
 
     access: CacheAccess
     #: The Redis key of the value (what the cache's ``get()`` reads).
     key: bytes
-    lock_name: bytes
     #: Expiry of the value in ms: ``None`` for none, 0 when the cache would store nothing.
     expiry_ms: Optional[int]
     lock_timeout: float
@@ -86,6 +96,11 @@ class Fill:
     def stores(self) -> bool:
         """Whether the cache keeps what is written (a timeout of 0 or less stores nothing)."""
         return self.expiry_ms != 0
+
+    @functools.cached_property
+    def lock_name(self) -> bytes:
+        """The name of the fill lock (made on a miss only: a hit needs no lock)."""
+        return fill_lock_name(self.key)
 
     @property
     def flight_key(self) -> tuple[str, bytes]:
@@ -124,7 +139,9 @@ class Fill:
 
 def prepare(key: str, producer: Any, timeout: Any, version: Optional[int], cache: str, lock_timeout: Number,
             wait_timeout: Optional[Number], auto_renew: bool) -> Fill:
-    """Check a call's arguments (nothing is sent to Redis) and describe its fill."""
+    """Check a call's arguments (nothing is sent to Redis) and describe its fill.  The cache's
+    access is made once per alias (:func:`~django_redis_coord.cache_backends.cache_access`), the
+    fill lock's name only on a miss: a hit costs the checks, the key and one ``GET``."""
     if not callable(producer):
         raise InvalidLockArgumentType(f"producer must be a callable, not {type(producer).__name__}", lock_name=key)
     check_number("lock_timeout", lock_timeout, allow_none=False, positive=True, lock_name=key)
@@ -133,11 +150,12 @@ def prepare(key: str, producer: Any, timeout: Any, version: Optional[int], cache
         raise InvalidLockArgumentType("auto_renew must be True or False", lock_name=key)
     access = cache_access(cache)
     raw = access.make_key(key, version)
+    if MARKER in raw:  # refused before any I/O: the fill lock's name would hold it
+        raise InvalidLockArgument(f"a cache key must not contain the reserved marker {MARKER.decode()!r}",
+                                  lock_name=key)
     expiry = access.expiry_ms(timeout)
     stop_at = None if wait_timeout is None else time.monotonic() + wait_timeout
-    lock_name = fill_lock_name(raw)
-    encode_name(lock_name)  # refuses a name no lock may have (the reserved marker, too long) before any I/O
-    return Fill(access, raw, lock_name, expiry, float(lock_timeout), auto_renew, stop_at,
+    return Fill(access, raw, expiry, float(lock_timeout), auto_renew, stop_at,
                 None if wait_timeout is None else float(wait_timeout))
 
 

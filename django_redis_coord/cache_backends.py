@@ -29,6 +29,7 @@ alias; neither backend has one of its own).  Nothing here connects: the first co
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import threading
 import weakref
@@ -49,6 +50,8 @@ __all__ = ["CacheAccess", "cache_access", "async_cache_client", "cache_redis_cli
 SUPPORTED = ("django_redis.cache.RedisCache", "django.core.cache.backends.redis.RedisCache")
 
 _lock = threading.Lock()
+#: Per alias: its access, made once per process (every part of it is fixed by ``CACHES``).
+_accesses: dict[str, CacheAccess] = {}
 #: Per alias, for Django's RedisCache: the sync client and the serializer built from CACHES.
 _django_clients: dict[str, tuple[Any, Any]] = {}
 #: Per event loop, per alias: the asyncio client.
@@ -60,6 +63,7 @@ def on_setting_changed(*, setting: str, **kwargs: Any) -> None:
     """``setting_changed`` receiver: the clients built from ``CACHES`` are built again."""
     if setting == "CACHES":
         with _lock:
+            _accesses.clear()
             _django_clients.clear()
             _async_clients.clear()
 
@@ -92,11 +96,19 @@ class CacheAccess:
             made = self.cache.make_key(key, version=version)
         return str(made).encode()
 
+    @functools.cached_property
+    def default_expiry_ms(self) -> Optional[int]:
+        """:meth:`expiry_ms` of the cache's default timeout (``TIMEOUT``), worked out once."""
+        return self._expiry_ms(self.cache.default_timeout)
+
     def expiry_ms(self, timeout: Any) -> Optional[int]:
         """The expiry the cache's ``set(key, value, timeout)`` gives, in ms: ``None`` for none,
         0 when it stores nothing (a timeout of 0 or less, as Django's caches read it)."""
         if timeout is DEFAULT_TIMEOUT:
-            timeout = self.cache.default_timeout
+            return self.default_expiry_ms
+        return self._expiry_ms(timeout)
+
+    def _expiry_ms(self, timeout: Any) -> Optional[int]:
         if timeout is None:
             return None
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
@@ -161,13 +173,24 @@ def cache_access(alias: str) -> CacheAccess:
 
     Raises Django's ``InvalidCacheBackendError`` for an alias ``CACHES`` lacks, and
     :class:`~django_redis_coord.exceptions.UnsupportedCacheBackend` for a cache that is not one of
-    :data:`SUPPORTED` (``LocMemCache``, memcached, the database cache, ...).
+    :data:`SUPPORTED` (``LocMemCache``, memcached, the database cache, ...).  Made once per alias
+    and process (again when ``CACHES`` changes): a cache's key function, serializer, default
+    timeout and client pool are fixed by its settings, whichever thread's cache object reads them.
     """
+    if not isinstance(alias, str):
+        raise InvalidLockArgumentType(f"cache must be the alias of a cache (a str), not {type(alias).__name__}")
+    access = _accesses.get(alias)
+    if access is not None:
+        return access
+    made = _access(alias)
+    with _lock:
+        return _accesses.setdefault(alias, made)
+
+
+def _access(alias: str) -> CacheAccess:
     from django.core.cache import caches
     from django.core.cache.backends.redis import RedisCache
 
-    if not isinstance(alias, str):
-        raise InvalidLockArgumentType(f"cache must be the alias of a cache (a str), not {type(alias).__name__}")
     cache = caches[alias]
     if isinstance(cache, RedisCache):
         return _django(alias, cache)

@@ -76,14 +76,18 @@ def get_or_set(
     it is renewed every ``lock_timeout / 3`` while the producer runs): a producer that dies is
     replaced that long after its last renewal.  ``wait_timeout``: at most that many seconds of
     waiting for another caller's value, then :class:`~django_redis_coord.exceptions.LockAcquireTimeout`
-    (``None``: no limit).  A ``timeout`` of 0 or less stores nothing (as in Django): the producer
-    runs, without a lock.  Raises :class:`~django_redis_coord.exceptions.UnsupportedCacheBackend` for a
-    cache that is not django-redis nor Django's ``RedisCache``.
+    (``None``: no limit).  A ``timeout`` of 0 or less stores nothing, as in Django: a cached value
+    is returned, and on a miss the producer runs, without a lock, its value stored nowhere.
+    Raises :class:`~django_redis_coord.exceptions.UnsupportedCacheBackend` for a cache that is not
+    django-redis nor Django's ``RedisCache``.
 
     >>> from django_redis_coord.cache_fill import get_or_set          # doctest: +SKIP
     >>> get_or_set("report:2026", build_report, timeout=300)           # doctest: +SKIP
     """
     fill = prepare(key, producer, timeout, version, cache, lock_timeout, wait_timeout, auto_renew)
+    found = fill.access.client.get(fill.key)
+    if found is not None:  # a hit: one GET, as the cache's own get_or_set
+        return fill.access.decode(found)  # type: ignore[no-any-return]
     if not fill.stores:
         value = producer()
         check_produced(value, fill.key)
@@ -93,9 +97,6 @@ def get_or_set(
         if leading:  # the others of this process asking for the key wait for this one's outcome
             found = None
             try:
-                found = fill.access.client.get(fill.key)
-                if found is not None:
-                    return fill.access.decode(found)  # type: ignore[no-any-return]
                 value, found = _fill(fill, producer)
                 return value  # type: ignore[no-any-return]
             finally:

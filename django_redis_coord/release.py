@@ -65,6 +65,29 @@ class Release:
             release_logged(self.primitive)
 
 
+class ReleasingClose:
+    """A response's ``close()`` that releases first, then closes as before.
+
+    Set on the response itself (its public ``close()``, the method the WSGI server, the ASGI
+    handler and the test client call).  Pickled as the close it wraps: a response stored by
+    ``cache_page`` holds no hold, no client and no lock of this process."""
+
+    __slots__ = ("release", "close")
+
+    def __init__(self, release: Callable[[], None], close: Callable[[], None]) -> None:
+        self.release = release
+        self.close = close
+
+    def __call__(self) -> None:
+        try:
+            self.release()
+        finally:
+            self.close()
+
+    def __reduce__(self) -> Any:
+        return self.close.__reduce__()  # type: ignore[attr-defined]
+
+
 def release_at_close(response: HttpResponseBase, request: HttpRequest, release: Callable[[], None]) -> None:
     """Release when ``response`` is closed, or at the latest when Django closes ``request``.
 
@@ -72,7 +95,7 @@ def release_at_close(response: HttpResponseBase, request: HttpRequest, release: 
     ``ConditionalGetMiddleware`` turns it into a 304); the handler adds ``request.close`` to the
     closers of the response it sends, whichever it is, so the hold ends with that one.  A release
     runs once, whichever comes first."""
-    response._resource_closers.append(release)
+    response.close = ReleasingClose(release, response.close)  # type: ignore[method-assign]
     pending = request.__dict__.get("_coord_releases")
     if pending is None:
         pending = request._coord_releases = []  # type: ignore[attr-defined]

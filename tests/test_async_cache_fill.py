@@ -111,11 +111,13 @@ def test_plain_callables_waiting_limits_and_timeout_zero(alias):
         await producing
         for _ in range(2):  # nothing stored: each call produces
             await aget_or_set("zero", async_counting("zero"), 0, cache=alias)
+        caches[alias].set("cached", "old", 100)  # ... but a cached value is returned, as in Django
+        assert await aget_or_set("cached", async_counting("cached"), 0, cache=alias) == "old"
 
     asyncio.run(main())
     assert caches[alias].get("plain") == [1, 2]
     metas = [key for key in db(alias).keys("*") if b":dcoord:rw:meta:" in key]
     assert metas and all(0 < db(alias).pttl(key) <= FILL_RETENTION_MS for key in metas)
     assert counters().get("runs:slow") == b"1" and counters().get("runs:zero") == b"2"
-    assert not caches[alias].has_key("zero")
+    assert not caches[alias].has_key("zero") and counters().get("runs:cached") is None
 

@@ -9,15 +9,18 @@ import os
 import signal
 import threading
 import time
+import warnings
 from typing import Any
 
 import pytest
 import redis
 from django.conf import settings
 from django.core.cache import InvalidCacheBackendError, caches
+from django.core.cache.backends.base import CacheKeyWarning
 from django.test import override_settings
 from redis.crc import key_slot
 
+from benchmarks.common import CommandMonitor
 from django_redis_coord._cache_fill_base import FILL_RETENTION_MS, fill_lock_name
 from django_redis_coord.cache_fill import get_or_set
 from django_redis_coord.exceptions import (
@@ -160,6 +163,21 @@ def test_each_caller_gets_its_own_copy_and_a_hit_runs_nothing(alias):
     caches[alias].set("set-by-cache", {"from": "cache.set"})
     assert get_or_set("set-by-cache", counting("set-by-cache"), cache=alias) == {"from": "cache.set"}
     assert counters().get("runs:set-by-cache") is None
+
+
+def test_a_hit_sends_one_get_as_the_caches_own_get_or_set(alias, redis_server):
+    """What is fixed per cache alias is looked up once: a hit costs Redis one GET, nothing else."""
+    cache = caches[alias]
+    cache.set("hit", [1, 2])
+    assert get_or_set("hit", counting("hit"), cache=alias) == [1, 2]  # connected
+    with CommandMonitor(redis_server, wait=30) as ours:
+        for _ in range(5):
+            assert get_or_set("hit", counting("hit"), cache=alias) == [1, 2]
+    with CommandMonitor(redis_server, wait=30) as theirs:
+        for _ in range(5):
+            assert cache.get_or_set("hit", lambda: "produced") == [1, 2]
+    assert ours.counts == theirs.counts == {"GET": 5}
+    assert counters().get("runs:hit") is None
 
 
 # -- a producer that dies, one that is paused, one that raises -----------------------------------
@@ -324,6 +342,11 @@ def test_timeouts_versions_and_values_as_the_cache_itself_writes_them(alias):
     for _ in range(2):  # a timeout of 0 stores nothing: each call produces
         assert get_or_set("zero", counting("zero", value="z"), 0, cache=alias) == "z"
     assert counters().get("runs:zero") == b"2" and not cache.has_key("zero")
+    # ... but a value already cached is returned, as Django's get_or_set returns it
+    cache.set("cached", "old", 100)
+    assert cache.get_or_set("cached", lambda: "new", 0) == "old"
+    assert get_or_set("cached", counting("cached", value="new"), 0, cache=alias) == "old"
+    assert counters().get("runs:cached") is None and cache.get("cached") == "old"
 
 
 def test_the_serializer_of_a_django_redis_cache_is_its_options_one():
@@ -343,10 +366,24 @@ def test_what_a_fill_leaves_in_redis_expires(alias):
 
 
 def test_the_fill_lock_shares_the_slot_of_the_cache_key():
-    for key in [b":1:plain", b"{user:7}:1:orders", b"a}b", b"{}x}", b"x{y", b"{a{b}c", "\u9396".encode()]:
+    long_keys = [b":1:" + b"k" * 70_000, b"{user:7}:1:" + b"k" * 2000, b"{" + b"t" * 40_000 + b"}:1:x", b"}" * 1025]
+    for key in [b":1:plain", b"{user:7}:1:orders", b"a}b", b"{}x}", b"x{y", b"{a{b}c", "\u9396".encode(), *long_keys]:
         name = fill_lock_name(key)
         slots = {key_slot(each) for each in (key, name, keys_for(name, b"rw").meta, keys_for(name, b"rw").queue)}
         assert slots == {key_slot(key)}, key
+        assert len(name) < 128 or key not in long_keys
+    assert fill_lock_name(b":1:" + b"k" * 2000) != fill_lock_name(b":1:" + b"k" * 2001)
+
+
+def test_a_key_as_long_as_djangos_get_or_set_takes_is_filled(alias):
+    key = "k" * 40_000  # a fill lock's name holding it twice would pass the 64 KiB limit of names
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CacheKeyWarning)  # Django's warning for memcached's 250 characters
+        assert caches[alias].get_or_set("own" + key, lambda: "theirs") == "theirs"
+        assert get_or_set(key, counting("long", value="v"), cache=alias) == "v"
+        assert get_or_set(key, counting("long", value="w"), cache=alias) == "v"
+        assert caches[alias].get(key) == "v"
+    assert counters().get("runs:long") == b"1"
 
 
 # -- refusals ----------------------------------------------------------------------------------------

@@ -8,12 +8,17 @@ import threading
 import time
 
 import pytest
+from django import urls
 from django.contrib.auth.models import User
+from django.http import HttpResponse
 from django.test import AsyncClient, Client, override_settings
+from django.views.decorators.cache import cache_page
 
+from benchmarks.common import CommandMonitor
 from django_redis_coord import locked
 from django_redis_coord.decorators import KeyTemplateError, LockContended, MissingKeyValue, current_lock
 from django_redis_coord.exceptions import InvalidLockArgument, LockLostError
+from django_redis_coord.signals import lock_acquired, lock_released
 from tests.procs import CTX, run_processes
 from tests.testapp.models import Account
 
@@ -896,3 +901,53 @@ def test_a_lock_without_expiry_needs_to_be_asked_for_by_name(redis_client):
         assert held.timeout is None
     with pytest.raises(InvalidLockArgument, match="needs a timeout"):
         locked("forever", timeout=NO_EXPIRY, auto_renew=True)
+
+
+# -- what a request costs Redis ----------------------------------------------------------------------
+@locked("counted:{name}", timeout=30)
+def counted(request, name):
+    return HttpResponse(f"{request.coord_lock.name} fence={request.coord_lock.fence}")
+
+
+@locked("cached:{name}", timeout=30)
+def cached(request, name):
+    return HttpResponse(f"fence={request.coord_lock.fence}")
+
+
+#: This module is the URLconf of the tests below (ROOT_URLCONF): views of their own, nothing else.
+urlpatterns = [urls.path("counted/<str:name>/", counted), urls.path("cached/<str:name>/", cache_page(60)(cached))]
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_a_locked_view_sends_redis_its_acquire_and_its_release_only(redis_server, redis_client):
+    """Hold times (for Retry-After), signals and metrics stay in this process: what a request adds
+    on its path is the acquire script and the release script, nothing else."""
+    received = []
+
+    def receiver(**kwargs):
+        received.append(kwargs["name"])
+
+    client = Client()
+    assert client.get("/counted/warm/").status_code == 200  # connected, scripts loaded
+    lock_acquired.connect(receiver, dispatch_uid="counted")
+    lock_released.connect(receiver, dispatch_uid="counted-released")
+    try:
+        with CommandMonitor(redis_server, wait=30) as monitor:
+            for number in range(10):
+                response = client.get(f"/counted/n{number % 3}/")
+                assert response.status_code == 200 and b"fence=" in response.content
+    finally:
+        lock_acquired.disconnect(dispatch_uid="counted")
+        lock_released.disconnect(dispatch_uid="counted-released")
+    assert monitor.counts == {"EVALSHA": 20}  # 10 requests: one acquire, one release each
+    assert len(received) == 20 and redis_client.keys("counted:*") == []
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_a_locked_view_under_cache_page_is_cached_without_its_hold(redis_client):
+    """The response ``cache_page`` stores is pickled: it must not carry the release (a lock, a client)."""
+    client = Client()
+    first = client.get("/cached/x/")
+    assert first.status_code == 200 and redis_client.get("cached:x") is None  # released at close
+    again = client.get("/cached/x/")
+    assert again.content == first.content  # served from the cache: the view did not run again

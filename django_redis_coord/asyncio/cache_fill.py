@@ -62,18 +62,18 @@ async def aget_or_set(
     >>> await aget_or_set("report:2026", abuild_report, timeout=300)     # doctest: +SKIP
     """
     fill = prepare(key, producer, timeout, version, cache, lock_timeout, wait_timeout, auto_renew)
+    client = async_cache_client(fill.access.alias)
+    found = await client.get(fill.key)
+    if found is not None:  # a hit: one GET, as the cache's own get_or_set
+        return fill.access.decode(found)  # type: ignore[no-any-return]
     if not fill.stores:
         return await _produce(producer)  # type: ignore[no-any-return]
-    client = async_cache_client(fill.access.alias)
     flight_key = (asyncio.get_running_loop(), *fill.flight_key)
     while True:
         flight, leading = _flights.join(flight_key, asyncio.get_running_loop().create_future)
         if leading:  # the other tasks of this loop asking for the key wait for this one's outcome
             found = None
             try:
-                found = await client.get(fill.key)
-                if found is not None:
-                    return fill.access.decode(found)  # type: ignore[no-any-return]
                 value, found = await _fill(fill, client, producer)
                 return value  # type: ignore[no-any-return]
             finally:
