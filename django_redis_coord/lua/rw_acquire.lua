@@ -30,15 +30,16 @@ if redis.call('ZSCORE', holders, token) then
   return rw_held(holders, meta, queue, waiters, registry, member, token, ttl, retention, now_ms)
 end
 local after, clear = mode, true
-if redis.call('EXISTS', queue) == 1 then
+local queued = redis.call('EXISTS', queue) == 1  -- the queue and the waiter records expire together
+if queued then
   after, clear = rw_hand_off(holders, meta, queue, waiters, registry, member, mode, now_ms, now_us, token)
 end
 if clear and (after == '' or (after == 'r' and want == 'r')) then
-  -- Granted: not waiting any more (a refresh of a queued caller, or a resent first call).
-  redis.call('ZREM', queue, token)
-  redis.call('HDEL', waiters, token)
+  if queued then  -- granted: not waiting any more (a refresh of a queued caller, or a resent first call)
+    redis.call('ZREM', queue, token)
+    redis.call('HDEL', waiters, token)
+  end
   local fence, expiry = sem_grant(holders, meta, token, ttl, 0, info, now_ms, now_us, redis.call('HGET', meta, 'fence'))
-  prune_registry(registry, now_ms)  -- holds of this slot that ended without a release
   sem_publish(holders, registry, member, expiry, now_ms)
   sem_expire(holders, meta, retention, now_ms)
   if ttl > 0 then return {1, fence, ttl, 0} end
@@ -48,7 +49,6 @@ end
 local wait_ms = sem_next_end(holders, now_ms) or -1
 sem_expire(holders, meta, retention, now_ms)
 if enqueue then
-  prune_registry(registry, now_ms)
   queue_waiter(queue, waiters, meta, token, ttl, lease, channel, id, info, now_ms)
 end
 return {0, wait_ms}

@@ -43,15 +43,22 @@ if redis.call('ZSCORE', permits, token) then
   sem_expire(permits, meta, retention, now_ms)
   return {1, fence, pttl, 0}
 end
-local free, granted = sem_hand_off(permits, meta, queue, waiters, registry, member, limit, now_ms, now_us, token)
+-- Nobody waits (the queue and the waiter records expire together): a permit is free or not.
+local queued = redis.call('EXISTS', queue) == 1
+local free, granted = false, false
+if queued then
+  free, granted = sem_hand_off(permits, meta, queue, waiters, registry, member, limit, now_ms, now_us, token)
+else
+  free = redis.call('ZCARD', permits) < limit
+end
 if free then
-  -- Granted: not waiting any more, also when this identity was queued by another call.
-  redis.call('ZREM', queue, token)
-  redis.call('HDEL', waiters, token)
+  if queued then  -- granted: not waiting any more, also when this identity was queued by another call
+    redis.call('ZREM', queue, token)
+    redis.call('HDEL', waiters, token)
+  end
   local last = state[2]
   if granted then last = redis.call('HGET', meta, 'fence') end
   local fence, expiry = sem_grant(permits, meta, token, ttl, 0, info, now_ms, now_us, last)
-  prune_registry(registry, now_ms)  -- holds of this slot that ended without a release
   sem_publish(permits, registry, member, expiry, now_ms)
   sem_expire(permits, meta, retention, now_ms)
   if ttl > 0 then return {1, fence, ttl, 0} end
@@ -63,6 +70,5 @@ sem_expire(permits, meta, retention, now_ms)
 if not enqueue then
   return {0, wait_ms, limit}
 end
-prune_registry(registry, now_ms)
 queue_waiter(queue, waiters, meta, token, ttl, lease, channel, id, info, now_ms)
 return {0, wait_ms, limit}

@@ -76,13 +76,8 @@ end
 -- or renewed lease), or recompute it when `expiry` is nil (a permit left).
 local function sem_publish(permits, registry, member, expiry, now_ms)
   if expiry then
-    local listed = redis.call('ZSCORE', registry, member)
-    local raise = not listed
-    if listed and not string.find(listed, 'inf', 1, true) then
-      raise = expiry == '+inf' or tonumber(listed) < expiry
-    end
-    if raise then
-      redis.call('ZADD', registry, expiry, member)
+    -- GT: added when missing, raised when later (Redis 6.2+); CH: 1 when either happened.
+    if redis.call('ZADD', registry, 'GT', 'CH', expiry, member) == 1 then
       if expiry == '+inf' then
         registry_added(registry, 0, now_ms)
       else
