@@ -24,8 +24,9 @@ import secrets
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from benchmarks.common import Context, Section, interleaved_pairs
 
@@ -72,8 +73,9 @@ def base_package() -> Optional[Any]:
 
 def make_pairs(client: Any) -> dict[str, Callable[[], None]]:
     """``{library: one acquire + release}``."""
-    import django_redis_coord as ours
     from redis.lock import Lock as RedisPyLock
+
+    import django_redis_coord as ours
 
     objects: dict[str, tuple[Any, Any]] = {}
     raw = RawLock(client, "hot:raw")

@@ -386,7 +386,7 @@ def test_on_a_redis_cluster_every_primary_is_read(cluster):
     client.close()
 
 
-def test_registry_entries_of_holds_that_ended_without_a_release_are_dropped_when_its_expiry_is_set(redis_client, listing):
+def test_registry_entries_of_holds_that_ended_without_a_release_dropped_when_its_expiry_is_set(redis_client, listing):
     """Holds that simply expire leave their registry entries (the listing leaves them out by their
     score) until a grant in the same slot next sets the registry's expiry, at least once a minute
     while grants come: the registry grows with the holds of a minute or two, not with history."""
