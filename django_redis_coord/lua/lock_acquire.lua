@@ -41,6 +41,7 @@ if not retry and redis.call('EXISTS', queue) == 0 then
   end
 end
 
+-- The slow path: the helpers only it uses are defined from here.
 local now_ms, now_us = server_now()
 local current = redis.pcall('GET', name)
 if type(current) == 'table' then
