@@ -69,12 +69,13 @@ end
 
 -- Record that `token` now holds `name` for `ttl` ms (0 = no expiry): the next fence (next_fence()
 -- inlined into the same HSET: this is the hot path), who holds it, whether the hold is
--- provisional (`claim` '1'), and its registry entry.  Numbers go to Redis as Lua numbers (exact
+-- provisional (`claim` '1'), and its registry entry.  The holder fields (token, info, since,
+-- claim) are overwritten by each grant and never deleted: they describe the holder only while
+-- `name` holds the same token, which every reader checks.  Numbers go to Redis as Lua numbers (exact
 -- below 2^53).
 local function record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention, claim)
   local fence = math.max(tonumber(redis.call('HGET', meta, 'fence') or '0') + 1, now_us)
-  redis.call('HSET', meta, 'fence', fence, 'token', token, 'info', info, 'since', now_ms, 'ttl', ttl,
-             'claim', claim)
+  redis.call('HSET', meta, 'fence', fence, 'token', token, 'info', info, 'since', now_ms, 'claim', claim)
   if ttl > 0 then
     redis.call('ZADD', registry, now_ms + ttl, member)
     redis.call('PEXPIRE', meta, ttl + retention)

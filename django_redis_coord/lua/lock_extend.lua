@@ -25,7 +25,7 @@ local now_ms = server_now()
 if mode == 'persist' then
   redis.call('PERSIST', name)
   redis.call('PERSIST', meta)
-  redis.call('HSET', meta, 'claim', '0', 'ttl', '0')
+  redis.call('HSET', meta, 'claim', '0')
   redis.call('ZADD', registry, '+inf', member)
   registry_added(registry, 0, now_ms)
   return -1

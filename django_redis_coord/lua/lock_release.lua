@@ -11,13 +11,13 @@ end
 if current ~= token then
   return 0
 end
--- Only the fence counter (and the arrival counter of the queue) stays, for the retention period,
--- also after a hold with no expiry: the holder fields describe nobody once `name` is gone.
+-- The meta hash stays for the retention period, also after a hold with no expiry, for its fence
+-- counter (and the arrival counter of the queue); its holder fields describe nobody once `name`
+-- is gone (readers compare their token with the one at `name`) and the next grant overwrites them.
 local function let_go()
   redis.call('DEL', name)
   redis.call('ZREM', registry, member)
   registry_removed(registry)
-  redis.call('HDEL', meta, 'token', 'info', 'since', 'ttl', 'claim')
   redis.call('PEXPIRE', meta, retention)
   return 1
 end
