@@ -44,9 +44,15 @@ local function registry_expire(registry, now_ms)
   end
 end
 
--- An entry that ends in `ttl` ms (0: never) was added to the registry.
-local function registry_added(registry, ttl, now_ms)
-  local pttl = redis.call('PTTL', registry)
+-- An entry that ends in `ttl` ms (0: never) was added to the registry.  `before`: the registry's
+-- PTTL taken before the entry was added (nil: not taken), -2 when the key was new: then the entry
+-- is its only one (the common case of a slot with one primitive, whose release removed the key).
+local function registry_added(registry, ttl, now_ms, before)
+  if before == -2 then
+    if ttl > 0 then redis.call('PEXPIRE', registry, ttl + 120000) end
+    return
+  end
+  local pttl = before or redis.call('PTTL', registry)
   if ttl == 0 then
     if pttl ~= -1 then
       prune_registry(registry, now_ms)
@@ -76,6 +82,7 @@ end
 local function record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention, claim)
   local fence = math.max(tonumber(redis.call('HGET', meta, 'fence') or '0') + 1, now_us)
   redis.call('HSET', meta, 'fence', fence, 'token', token, 'info', info, 'since', now_ms, 'claim', claim)
+  local before = redis.call('PTTL', registry)
   if ttl > 0 then
     redis.call('ZADD', registry, now_ms + ttl, member)
     redis.call('PEXPIRE', meta, ttl + retention)
@@ -83,7 +90,7 @@ local function record_grant(meta, registry, member, token, ttl, info, now_ms, no
     redis.call('ZADD', registry, '+inf', member)
     redis.call('PERSIST', meta)
   end
-  registry_added(registry, ttl, now_ms)
+  registry_added(registry, ttl, now_ms, before)
   return fence
 end
 

@@ -77,11 +77,12 @@ end
 local function sem_publish(permits, registry, member, expiry, now_ms)
   if expiry then
     -- GT: added when missing, raised when later (Redis 6.2+); CH: 1 when either happened.
+    local before = redis.call('PTTL', registry)
     if redis.call('ZADD', registry, 'GT', 'CH', expiry, member) == 1 then
       if expiry == '+inf' then
-        registry_added(registry, 0, now_ms)
+        registry_added(registry, 0, now_ms, before)
       else
-        registry_added(registry, expiry - now_ms, now_ms)
+        registry_added(registry, expiry - now_ms, now_ms, before)
       end
     end
     return
