@@ -10,11 +10,13 @@ One client on the private redis-server; each library's pair (acquire, release) o
   ``base …`` (the package is imported from there under another name), for a before/after in one run.
 
 *pairs/s* comes from :func:`benchmarks.common.interleaved_pairs` (the libraries take turns in
-short slices). *server µs/pair*: per round and library, the statistics are reset, 200 pairs run and
-INFO commandstats read; the time is the ``usec`` of the commands the client sent (``set``,
-``evalsha``: a script's own time includes the commands it runs, which commandstats also counts
-under their names and are not added again). Fifteen rounds, alternating; the median is reported,
-and *x floor* is the median of each round's ratio to the floor.
+short slices). *server µs/pair*: per round and library, the statistics are reset, 200 pairs run
+and INFO commandstats read; the time is the ``usec`` of the commands the library sends itself
+(``SET``, ``EVALSHA``: a script's time includes the commands it runs, which commandstats also
+counts under their own names; those are not added again). commandstats counts wall time, which
+a loaded machine stretches when it takes the CPU from redis-server in the middle of a command:
+fifteen short rounds, alternating; the median is reported, and *x floor* is the median of each
+round's ratio to the floor.
 """
 
 from __future__ import annotations
@@ -32,13 +34,12 @@ from typing import Any, Optional
 from benchmarks.common import Context, Section, interleaved_pairs
 
 ROUNDS = 3
-#: The server's time is measured in more, shorter rounds: commandstats counts wall time, which a
-#: loaded machine stretches when it takes the CPU from redis-server in the middle of a command.
+#: The server's time is measured in more, shorter rounds (see the module's text).
 SERVER_ROUNDS = 15
 SERVER_PAIRS = 200
-#: The commands each library sends itself (the rest of commandstats ran inside its scripts).
+#: The commands each library sends itself (the others in commandstats ran inside its scripts).
+SCRIPTED = ("evalsha", "eval", "fcall")
 SENT = {"raw": ("set", "evalsha"), "redis-py": ("set", "evalsha"), "python-redis-lock": ("set", "evalsha")}
-SCRIPTED = ("evalsha", "eval")
 #: Targets (ratios in the same run).
 LOCK_PAIRS, LOCK_SERVER = 0.9, 4.0
 SEM_PAIRS, SEM_SERVER = 0.8, 6.0
@@ -116,14 +117,13 @@ def make_pairs(client: Any) -> dict[str, Callable[[], None]]:
 
 
 def server_usec(client: Any, lib: str, pair: Callable[[], None]) -> float:
-    """Server µs of one pair of ``lib`` (INFO commandstats, see the module's text)."""
+    """Server µs of one pair of ``lib``: INFO commandstats of the commands it sends itself."""
     client.config_resetstat()
     for _ in range(SERVER_PAIRS):
         pair()
     stats = client.info("commandstats")
     sent = SENT.get(lib, SCRIPTED)
-    total = sum(value["usec"] for key, value in stats.items() if key.removeprefix("cmdstat_") in sent)
-    return total / SERVER_PAIRS
+    return sum(value["usec"] for key, value in stats.items() if key.removeprefix("cmdstat_") in sent) / SERVER_PAIRS
 
 
 def run(ctx: Context) -> Section:
