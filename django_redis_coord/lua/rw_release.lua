@@ -16,20 +16,14 @@ if score then
   redis.call('ZREM', holders, token)
   redis.call('HDEL', meta, 'p:' .. token)
 end
--- The registry entry and the expiry of the keys follow the holds that are left.
-local function settle()
-  if score then
-    sem_unlisted(holders, registry, member, score, now_ms)
-  end
-  sem_expire(holders, meta, retention, now_ms)
-  return released
-end
 if redis.call('EXISTS', queue) == 0 then
-  return settle()
+  sem_settle(holders, meta, registry, member, score, retention, now_ms)
+  return released
 end
 -- The slow path: the helpers only it uses are defined from here.
 local mode = rw_mode(holders, meta, now_ms)
 if mode then
   rw_hand_off(holders, meta, queue, waiters, registry, member, mode, now_ms, now_us, nil)
 end
-return settle()
+sem_settle(holders, meta, registry, member, score, retention, now_ms)
+return released

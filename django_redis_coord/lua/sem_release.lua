@@ -13,19 +13,13 @@ if score then
   redis.call('ZREM', permits, token)
   redis.call('HDEL', meta, 'p:' .. token)
 end
--- The registry entry and the expiry of the keys follow the holds that are left.
-local function settle()
-  if score then
-    sem_unlisted(permits, registry, member, score, now_ms)
-  end
-  sem_expire(permits, meta, retention, now_ms)
-  return released
-end
 if redis.call('EXISTS', queue) == 0 then
-  return settle()
+  sem_settle(permits, meta, registry, member, score, retention, now_ms)
+  return released
 end
 -- The slow path: the helpers only it uses are defined from here.
 sem_reclaim(permits, meta, now_ms)
 local limit = tonumber(redis.call('HGET', meta, 'limit') or '0')
 sem_hand_off(permits, meta, queue, waiters, registry, member, limit, now_ms, now_us, nil)
-return settle()
+sem_settle(permits, meta, registry, member, score, retention, now_ms)
+return released

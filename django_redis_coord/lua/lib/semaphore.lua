@@ -191,3 +191,12 @@ local function sem_unlisted(permits, registry, member, score, now_ms)
     sem_publish(permits, registry, member, nil, now_ms)
   end
 end
+
+-- A release took the hold whose lease ended at `score` (nil: it held nothing) off `permits`: the
+-- registry entry and the expiry of the keys follow the holds that are left.
+local function sem_settle(permits, meta, registry, member, score, retention, now_ms)
+  if score then
+    sem_unlisted(permits, registry, member, score, now_ms)
+  end
+  sem_expire(permits, meta, retention, now_ms)
+end
