@@ -159,6 +159,9 @@ def run(ctx: Context) -> Section:
         section.figure(f"server_vs_floor.{lib}", vs_floor[lib])
         rows.append([lib, per_s[lib], f"{vs_redis_py[lib]:.2f}x", server[lib], f"{vs_floor[lib]:.2f}x"])
     section.table(["library", "client pairs/s", "x redis-py Lock", "redis-server µs/pair", "x floor"], rows)
+    if os.environ.get("DCOORD_BENCH_BASE"):
+        section.text(f"*base …*: the package of `{os.environ['DCOORD_BENCH_BASE']}` (`DCOORD_BENCH_BASE`), "
+                     "measured in the same run.")
     if "python-redis-lock" not in pairs:
         section.text("python-redis-lock is not installed (a dev extra): left out.")
     section.check("Lock pairs/s vs redis-py Lock", vs_redis_py["ours"], ">=", LOCK_PAIRS)
