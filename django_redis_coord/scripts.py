@@ -68,10 +68,31 @@ def _uses(source: str, name: str) -> bool:
     return re.search(pattern, lua_code(source)) is not None
 
 
+#: A line of a script's own file from which on the script needs the helpers its first part does
+#: not: they are placed after it.  Lua makes a ``local function`` when it runs its definition, on
+#: every call, and each costs the server time: a call that returns before this line (the hot path)
+#: makes only the helpers it uses.
+SLOW_PATH = "-- The slow path: the helpers only it uses are defined from here.\n"
+
+
+def _needed(source: str, chunks: list[tuple[str, str]]) -> set[str]:
+    """The helpers (of ``chunks``) that ``source`` uses, directly or through other helpers."""
+    needed: set[str] = set()
+    pending = [source]
+    while pending:
+        text = pending.pop()
+        for helper, chunk in chunks:
+            if helper not in needed and _uses(text, helper):
+                needed.add(helper)
+                pending.append(chunk)
+    return needed
+
+
 @cache
 def script_text(name: str) -> str:
     """The full source of script ``name``: the helpers it uses (directly or through other
-    helpers), in their files' order, then its own file.
+    helpers), in their files' order, then its own file; those that only the part after
+    :data:`SLOW_PATH` uses are placed after that line.
 
     Every ``local function`` a script carries is made again on each call, so a script carries
     only what it calls (see :func:`script_files` for where helpers come from)."""
@@ -79,16 +100,14 @@ def script_text(name: str) -> str:
     *libraries, own = script_files(name)
     chunks = [chunk for part in libraries for chunk in helper_chunks((folder / part).read_text(encoding="utf-8"))]
     body = (folder / own).read_text(encoding="utf-8")
-    needed: set[str] = set()
-    pending = [body]
-    while pending:
-        source = pending.pop()
-        for helper, text in chunks:
-            if helper not in needed and _uses(source, helper):
-                needed.add(helper)
-                pending.append(text)
-    kept = [text for helper, text in chunks if helper in needed]
-    return "\n\n".join([*kept, body])
+    fast, marker, slow = body.partition(SLOW_PATH)
+    first = _needed(fast, chunks)
+    later = _needed(body, chunks) - first
+    head = [text for helper, text in chunks if helper in first]
+    if not marker:
+        return "\n\n".join([*head, body])
+    tail = [text for helper, text in chunks if helper in later]
+    return "\n\n".join([*head, fast + marker.rstrip("\n"), *tail, slow])
 
 
 def queue_script(pipe: Any, script: Script, keys: Any, args: Any) -> None:

@@ -27,8 +27,12 @@ end
 
 -- A slot's registry lives as long as its latest entry, and one to two minutes more (for ever while
 -- an entry has no expiry).  registry_expire() sets that from the entries; the scripts that add or
--- remove an entry call registry_added() or registry_removed(), which mostly need one PTTL.
+-- remove an entry call registry_added() or registry_removed(), which mostly need one PTTL.  The
+-- entries of holds that ended without a release are dropped whenever the expiry is set, not on
+-- every grant: at least once a minute while grants come, and with the key when they stop (the
+-- listing leaves out expired entries by their score).
 local function registry_expire(registry, now_ms)
+  prune_registry(registry, now_ms)
   local last = redis.call('ZRANGE', registry, -1, -1, 'WITHSCORES')
   if not last[1] then
     return
@@ -40,14 +44,24 @@ local function registry_expire(registry, now_ms)
   end
 end
 
--- An entry that ends in `ttl` ms (0: never) was added to the registry.
-local function registry_added(registry, ttl, now_ms)
-  local pttl = redis.call('PTTL', registry)
+-- An entry that ends in `ttl` ms (0: never) was added to the registry.  `before`: the registry's
+-- PTTL taken before the entry was added (nil: not taken), -2 when the key was new: then the entry
+-- is its only one (the common case of a slot with one primitive, whose release removed the key).
+local function registry_added(registry, ttl, now_ms, before)
+  if before == -2 then
+    if ttl > 0 then redis.call('PEXPIRE', registry, ttl + 120000) end
+    return
+  end
+  local pttl = before or redis.call('PTTL', registry)
   if ttl == 0 then
-    if pttl ~= -1 then redis.call('PERSIST', registry) end
+    if pttl ~= -1 then
+      prune_registry(registry, now_ms)
+      redis.call('PERSIST', registry)
+    end
   elseif pttl == -1 then  -- a new key, or one kept for an entry with no expiry
     registry_expire(registry, now_ms)
   elseif pttl < ttl + 60000 then
+    prune_registry(registry, now_ms)
     redis.call('PEXPIRE', registry, ttl + 120000)
   end
 end
@@ -61,16 +75,14 @@ end
 
 -- Record that `token` now holds `name` for `ttl` ms (0 = no expiry): the next fence (next_fence()
 -- inlined into the same HSET: this is the hot path), who holds it, whether the hold is
--- provisional (`claim` '1'), and its registry entry.  `prune` drops the slot's entries of holds
--- that ended without a release first: a grant that adds an entry to the registry prunes it (a
--- hand-off only moves the name's entry).  Numbers go to Redis as Lua numbers (exact below 2^53).
-local function record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention, claim, prune)
+-- provisional (`claim` '1'), and its registry entry.  The holder fields (token, info, since,
+-- claim) are overwritten by each grant and never deleted: they describe the holder only while
+-- `name` holds the same token, which every reader checks.  Numbers go to Redis as Lua numbers (exact
+-- below 2^53).
+local function record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention, claim)
   local fence = math.max(tonumber(redis.call('HGET', meta, 'fence') or '0') + 1, now_us)
-  redis.call('HSET', meta, 'fence', fence, 'token', token, 'info', info, 'since', now_ms, 'ttl', ttl,
-             'claim', claim)
-  if prune then
-    prune_registry(registry, now_ms)
-  end
+  redis.call('HSET', meta, 'fence', fence, 'token', token, 'info', info, 'since', now_ms, 'claim', claim)
+  local before = redis.call('PTTL', registry)
   if ttl > 0 then
     redis.call('ZADD', registry, now_ms + ttl, member)
     redis.call('PEXPIRE', meta, ttl + retention)
@@ -78,18 +90,18 @@ local function record_grant(meta, registry, member, token, ttl, info, now_ms, no
     redis.call('ZADD', registry, '+inf', member)
     redis.call('PERSIST', meta)
   end
-  registry_added(registry, ttl, now_ms)
+  registry_added(registry, ttl, now_ms, before)
   return fence
 end
 
 -- Make `token` the holder of `name` (whoever held it before: SET overwrites) and record the grant.
-local function grant_lock(name, meta, registry, member, token, ttl, info, now_ms, now_us, retention, claim, prune)
+local function grant_lock(name, meta, registry, member, token, ttl, info, now_ms, now_us, retention, claim)
   if ttl > 0 then
     redis.call('SET', name, token, 'PX', ttl)
   else
     redis.call('SET', name, token)
   end
-  return record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention, claim, prune)
+  return record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention, claim)
 end
 
 -- Parse a waiter record "ttl lease_until lease channel id info" (ms, ms, ms, the channel its
@@ -202,7 +214,7 @@ local function hand_off(name, meta, queue, waiters, registry, member, now_ms, no
     return nil
   end
   local fence = grant_lock(name, meta, registry, member, head, ttl, info, now_ms, now_us, retention,
-                           tostring(provisional), false)
+                           tostring(provisional))
   notify(channel, id, int(fence) .. ' ' .. provisional)
   if ttl > 0 and 3 * ttl < lease then
     warn_next(queue, waiters, ttl, now_ms, except)

@@ -28,7 +28,7 @@ if not retry and redis.call('EXISTS', queue) == 0 then
   end
   if granted then
     local now_ms, now_us = server_now()
-    local fence = record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention, '0', true)
+    local fence = record_grant(meta, registry, member, token, ttl, info, now_ms, now_us, retention, '0')
     local pttl = -1
     if ttl > 0 then pttl = ttl end
     return {1, fence, pttl, 0}
@@ -41,6 +41,7 @@ if not retry and redis.call('EXISTS', queue) == 0 then
   end
 end
 
+-- The slow path: the helpers only it uses are defined from here.
 local now_ms, now_us = server_now()
 local current = redis.pcall('GET', name)
 if type(current) == 'table' then
@@ -61,7 +62,7 @@ if not current then
     -- explicit token): its place would later be handed the lock it already holds.
     redis.call('ZREM', queue, token)
     redis.call('HDEL', waiters, token)
-    local fence = grant_lock(name, meta, registry, member, token, ttl, info, now_ms, now_us, retention, '0', true)
+    local fence = grant_lock(name, meta, registry, member, token, ttl, info, now_ms, now_us, retention, '0')
     local pttl = -1
     if ttl > 0 then pttl = ttl end
     return {1, fence, pttl, 0}

@@ -17,13 +17,15 @@ if mode == 'claim' then
   end
   if ms > 0 then mode = 'replace' else mode = 'persist' end
 end
+-- A renewal's first write needs no memory (PERSIST, PEXPIRE): under `maxmemory` with `noeviction`
+-- Redis refuses the first write of a script that may need memory (SET, HSET, ZADD, ...), never the
+-- writes after one that ran, so a full Redis still renews.  Holds of this slot that ended without a
+-- release are dropped from the registry when its expiry is pushed back (registry_added()).
 local now_ms = server_now()
-redis.call('HSET', meta, 'claim', '0')
-prune_registry(registry, now_ms)
 if mode == 'persist' then
   redis.call('PERSIST', name)
   redis.call('PERSIST', meta)
-  redis.call('HSET', meta, 'ttl', '0')
+  redis.call('HSET', meta, 'claim', '0')
   redis.call('ZADD', registry, '+inf', member)
   registry_added(registry, 0, now_ms)
   return -1
@@ -38,6 +40,7 @@ if mode == 'add' then
 end
 redis.call('PEXPIRE', name, new_ttl)
 redis.call('PEXPIRE', meta, new_ttl + retention)
+redis.call('HSET', meta, 'claim', '0')
 redis.call('ZADD', registry, int(now_ms + new_ttl), member)
 registry_added(registry, new_ttl, now_ms)
 return new_ttl

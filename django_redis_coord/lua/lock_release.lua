@@ -11,18 +11,23 @@ end
 if current ~= token then
   return 0
 end
-if redis.call('EXISTS', queue) == 1 then
-  -- A hand-off overwrites the name, the holder fields of the meta hash and the registry entry.
-  local now_ms, now_us = server_now()
-  if hand_off(name, meta, queue, waiters, registry, member, now_ms, now_us, retention, nil) then
-    return 1
-  end
+-- The meta hash stays for the retention period, also after a hold with no expiry, for its fence
+-- counter (and the arrival counter of the queue); its holder fields describe nobody once `name`
+-- is gone (readers compare their token with the one at `name`) and the next grant overwrites them.
+local function let_go()
+  redis.call('DEL', name)
+  redis.call('ZREM', registry, member)
+  registry_removed(registry)
+  redis.call('PEXPIRE', meta, retention)
+  return 1
 end
-redis.call('DEL', name)
-redis.call('ZREM', registry, member)
-registry_removed(registry)
--- Only the fence counter (and the arrival counter of the queue) stays, for the retention period,
--- also after a hold with no expiry: the holder fields describe nobody once `name` is gone.
-redis.call('HDEL', meta, 'token', 'info', 'since', 'ttl', 'claim')
-redis.call('PEXPIRE', meta, retention)
-return 1
+if redis.call('EXISTS', queue) == 0 then
+  return let_go()
+end
+-- The slow path: the helpers only it uses are defined from here.
+-- A hand-off overwrites the name, the holder fields of the meta hash and the registry entry.
+local now_ms, now_us = server_now()
+if hand_off(name, meta, queue, waiters, registry, member, now_ms, now_us, retention, nil) then
+  return 1
+end
+return let_go()

@@ -26,29 +26,38 @@ local mode = rw_mode(holders, meta, now_ms)
 if not mode then
   return {-2}
 end
-if redis.call('ZSCORE', holders, token) then
-  return rw_held(holders, meta, queue, waiters, registry, member, token, ttl, retention, now_ms)
-end
-local after, clear = mode, true
-if redis.call('EXISTS', queue) == 1 then
-  after, clear = rw_hand_off(holders, meta, queue, waiters, registry, member, mode, now_ms, now_us, token)
-end
-if clear and (after == '' or (after == 'r' and want == 'r')) then
-  -- Granted: not waiting any more (a refresh of a queued caller, or a resent first call).
-  redis.call('ZREM', queue, token)
-  redis.call('HDEL', waiters, token)
+local held = redis.call('ZSCORE', holders, token)
+local queued = redis.call('EXISTS', queue) == 1  -- the queue and the waiter records expire together
+-- Grant the caller its hold; it waits no more (a refresh of a queued caller, or a resent first call).
+local function take()
+  if queued then
+    redis.call('ZREM', queue, token)
+    redis.call('HDEL', waiters, token)
+  end
   local fence, expiry = sem_grant(holders, meta, token, ttl, 0, info, now_ms, now_us, redis.call('HGET', meta, 'fence'))
-  prune_registry(registry, now_ms)  -- holds of this slot that ended without a release
   sem_publish(holders, registry, member, expiry, now_ms)
   sem_expire(holders, meta, retention, now_ms)
   if ttl > 0 then return {1, fence, ttl, 0} end
   return {1, fence, -1, 0}
 end
+if not held and not queued and (mode == '' or (mode == 'r' and want == 'r')) then
+  return take()  -- nobody waits and the lock is free, or held by readers and this is a read
+end
+-- The slow path: the helpers only it uses are defined from here.
+if held then
+  return rw_held(holders, meta, queue, waiters, registry, member, token, ttl, retention, now_ms)
+end
+local after, clear = mode, true
+if queued then
+  after, clear = rw_hand_off(holders, meta, queue, waiters, registry, member, mode, now_ms, now_us, token)
+end
+if clear and (after == '' or (after == 'r' and want == 'r')) then
+  return take()
+end
 
 local wait_ms = sem_next_end(holders, now_ms) or -1
 sem_expire(holders, meta, retention, now_ms)
 if enqueue then
-  prune_registry(registry, now_ms)
   queue_waiter(queue, waiters, meta, token, ttl, lease, channel, id, info, now_ms)
 end
 return {0, wait_ms}

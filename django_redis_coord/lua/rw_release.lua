@@ -16,14 +16,14 @@ if score then
   redis.call('ZREM', holders, token)
   redis.call('HDEL', meta, 'p:' .. token)
 end
-if redis.call('EXISTS', queue) == 1 then
-  local mode = rw_mode(holders, meta, now_ms)
-  if mode then
-    rw_hand_off(holders, meta, queue, waiters, registry, member, mode, now_ms, now_us, nil)
-  end
+if redis.call('EXISTS', queue) == 0 then
+  sem_settle(holders, meta, registry, member, score, retention, now_ms)
+  return released
 end
-if score then
-  sem_unlisted(holders, registry, member, score, now_ms)
+-- The slow path: the helpers only it uses are defined from here.
+local mode = rw_mode(holders, meta, now_ms)
+if mode then
+  rw_hand_off(holders, meta, queue, waiters, registry, member, mode, now_ms, now_us, nil)
 end
-sem_expire(holders, meta, retention, now_ms)
+sem_settle(holders, meta, registry, member, score, retention, now_ms)
 return released

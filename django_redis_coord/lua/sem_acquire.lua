@@ -33,7 +33,26 @@ if not sem_reclaim(permits, meta, now_ms) then
   return {-2}
 end
 
-if redis.call('ZSCORE', permits, token) then
+local held = redis.call('ZSCORE', permits, token)
+local queued = redis.call('EXISTS', queue) == 1  -- the queue and the waiter records expire together
+-- Give the caller a permit after the fence `last`; it waits no more (also when this identity was
+-- queued by another call).
+local function take(last)
+  if queued then
+    redis.call('ZREM', queue, token)
+    redis.call('HDEL', waiters, token)
+  end
+  local fence, expiry = sem_grant(permits, meta, token, ttl, 0, info, now_ms, now_us, last)
+  sem_publish(permits, registry, member, expiry, now_ms)
+  sem_expire(permits, meta, retention, now_ms)
+  if ttl > 0 then return {1, fence, ttl, 0} end
+  return {1, fence, -1, 0}
+end
+if not held and not queued and redis.call('ZCARD', permits) < limit then
+  return take(state[2])  -- nobody waits and a permit is free
+end
+-- The slow path: the helpers only it uses are defined from here.
+if held then
   -- Already held: handed to us (whether or not its announcement reached us), or an identity
   -- acquiring again.  The caller is alive, so it gets its full lease now (a provisional
   -- hand-off is claimed here).
@@ -43,19 +62,13 @@ if redis.call('ZSCORE', permits, token) then
   sem_expire(permits, meta, retention, now_ms)
   return {1, fence, pttl, 0}
 end
-local free, granted = sem_hand_off(permits, meta, queue, waiters, registry, member, limit, now_ms, now_us, token)
+local free, granted = false, false  -- nobody queued: all permits are taken
+if queued then
+  free, granted = sem_hand_off(permits, meta, queue, waiters, registry, member, limit, now_ms, now_us, token)
+end
 if free then
-  -- Granted: not waiting any more, also when this identity was queued by another call.
-  redis.call('ZREM', queue, token)
-  redis.call('HDEL', waiters, token)
-  local last = state[2]
-  if granted then last = redis.call('HGET', meta, 'fence') end
-  local fence, expiry = sem_grant(permits, meta, token, ttl, 0, info, now_ms, now_us, last)
-  prune_registry(registry, now_ms)  -- holds of this slot that ended without a release
-  sem_publish(permits, registry, member, expiry, now_ms)
-  sem_expire(permits, meta, retention, now_ms)
-  if ttl > 0 then return {1, fence, ttl, 0} end
-  return {1, fence, -1, 0}
+  if granted then return take(redis.call('HGET', meta, 'fence')) end
+  return take(state[2])
 end
 
 local wait_ms = sem_next_end(permits, now_ms) or -1
@@ -63,6 +76,5 @@ sem_expire(permits, meta, retention, now_ms)
 if not enqueue then
   return {0, wait_ms, limit}
 end
-prune_registry(registry, now_ms)
 queue_waiter(queue, waiters, meta, token, ttl, lease, channel, id, info, now_ms)
 return {0, wait_ms, limit}

@@ -37,6 +37,9 @@ elseif mode == 'add' then
   end
   new_ttl = left + ms
 end
+-- A renewal's first write needs no memory (see lock_extend.lua): PERSIST, whose expiry
+-- sem_expire() sets again before the script ends (the permits set holds this permit).
+redis.call('PERSIST', permits)
 local _, pttl = sem_claim(permits, meta, registry, member, token, new_ttl, now_ms)
 sem_expire(permits, meta, retention, now_ms)
 return pttl

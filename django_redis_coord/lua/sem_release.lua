@@ -13,13 +13,13 @@ if score then
   redis.call('ZREM', permits, token)
   redis.call('HDEL', meta, 'p:' .. token)
 end
-if redis.call('EXISTS', queue) == 1 then
-  sem_reclaim(permits, meta, now_ms)
-  local limit = tonumber(redis.call('HGET', meta, 'limit') or '0')
-  sem_hand_off(permits, meta, queue, waiters, registry, member, limit, now_ms, now_us, nil)
+if redis.call('EXISTS', queue) == 0 then
+  sem_settle(permits, meta, registry, member, score, retention, now_ms)
+  return released
 end
-if score then
-  sem_unlisted(permits, registry, member, score, now_ms)
-end
-sem_expire(permits, meta, retention, now_ms)
+-- The slow path: the helpers only it uses are defined from here.
+sem_reclaim(permits, meta, now_ms)
+local limit = tonumber(redis.call('HGET', meta, 'limit') or '0')
+sem_hand_off(permits, meta, queue, waiters, registry, member, limit, now_ms, now_us, nil)
+sem_settle(permits, meta, registry, member, score, retention, now_ms)
 return released

@@ -76,17 +76,13 @@ end
 -- or renewed lease), or recompute it when `expiry` is nil (a permit left).
 local function sem_publish(permits, registry, member, expiry, now_ms)
   if expiry then
-    local listed = redis.call('ZSCORE', registry, member)
-    local raise = not listed
-    if listed and not string.find(listed, 'inf', 1, true) then
-      raise = expiry == '+inf' or tonumber(listed) < expiry
-    end
-    if raise then
-      redis.call('ZADD', registry, expiry, member)
+    -- GT: added when missing, raised when later (Redis 6.2+); CH: 1 when either happened.
+    local before = redis.call('PTTL', registry)
+    if redis.call('ZADD', registry, 'GT', 'CH', expiry, member) == 1 then
       if expiry == '+inf' then
-        registry_added(registry, 0, now_ms)
+        registry_added(registry, 0, now_ms, before)
       else
-        registry_added(registry, expiry - now_ms, now_ms)
+        registry_added(registry, expiry - now_ms, now_ms, before)
       end
     end
     return
@@ -194,4 +190,13 @@ local function sem_unlisted(permits, registry, member, score, now_ms)
   elseif redis.call('ZSCORE', registry, member) == score then
     sem_publish(permits, registry, member, nil, now_ms)
   end
+end
+
+-- A release took the hold whose lease ended at `score` (nil: it held nothing) off `permits`: the
+-- registry entry and the expiry of the keys follow the holds that are left.
+local function sem_settle(permits, meta, registry, member, score, retention, now_ms)
+  if score then
+    sem_unlisted(permits, registry, member, score, now_ms)
+  end
+  sem_expire(permits, meta, retention, now_ms)
 end
