@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 from ._waiting_base import (
     IDLE_SECONDS,
+    READ_FAILURES,
     READ_SECONDS,
     HubBase,
     WaiterBase,
@@ -113,7 +114,7 @@ class WaitHub(HubBase):
                     return
                 self._open()
             message = self._pubsub.get_message(timeout=min(timeout, READ_SECONDS))
-        except Exception as exc:  # the connection dropped, a failover, the pool ran dry
+        except READ_FAILURES as exc:  # the connection dropped, a failover, the pool ran dry
             _close(self._pubsub)
             self._pubsub = None
             self._failed(exc)

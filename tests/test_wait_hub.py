@@ -589,3 +589,44 @@ def test_a_grant_announced_for_an_earlier_call_is_not_taken_after_it_ended(redis
     thread.join(10)
     assert result["acquired"] and result["at"] >= released_at and result["fence"] > other_fence
     client.close()
+
+
+class _SoftTimeLimit(Exception):
+    """What a signal handler raises in the waiting thread (as Celery's soft time limit does)."""
+
+
+def test_an_exception_a_signal_raises_while_the_waiter_reads_reaches_the_caller(redis_client):
+    """The only waiter of a process reads the waiting connection itself: an exception a signal
+    handler raises there (Celery's ``SoftTimeLimitExceeded``, an alarm-based timeout) ends the
+    acquire as it would anywhere else, and is not taken for a dropped connection; the waiter
+    leaves the queue and the hub serves the next one."""
+    import signal
+
+    from django_redis_coord import waiting
+
+    holder = Lock(redis_client, "signalled", timeout=30)
+    assert holder.acquire(blocking=False)
+    hub = waiting.hub_for(redis_client)
+
+    def raise_soft_limit(signum: int, frame: Any) -> None:
+        raise _SoftTimeLimit()
+
+    def signal_once_reading() -> None:
+        wait_for(lambda: redis_client.zcard(holder.keys.queue) == 1 and hub._reading.locked(), 10,
+                 "the waiter to queue and read")
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)  # type: ignore[arg-type]
+
+    previous = signal.signal(signal.SIGUSR1, raise_soft_limit)
+    try:
+        killer = threading.Thread(target=signal_once_reading)
+        killer.start()
+        with pytest.raises(_SoftTimeLimit):
+            Lock(redis_client, "signalled", timeout=30).acquire(blocking_timeout=15)
+        killer.join(10)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert redis_client.zcard(holder.keys.queue) == 0  # the waiter left the queue
+    assert not hub._reading.locked()
+    holder.release()
+    assert Lock(redis_client, "signalled", timeout=30).acquire(blocking_timeout=15)
+
