@@ -194,9 +194,10 @@ class HubBase:
                 self._client = None  # the hub, kept by its pool, must not keep the pool alive
         self.pass_reading(waiter)
 
-    def pass_reading(self, leaving: WaiterBase) -> None:
+    def pass_reading(self, leaving: Optional[WaiterBase]) -> None:
         """Wake the longest-registered waiter other than ``leaving`` to take the reading over, if
-        nobody reads now (the reader hands it over when it stops, see the twins' ``Waiter.wait``)."""
+        nobody reads now (the reader hands it over when it stops, see the twins' ``Waiter.wait``;
+        so does the sync hub's idle-closer, which takes the reading to look)."""
         if self._reading.locked():
             return
         with self._lock:

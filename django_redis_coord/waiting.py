@@ -159,6 +159,7 @@ class WaitHub(HubBase):
                 return
             finally:
                 self._reading.release()
+                self.pass_reading(None)  # a waiter that found the reading taken meanwhile sleeps
 
 
 def _close(pubsub: Any) -> None:

@@ -630,3 +630,69 @@ def test_an_exception_a_signal_raises_while_the_waiter_reads_reaches_the_caller(
     holder.release()
     assert Lock(redis_client, "signalled", timeout=30).acquire(blocking_timeout=15)
 
+
+class _WatchedReading:
+    """The hub's reading lock, watched: the idle-closer's take of it is held until ``go``, and a
+    waiter's refused take is seen (``refused``)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.closer_in = threading.Event()
+        self.go = threading.Event()
+        self.refused = threading.Event()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        got = self.lock.acquire(blocking, timeout)
+        if got and threading.current_thread().name == "django_redis_coord waiting":
+            self.closer_in.set()
+            self.go.wait(30)
+        elif not got:
+            self.refused.set()
+        return got
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def locked(self) -> bool:
+        return self.lock.locked()
+
+
+def test_a_waiter_that_comes_while_the_idle_closer_looks_is_handed_the_reading(redis_servers, monkeypatch):
+    """The idle-closer takes the reading to look whether anyone waits; a waiter that queued and
+    found the reading taken meanwhile is handed it when the closer lets go (the closer sees it
+    and keeps the connection), so it takes its grant from the release's message, not from its
+    refresh 30 s later."""
+    from django_redis_coord import waiting
+
+    monkeypatch.setattr("django_redis_coord.waiting.IDLE_SECONDS", 0.3)
+    (server,) = redis_servers(1)
+    client = server.client()
+    hub = waiting.hub_for(client)
+    reading = hub._reading = _WatchedReading()  # type: ignore[assignment]
+    first = Lock(client, "first", timeout=0.2)
+    assert first.acquire(blocking=False)
+    assert Lock(client, "first", timeout=5).acquire(blocking_timeout=5)  # waits: subscribes the hub
+    assert reading.closer_in.wait(10), "the idle-closer never looked"
+    holder = Lock(client, "next", timeout=120)
+    assert holder.acquire(blocking=False)
+    result: dict = {}
+
+    def wait() -> None:
+        lock = Lock(client, "next", timeout=120, waiter_lease=90)  # refreshes every 30 s
+        assert lock.refresh_interval == 30
+        result["acquired"] = lock.acquire(blocking_timeout=60)
+        result["at"] = time.monotonic()
+        lock.release()
+
+    reading.refused.clear()
+    thread = threading.Thread(target=wait)
+    thread.start()
+    assert reading.refused.wait(10), "the waiter never found the reading taken"
+    reading.go.set()  # the closer sees the waiter, keeps the connection and lets the reading go
+    wait_for(lambda: reading.locked(), 10, "the waiter to read")
+    released_at = time.monotonic()
+    holder.release()
+    thread.join(60)
+    assert result["acquired"]
+    assert result["at"] - released_at < 15, "woken by its refresh, not by the release's message"
+    client.close()
