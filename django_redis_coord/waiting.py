@@ -81,7 +81,11 @@ class WaitHub(HubBase):
             self._idle_since = None
             self._client = client
         if not self._ready.is_set():
-            self.take_turn(waiter, self._ready.is_set, time.monotonic() + ready_within)
+            try:
+                self.take_turn(waiter, self._ready.is_set, time.monotonic() + ready_within)
+            except BaseException:  # interrupted (a signal handler's exception): the waiter is not kept
+                self.unregister(waiter)
+                raise
         return waiter
 
     def take_turn(self, waiter: Waiter, done: Callable[[], Any], deadline: float) -> None:

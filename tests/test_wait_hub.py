@@ -696,3 +696,39 @@ def test_a_waiter_that_comes_while_the_idle_closer_looks_is_handed_the_reading(r
     assert result["acquired"]
     assert result["at"] - released_at < 15, "woken by its refresh, not by the release's message"
     client.close()
+
+
+def test_a_waiter_interrupted_while_it_subscribes_is_not_kept(redis_servers):
+    """The first waiter of a hub reads until its subscription is confirmed: an exception a signal
+    handler raises there ends the acquire and takes the waiter off the hub (a waiter kept there
+    would be handed the reading and never read, and the hub would never idle)."""
+    import signal
+
+    from django_redis_coord import waiting
+
+    (server,) = redis_servers(1)
+    client = server.client()
+    holder = Lock(client, "interrupted", timeout=30)
+    assert holder.acquire(blocking=False)
+    hub = waiting.hub_for(client)
+
+    def raise_soft_limit(signum: int, frame: Any) -> None:
+        raise _SoftTimeLimit()
+
+    def signal_once_subscribing() -> None:
+        wait_for(hub._reading.locked, 10, "the waiter to subscribe")
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)  # type: ignore[arg-type]
+
+    previous = signal.signal(signal.SIGUSR1, raise_soft_limit)
+    server.pause()  # the subscription waits for the server's reply
+    try:
+        killer = threading.Thread(target=signal_once_subscribing)
+        killer.start()
+        with pytest.raises(_SoftTimeLimit):
+            Lock(client, "interrupted", timeout=30).acquire(blocking_timeout=15)
+        killer.join(10)
+    finally:
+        server.resume()
+        signal.signal(signal.SIGUSR1, previous)
+    assert not hub._waiters, "the interrupted waiter is still registered"
+    client.close()
