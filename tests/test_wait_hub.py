@@ -10,8 +10,10 @@ connections given over to waiting (blocked, or subscribed) stayed at or under 4.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -595,36 +597,43 @@ class _SoftTimeLimit(Exception):
     """What a signal handler raises in the waiting thread (as Celery's soft time limit does)."""
 
 
+@contextlib.contextmanager
+def _soft_limit_once(ready: Any, what: str) -> Iterator[None]:
+    """Inside the block, once ``ready()``, the main thread gets a signal whose handler raises
+    :class:`_SoftTimeLimit`; the block must raise it."""
+    import signal
+
+    def raise_soft_limit(signum: int, frame: Any) -> None:
+        raise _SoftTimeLimit()
+
+    def signal_once_ready() -> None:
+        wait_for(ready, 10, what)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)  # type: ignore[arg-type]
+
+    previous = signal.signal(signal.SIGUSR1, raise_soft_limit)
+    try:
+        killer = threading.Thread(target=signal_once_ready)
+        killer.start()
+        with pytest.raises(_SoftTimeLimit):
+            yield
+        killer.join(10)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
 def test_an_exception_a_signal_raises_while_the_waiter_reads_reaches_the_caller(redis_client):
     """The only waiter of a process reads the waiting connection itself: an exception a signal
     handler raises there (Celery's ``SoftTimeLimitExceeded``, an alarm-based timeout) ends the
     acquire as it would anywhere else, and is not taken for a dropped connection; the waiter
     leaves the queue and the hub serves the next one."""
-    import signal
-
     from django_redis_coord import waiting
 
     holder = Lock(redis_client, "signalled", timeout=30)
     assert holder.acquire(blocking=False)
     hub = waiting.hub_for(redis_client)
-
-    def raise_soft_limit(signum: int, frame: Any) -> None:
-        raise _SoftTimeLimit()
-
-    def signal_once_reading() -> None:
-        wait_for(lambda: redis_client.zcard(holder.keys.queue) == 1 and hub._reading.locked(), 10,
-                 "the waiter to queue and read")
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)  # type: ignore[arg-type]
-
-    previous = signal.signal(signal.SIGUSR1, raise_soft_limit)
-    try:
-        killer = threading.Thread(target=signal_once_reading)
-        killer.start()
-        with pytest.raises(_SoftTimeLimit):
-            Lock(redis_client, "signalled", timeout=30).acquire(blocking_timeout=15)
-        killer.join(10)
-    finally:
-        signal.signal(signal.SIGUSR1, previous)
+    with _soft_limit_once(lambda: redis_client.zcard(holder.keys.queue) == 1 and hub._reading.locked(),
+                          "the waiter to queue and read"):
+        Lock(redis_client, "signalled", timeout=30).acquire(blocking_timeout=15)
     assert redis_client.zcard(holder.keys.queue) == 0  # the waiter left the queue
     assert not hub._reading.locked()
     holder.release()
@@ -702,8 +711,6 @@ def test_a_waiter_interrupted_while_it_subscribes_is_not_kept(redis_servers):
     """The first waiter of a hub reads until its subscription is confirmed: an exception a signal
     handler raises there ends the acquire and takes the waiter off the hub (a waiter kept there
     would be handed the reading and never read, and the hub would never idle)."""
-    import signal
-
     from django_redis_coord import waiting
 
     (server,) = redis_servers(1)
@@ -711,24 +718,11 @@ def test_a_waiter_interrupted_while_it_subscribes_is_not_kept(redis_servers):
     holder = Lock(client, "interrupted", timeout=30)
     assert holder.acquire(blocking=False)
     hub = waiting.hub_for(client)
-
-    def raise_soft_limit(signum: int, frame: Any) -> None:
-        raise _SoftTimeLimit()
-
-    def signal_once_subscribing() -> None:
-        wait_for(hub._reading.locked, 10, "the waiter to subscribe")
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)  # type: ignore[arg-type]
-
-    previous = signal.signal(signal.SIGUSR1, raise_soft_limit)
     server.pause()  # the subscription waits for the server's reply
     try:
-        killer = threading.Thread(target=signal_once_subscribing)
-        killer.start()
-        with pytest.raises(_SoftTimeLimit):
+        with _soft_limit_once(hub._reading.locked, "the waiter to subscribe"):
             Lock(client, "interrupted", timeout=30).acquire(blocking_timeout=15)
-        killer.join(10)
     finally:
         server.resume()
-        signal.signal(signal.SIGUSR1, previous)
     assert not hub._waiters, "the interrupted waiter is still registered"
     client.close()
