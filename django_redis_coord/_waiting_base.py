@@ -23,6 +23,8 @@ import time
 from collections import deque
 from typing import Any, Optional
 
+from redis.exceptions import RedisClusterException, RedisError
+
 from .exceptions import ConnectionPoolTooSmall
 
 logger = logging.getLogger("django_redis_coord")
@@ -34,6 +36,11 @@ CHANNEL_PREFIX = b"dcoord:wait:"
 IDLE_SECONDS = 10.0
 #: How long one read of the channel waits for a message at most.
 READ_SECONDS = 1.0
+#: What a read of the channel meets when the connection dropped, a failover runs or the pool ran
+#: dry: the reader reconnects.  Anything else (a signal handler's exception, such as Celery's soft
+#: time limit, raised in the waiting thread while it reads) ends the waiter's call, as it would
+#: anywhere else in that call.
+READ_FAILURES = (RedisError, RedisClusterException, OSError)
 #: What a hub hands its waiters after its connection came back: a message may have been lost
 #: meanwhile, so each looks again in Redis at once.
 RECHECK = b""
@@ -187,9 +194,10 @@ class HubBase:
                 self._client = None  # the hub, kept by its pool, must not keep the pool alive
         self.pass_reading(waiter)
 
-    def pass_reading(self, leaving: WaiterBase) -> None:
+    def pass_reading(self, leaving: Optional[WaiterBase]) -> None:
         """Wake the longest-registered waiter other than ``leaving`` to take the reading over, if
-        nobody reads now (the reader hands it over when it stops, see the twins' ``Waiter.wait``)."""
+        nobody reads now (the reader hands it over when it stops, see the twins' ``Waiter.wait``;
+        so does the sync hub's idle-closer, which takes the reading to look)."""
         if self._reading.locked():
             return
         with self._lock:

@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 from ._waiting_base import (
     IDLE_SECONDS,
+    READ_FAILURES,
     READ_SECONDS,
     HubBase,
     WaiterBase,
@@ -80,7 +81,11 @@ class WaitHub(HubBase):
             self._idle_since = None
             self._client = client
         if not self._ready.is_set():
-            self.take_turn(waiter, self._ready.is_set, time.monotonic() + ready_within)
+            try:
+                self.take_turn(waiter, self._ready.is_set, time.monotonic() + ready_within)
+            except BaseException:  # interrupted (a signal handler's exception): the waiter is not kept
+                self.unregister(waiter)
+                raise
         return waiter
 
     def take_turn(self, waiter: Waiter, done: Callable[[], Any], deadline: float) -> None:
@@ -113,7 +118,7 @@ class WaitHub(HubBase):
                     return
                 self._open()
             message = self._pubsub.get_message(timeout=min(timeout, READ_SECONDS))
-        except Exception as exc:  # the connection dropped, a failover, the pool ran dry
+        except READ_FAILURES as exc:  # the connection dropped, a failover, the pool ran dry
             _close(self._pubsub)
             self._pubsub = None
             self._failed(exc)
@@ -158,6 +163,7 @@ class WaitHub(HubBase):
                 return
             finally:
                 self._reading.release()
+                self.pass_reading(None)  # a waiter that found the reading taken meanwhile sleeps
 
 
 def _close(pubsub: Any) -> None:

@@ -10,8 +10,10 @@ connections given over to waiting (blocked, or subscribed) stayed at or under 4.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -588,4 +590,139 @@ def test_a_grant_announced_for_an_earlier_call_is_not_taken_after_it_ended(redis
     other.release()
     thread.join(10)
     assert result["acquired"] and result["at"] >= released_at and result["fence"] > other_fence
+    client.close()
+
+
+class _SoftTimeLimit(Exception):
+    """What a signal handler raises in the waiting thread (as Celery's soft time limit does)."""
+
+
+@contextlib.contextmanager
+def _soft_limit_once(ready: Any, what: str) -> Iterator[None]:
+    """Inside the block, once ``ready()``, the main thread gets a signal whose handler raises
+    :class:`_SoftTimeLimit`; the block must raise it."""
+    import signal
+
+    def raise_soft_limit(signum: int, frame: Any) -> None:
+        raise _SoftTimeLimit()
+
+    def signal_once_ready() -> None:
+        wait_for(ready, 10, what)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)  # type: ignore[arg-type]
+
+    previous = signal.signal(signal.SIGUSR1, raise_soft_limit)
+    try:
+        killer = threading.Thread(target=signal_once_ready)
+        killer.start()
+        with pytest.raises(_SoftTimeLimit):
+            yield
+        killer.join(10)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_an_exception_a_signal_raises_while_the_waiter_reads_reaches_the_caller(redis_client):
+    """The only waiter of a process reads the waiting connection itself: an exception a signal
+    handler raises there (Celery's ``SoftTimeLimitExceeded``, an alarm-based timeout) ends the
+    acquire as it would anywhere else, and is not taken for a dropped connection; the waiter
+    leaves the queue and the hub serves the next one."""
+    from django_redis_coord import waiting
+
+    holder = Lock(redis_client, "signalled", timeout=30)
+    assert holder.acquire(blocking=False)
+    hub = waiting.hub_for(redis_client)
+    with _soft_limit_once(lambda: redis_client.zcard(holder.keys.queue) == 1 and hub._reading.locked(),
+                          "the waiter to queue and read"):
+        Lock(redis_client, "signalled", timeout=30).acquire(blocking_timeout=15)
+    assert redis_client.zcard(holder.keys.queue) == 0  # the waiter left the queue
+    assert not hub._reading.locked()
+    holder.release()
+    assert Lock(redis_client, "signalled", timeout=30).acquire(blocking_timeout=15)
+
+
+class _WatchedReading:
+    """The hub's reading lock, watched: the idle-closer's take of it is held until ``go``, and a
+    waiter's refused take is seen (``refused``)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.closer_in = threading.Event()
+        self.go = threading.Event()
+        self.refused = threading.Event()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        got = self.lock.acquire(blocking, timeout)
+        if got and threading.current_thread().name == "django_redis_coord waiting":
+            self.closer_in.set()
+            self.go.wait(30)
+        elif not got:
+            self.refused.set()
+        return got
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def locked(self) -> bool:
+        return self.lock.locked()
+
+
+def test_a_waiter_that_comes_while_the_idle_closer_looks_is_handed_the_reading(redis_servers, monkeypatch):
+    """The idle-closer takes the reading to look whether anyone waits; a waiter that queued and
+    found the reading taken meanwhile is handed it when the closer lets go (the closer sees it
+    and keeps the connection), so it takes its grant from the release's message, not from its
+    refresh 30 s later."""
+    from django_redis_coord import waiting
+
+    monkeypatch.setattr("django_redis_coord.waiting.IDLE_SECONDS", 0.3)
+    (server,) = redis_servers(1)
+    client = server.client()
+    hub = waiting.hub_for(client)
+    reading = hub._reading = _WatchedReading()  # type: ignore[assignment]
+    first = Lock(client, "first", timeout=0.2)
+    assert first.acquire(blocking=False)
+    assert Lock(client, "first", timeout=5).acquire(blocking_timeout=5)  # waits: subscribes the hub
+    assert reading.closer_in.wait(10), "the idle-closer never looked"
+    holder = Lock(client, "next", timeout=120)
+    assert holder.acquire(blocking=False)
+    result: dict = {}
+
+    def wait() -> None:
+        lock = Lock(client, "next", timeout=120, waiter_lease=90)  # refreshes every 30 s
+        assert lock.refresh_interval == 30
+        result["acquired"] = lock.acquire(blocking_timeout=60)
+        result["at"] = time.monotonic()
+        lock.release()
+
+    reading.refused.clear()
+    thread = threading.Thread(target=wait)
+    thread.start()
+    assert reading.refused.wait(10), "the waiter never found the reading taken"
+    reading.go.set()  # the closer sees the waiter, keeps the connection and lets the reading go
+    wait_for(lambda: reading.locked(), 10, "the waiter to read")
+    released_at = time.monotonic()
+    holder.release()
+    thread.join(60)
+    assert result["acquired"]
+    assert result["at"] - released_at < 15, "woken by its refresh, not by the release's message"
+    client.close()
+
+
+def test_a_waiter_interrupted_while_it_subscribes_is_not_kept(redis_servers):
+    """The first waiter of a hub reads until its subscription is confirmed: an exception a signal
+    handler raises there ends the acquire and takes the waiter off the hub (a waiter kept there
+    would be handed the reading and never read, and the hub would never idle)."""
+    from django_redis_coord import waiting
+
+    (server,) = redis_servers(1)
+    client = server.client()
+    holder = Lock(client, "interrupted", timeout=30)
+    assert holder.acquire(blocking=False)
+    hub = waiting.hub_for(client)
+    server.pause()  # the subscription waits for the server's reply
+    try:
+        with _soft_limit_once(hub._reading.locked, "the waiter to subscribe"):
+            Lock(client, "interrupted", timeout=30).acquire(blocking_timeout=15)
+    finally:
+        server.resume()
+    assert not hub._waiters, "the interrupted waiter is still registered"
     client.close()

@@ -14,6 +14,7 @@ from typing import Any, Optional
 from .._tasks import drop_closed_loops, in_background
 from .._waiting_base import (
     IDLE_SECONDS,
+    READ_FAILURES,
     READ_SECONDS,
     HubBase,
     WaiterBase,
@@ -102,7 +103,7 @@ class AsyncWaitHub(HubBase):
                     return
                 await self._open()
             message = await self._pubsub.get_message(timeout=min(timeout, READ_SECONDS))
-        except Exception as exc:  # the connection dropped, a failover, the pool ran dry
+        except READ_FAILURES as exc:  # the connection dropped, a failover, the pool ran dry
             pubsub, self._pubsub = self._pubsub, None
             await _close(pubsub)
             self._failed(exc)
