@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from django.test import Client, override_settings
 from django.urls import include, path
 from prometheus_client.parser import text_string_to_metric_families
@@ -46,3 +49,20 @@ def test_openmetrics_when_the_scraper_asks_and_only_get(redis_client):
         assert response["Content-Type"].startswith("application/openmetrics-text")
         assert response.content.rstrip().endswith(b"# EOF")
         assert client.post("/metrics").status_code == 405
+
+
+def test_without_prometheus_client_the_urlconf_says_what_to_install():
+    """Loading the include without prometheus_client fails at start-up with the extra to install
+    (not a 500 at every scrape)."""
+    code = (
+        "import sys; sys.modules['prometheus_client'] = None\n"
+        "import django; from django.conf import settings; settings.configure(); django.setup()\n"
+        "from django.core.exceptions import ImproperlyConfigured\n"
+        "try:\n"
+        "    import django_redis_coord.metrics.urls\n"
+        "except ImproperlyConfigured as error:\n"
+        "    print(error)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "django-redis-coord[prometheus]" in out.stdout, out.stdout

@@ -9,8 +9,18 @@ gauges, collected at each scrape.
 
 from __future__ import annotations
 
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
+
+try:
+    from prometheus_client import REGISTRY
+    from prometheus_client.exposition import choose_encoder
+except ImportError as missing:  # found when the URLconf is loaded, not at the first scrape
+    raise ImproperlyConfigured(
+        "django_redis_coord.metrics.views serves prometheus_client's registry, which is not installed: "
+        "pip install 'django-redis-coord[prometheus]'"
+    ) from missing
 
 __all__ = ["metrics"]
 
@@ -18,8 +28,5 @@ __all__ = ["metrics"]
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
     """The registry's metrics, as ``prometheus_client``'s own HTTP server would answer."""
-    from prometheus_client import REGISTRY
-    from prometheus_client.exposition import choose_encoder
-
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     return HttpResponse(encoder(REGISTRY), content_type=content_type)
