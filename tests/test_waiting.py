@@ -9,6 +9,7 @@ import time
 import redis
 
 from django_redis_coord import Lock
+from django_redis_coord._waiting_base import READ_SECONDS
 from django_redis_coord.keys import keys_for
 
 from .procs import CTX, run_processes
@@ -227,11 +228,15 @@ def test_giving_up_honours_blocking_timeout_and_leaves_nothing_behind(redis_clie
     holder = Lock(redis_client, "giveup", timeout=30)
     holder.acquire()
     before = set(redis_client.keys("*"))
-    waiter = Lock(redis_client, "giveup", timeout=30)
+    waiter = Lock(redis_client, "giveup", timeout=30, waiter_lease=3)
+    # blocking_timeout is kept on the client's clock: the call gives up once it has passed, not at
+    # the next refresh of its place nor at the end of a whole read of the waiting connection, both
+    # 1 s away at the earliest here.
+    assert waiter.refresh_interval >= 1.0 and READ_SECONDS >= 1.0
     started = time.monotonic()
     assert waiter.acquire(blocking_timeout=0.3) is False
     waited = time.monotonic() - started
-    assert 0.3 <= waited < 0.45, waited
+    assert 0.3 <= waited < 1.0, waited
     assert set(redis_client.keys("*")) == before
     assert _queue_length(redis_client, "giveup") == 0
     holder.release()
@@ -367,18 +372,21 @@ def test_a_permit_granted_to_an_identity_still_queued_takes_it_off_the_queue(red
 
 def test_blocking_timeout_is_kept_on_the_client_even_when_redis_times_blocked_calls_out_late(redis_servers):
     # Redis 6 times a blocked BLPOP out in its cron, every 1/hz s: with hz 1 up to a second late.
-    # A wait a little longer than the refresh interval (2/3 s here) must not rely on that.
+    # blocking_timeout is kept on the client's clock instead: a wait of 0.6 s, one refresh of its
+    # place (every 0.5 s) in, ends once it has passed, not at the next refresh (1.0 s), nor at the
+    # end of a whole read of the waiting connection (READ_SECONDS, 1.0 s at the earliest), nor
+    # when the server times something out.
     (server,) = redis_servers(1)
     client = server.client()
     client.config_set("hz", 1)
     holder = Lock(client, "late-timeout", timeout=30)
     assert holder.acquire()
-    waiter = Lock(client, "late-timeout", timeout=10)
-    assert waiter.refresh_interval < 0.8
+    waiter = Lock(client, "late-timeout", timeout=10, waiter_lease=1.5)
+    assert waiter.refresh_interval == 0.5 and READ_SECONDS >= 1.0
     for _ in range(3):
         started = time.monotonic()
-        assert not waiter.acquire(blocking_timeout=0.8)
-        assert time.monotonic() - started < 0.8 + 0.15
+        assert not waiter.acquire(blocking_timeout=0.6)
+        assert 0.6 <= time.monotonic() - started < 1.0
     assert not client.exists(keys_for(b"late-timeout").queue)
     holder.release()
 
