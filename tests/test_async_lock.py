@@ -496,7 +496,10 @@ def test_the_next_waiter_replaces_a_holder_it_was_handed_to_that_crashed(async_r
         doomed = CTX.Process(target=_take_then_crash, args=(redis_url, "a:crash-chain", 0.3))
         doomed.start()
         await asyncio.wait_for(queued(client, "a:crash-chain", 1), 10)
-        waiter = Lock(client, "a:crash-chain", timeout=30)
+        # The waiter refreshes its place every 7.5 s: only the hand-off's note can wake it in time.
+        waiter = Lock(client, "a:crash-chain", timeout=30, waiter_lease=30)
+        assert waiter.refresh_interval == 7.5
+        asked = time.monotonic()
 
         async def wait():
             assert await waiter.acquire(blocking_timeout=10)
@@ -510,7 +513,9 @@ def test_the_next_waiter_replaces_a_holder_it_was_handed_to_that_crashed(async_r
         await holder.release()  # handed to the other process, which dies holding it for 0.3 s
         got = await asyncio.wait_for(task, 15)
         doomed.join(10)
-        assert got - released < 0.3 + 0.2, got - released
+        # Not before the dead holder's TTL ends (0.3 s after the release), and before the waiter's
+        # first refresh could have found the lock free.
+        assert released + 0.3 <= got < asked + waiter.refresh_interval, got - released
         await client.aclose()
 
     run(scenario())
