@@ -10,6 +10,7 @@ import pytest
 from redis.exceptions import LockError, LockNotOwnedError
 
 from django_redis_coord import InvalidLockArgument, LockLostError
+from django_redis_coord._waiting_base import READ_SECONDS
 from django_redis_coord.asyncio import Lock, async_lock_holder
 from django_redis_coord.keys import keys_for
 
@@ -448,11 +449,16 @@ def test_blocking_timeout_is_kept_on_the_client_even_when_redis_times_blocked_ca
         client = server.async_client()
         holder = Lock(client, "a:late-timeout", timeout=30)
         assert await holder.acquire()
-        waiter = Lock(client, "a:late-timeout", timeout=10)
+        # blocking_timeout is kept on the client's clock: a wait of 0.6 s, one refresh of its place
+        # (every 0.5 s) in, ends once it has passed, not at the next refresh (1.0 s), nor at the end
+        # of a whole read of the waiting connection (READ_SECONDS, 1.0 s at the earliest), nor when
+        # the server times something out.
+        waiter = Lock(client, "a:late-timeout", timeout=10, waiter_lease=1.5)
+        assert waiter.refresh_interval == 0.5 and READ_SECONDS >= 1.0
         for _ in range(3):
             started = time.monotonic()
-            assert not await waiter.acquire(blocking_timeout=0.8)
-            assert time.monotonic() - started < 0.8 + 0.15
+            assert not await waiter.acquire(blocking_timeout=0.6)
+            assert 0.6 <= time.monotonic() - started < 1.0
         await holder.release()
         await client.aclose()
 
@@ -490,7 +496,10 @@ def test_the_next_waiter_replaces_a_holder_it_was_handed_to_that_crashed(async_r
         doomed = CTX.Process(target=_take_then_crash, args=(redis_url, "a:crash-chain", 0.3))
         doomed.start()
         await asyncio.wait_for(queued(client, "a:crash-chain", 1), 10)
-        waiter = Lock(client, "a:crash-chain", timeout=30)
+        # The waiter refreshes its place every 7.5 s: only the hand-off's note can wake it in time.
+        waiter = Lock(client, "a:crash-chain", timeout=30, waiter_lease=30)
+        assert waiter.refresh_interval == 7.5
+        asked = time.monotonic()
 
         async def wait():
             assert await waiter.acquire(blocking_timeout=10)
@@ -504,7 +513,9 @@ def test_the_next_waiter_replaces_a_holder_it_was_handed_to_that_crashed(async_r
         await holder.release()  # handed to the other process, which dies holding it for 0.3 s
         got = await asyncio.wait_for(task, 15)
         doomed.join(10)
-        assert got - released < 0.3 + 0.2, got - released
+        # Not before the dead holder's TTL ends (0.3 s after the release), and before the waiter's
+        # first refresh could have found the lock free.
+        assert released + 0.3 <= got < asked + waiter.refresh_interval, got - released
         await client.aclose()
 
     run(scenario())

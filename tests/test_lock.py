@@ -23,6 +23,7 @@ from django_redis_coord import (
     LockAcquireTimeout,
     lock_holder,
 )
+from django_redis_coord._waiting_base import READ_SECONDS
 from django_redis_coord.keys import key_slot, keys_for
 from django_redis_coord.listing import HolderListing
 
@@ -170,11 +171,15 @@ def test_context_manager_raises_when_it_cannot_acquire(redis_client):
 def test_non_blocking_and_blocking_timeout(redis_client):
     first = Lock(redis_client, "bt", timeout=5)
     first.acquire()
-    second = Lock(redis_client, "bt", timeout=5)
+    second = Lock(redis_client, "bt", timeout=5, waiter_lease=3)
     assert second.acquire(blocking=False) is False
+    # blocking_timeout is kept on the client's clock: the call gives up once it has passed, not at
+    # the next refresh of its place nor at the end of a whole read of the waiting connection, both
+    # 1 s away at the earliest here.
+    assert second.refresh_interval >= 1.0 and READ_SECONDS >= 1.0
     started = time.monotonic()
     assert second.acquire(blocking_timeout=0.2) is False
-    assert 0.2 <= time.monotonic() - started < 0.6
+    assert 0.2 <= time.monotonic() - started < 1.0
     first.release()
     assert second.acquire(blocking=False)
     second.release()

@@ -122,9 +122,10 @@ def test_a_sigkilled_runner_frees_the_lock_within_its_timeout(redis_client, redi
     started(redis_client, "f")
     first.kill()
     first.wait()
-    killed = time.monotonic()
+    # Nobody releases it: the key ends within the 1 s timeout the runner last set (or has already).
+    pttl = redis_client.pttl("killed")
+    assert pttl == -2 or 0 < pttl <= 1000, pttl
     wait_for(lambda: not redis_client.exists("killed"), timeout=5)
-    assert time.monotonic() - killed <= 1.5
     redis_client.rpush("gate:f", 1)
     code, out, err = finish(start(redis_url, "killed", "--name", "f"))
     assert code == 0 and "done f" in out, err

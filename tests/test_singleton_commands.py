@@ -130,9 +130,10 @@ def test_sigkill_frees_within_lock_timeout(redis_client, redis_url):
     started(redis_client, "g")
     first.kill()
     first.wait()
-    killed = time.monotonic()
+    # Nobody releases it: the key ends within the 1 s timeout the runner last set (or has already).
+    pttl = redis_client.pttl("sleep:g")
+    assert pttl == -2 or 0 < pttl <= 1000, pttl
     wait_for(lambda: not redis_client.exists("sleep:g"), timeout=5)
-    assert time.monotonic() - killed <= 1.5  # lock_timeout 1 s
 
 
 def test_call_command_and_bad_wait(redis_client):

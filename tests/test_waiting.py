@@ -9,9 +9,10 @@ import time
 import redis
 
 from django_redis_coord import Lock
+from django_redis_coord._waiting_base import READ_SECONDS
 from django_redis_coord.keys import keys_for
 
-from .procs import CTX, run_processes
+from .procs import CTX
 
 
 def _queue_length(client: redis.Redis, name: str) -> int:
@@ -61,28 +62,39 @@ def _hold_and_crash(url: str, name: str, timeout: float, queue) -> None:
     time.sleep(60)  # killed by the test: never releases
 
 
-def _wait_and_time(url: str, name: str) -> int:
-    lock = Lock(redis.Redis.from_url(url), name, timeout=10)
+def _wait_and_time(url: str, name: str, lease: float, queue) -> None:
+    lock = Lock(redis.Redis.from_url(url), name, timeout=30, waiter_lease=lease)
     lock.acquire()
-    acquired = time.monotonic_ns()
+    queue.put(time.monotonic_ns())
     lock.release()
-    return acquired
 
 
 def test_a_waiter_gets_the_lock_when_a_crashed_holders_ttl_ends(redis_client, redis_url):
     ready = CTX.Queue()
-    crasher = CTX.Process(target=_hold_and_crash, args=(redis_url, "crash", 1.0, ready))
+    crasher = CTX.Process(target=_hold_and_crash, args=(redis_url, "crash", 2.0, ready))
     crasher.start()
     assert ready.get(timeout=10) == "held"
-    pttl = redis_client.pttl("crash")
-    expires_at = time.monotonic_ns() + pttl * 1_000_000
     os.kill(crasher.pid, signal.SIGKILL)
     crasher.join()
-    (acquired,) = run_processes(_wait_and_time, [(redis_url, "crash")])
-    delay = (acquired - expires_at) / 1e9
+    # The waiter refreshes its place every 7.5 s (a quarter of its timeout): only the wake-up at
+    # the dead hold's expiry (within 2 s) can let it in before its first refresh.
+    lease = 30.0
+    refresh = Lock(redis_client, "crash", timeout=30, waiter_lease=lease).refresh_interval
+    assert refresh == 7.5
+    results = CTX.Queue()
+    spawned = time.monotonic_ns()
+    waiter = CTX.Process(target=_wait_and_time, args=(redis_url, "crash", lease, results))
+    waiter.start()
+    _wait_for(lambda: _queue_length(redis_client, "crash") == 1)  # queued while the dead hold lasts
+    pttl = redis_client.pttl("crash")
+    expires_at = time.monotonic_ns() + pttl * 1_000_000
+    assert pttl > 0
+    acquired = results.get(timeout=20)
+    waiter.join(10)
     # No release ever happens: the waiter looks again at the holder's expiry by itself (the
-    # benchmark measures this delay precisely; here only that it is far below a polling cycle).
-    assert -0.05 < delay < 0.25, delay
+    # benchmark measures how soon), not at its first refresh, which comes after it queued.
+    assert acquired - expires_at > -50_000_000, (acquired - expires_at) / 1e9
+    assert acquired < spawned + refresh * 1e9, (acquired - spawned) / 1e9
 
 
 def _queue_then_block(url: str, name: str, lease: float) -> None:
@@ -227,11 +239,15 @@ def test_giving_up_honours_blocking_timeout_and_leaves_nothing_behind(redis_clie
     holder = Lock(redis_client, "giveup", timeout=30)
     holder.acquire()
     before = set(redis_client.keys("*"))
-    waiter = Lock(redis_client, "giveup", timeout=30)
+    waiter = Lock(redis_client, "giveup", timeout=30, waiter_lease=3)
+    # blocking_timeout is kept on the client's clock: the call gives up once it has passed, not at
+    # the next refresh of its place nor at the end of a whole read of the waiting connection, both
+    # 1 s away at the earliest here.
+    assert waiter.refresh_interval >= 1.0 and READ_SECONDS >= 1.0
     started = time.monotonic()
     assert waiter.acquire(blocking_timeout=0.3) is False
     waited = time.monotonic() - started
-    assert 0.3 <= waited < 0.45, waited
+    assert 0.3 <= waited < 1.0, waited
     assert set(redis_client.keys("*")) == before
     assert _queue_length(redis_client, "giveup") == 0
     holder.release()
@@ -367,18 +383,21 @@ def test_a_permit_granted_to_an_identity_still_queued_takes_it_off_the_queue(red
 
 def test_blocking_timeout_is_kept_on_the_client_even_when_redis_times_blocked_calls_out_late(redis_servers):
     # Redis 6 times a blocked BLPOP out in its cron, every 1/hz s: with hz 1 up to a second late.
-    # A wait a little longer than the refresh interval (2/3 s here) must not rely on that.
+    # blocking_timeout is kept on the client's clock instead: a wait of 0.6 s, one refresh of its
+    # place (every 0.5 s) in, ends once it has passed, not at the next refresh (1.0 s), nor at the
+    # end of a whole read of the waiting connection (READ_SECONDS, 1.0 s at the earliest), nor
+    # when the server times something out.
     (server,) = redis_servers(1)
     client = server.client()
     client.config_set("hz", 1)
     holder = Lock(client, "late-timeout", timeout=30)
     assert holder.acquire()
-    waiter = Lock(client, "late-timeout", timeout=10)
-    assert waiter.refresh_interval < 0.8
+    waiter = Lock(client, "late-timeout", timeout=10, waiter_lease=1.5)
+    assert waiter.refresh_interval == 0.5 and READ_SECONDS >= 1.0
     for _ in range(3):
         started = time.monotonic()
-        assert not waiter.acquire(blocking_timeout=0.8)
-        assert time.monotonic() - started < 0.8 + 0.15
+        assert not waiter.acquire(blocking_timeout=0.6)
+        assert 0.6 <= time.monotonic() - started < 1.0
     assert not client.exists(keys_for(b"late-timeout").queue)
     holder.release()
 
@@ -391,7 +410,7 @@ def _take_then_crash(url: str, name: str, timeout: float) -> None:
 
 def test_the_next_waiter_replaces_a_holder_it_was_handed_to_that_crashed(redis_client, redis_url):
     # W0 is handed the lock with a 0.3 s TTL and dies at once; W1, queued behind it, had been told
-    # the first holder's 30 s and refreshes only every 2/3 s: it must still replace W0 promptly.
+    # the first holder's 30 s and refreshes only every 7.5 s: it must still replace W0 promptly.
     import threading
 
     holder = Lock(redis_client, "crash-chain", timeout=30)
@@ -399,8 +418,10 @@ def test_the_next_waiter_replaces_a_holder_it_was_handed_to_that_crashed(redis_c
     doomed = CTX.Process(target=_take_then_crash, args=(redis_url, "crash-chain", 0.3))
     doomed.start()
     _wait_for(lambda: _queue_length(redis_client, "crash-chain") == 1)
-    waiter = Lock(redis_client, "crash-chain", timeout=30, thread_local=False)
+    waiter = Lock(redis_client, "crash-chain", timeout=30, thread_local=False, waiter_lease=30)
+    assert waiter.refresh_interval == 7.5
     got = {}
+    asked = time.monotonic()
     thread = threading.Thread(target=lambda: got.update(ok=waiter.acquire(blocking_timeout=10),
                                                         at=time.monotonic()))
     thread.start()
@@ -410,6 +431,7 @@ def test_the_next_waiter_replaces_a_holder_it_was_handed_to_that_crashed(redis_c
     thread.join(15)
     doomed.join(10)
     assert got["ok"]
-    # W0's TTL ends 0.3 s after the release; W1's next refresh would come 2/3 s after it queued.
-    assert got["at"] - released < 0.3 + 0.2, got["at"] - released
+    # Not before W0's TTL ends (0.3 s after the release), and before W1's first refresh (7.5 s
+    # after it queued) could have found the lock free: the hand-off's note woke it.
+    assert released + 0.3 <= got["at"] < asked + waiter.refresh_interval, got["at"] - released
     waiter.release()
