@@ -578,12 +578,15 @@ def _permit_then_crash(url: str, name: str, timeout: float, lease: float = 2.0) 
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def test_the_next_waiter_reuses_a_permit_handed_to_a_waiter_that_crashed(redis_client, redis_url):
-    # W0 is handed the permit with a 0.3 s lease and dies at once; W1, queued behind it, was told
+@pytest.mark.parametrize("ttl", [0.3, 1.0])
+def test_the_next_waiter_reuses_a_permit_handed_to_a_waiter_that_crashed(redis_client, redis_url, ttl):
+    # W0 is handed the permit with a short lease and dies at once; W1, queued behind it, was told
     # the first holder's 30 s and refreshes only every 7.5 s: it must still get the permit promptly.
+    # With 1.0 s, the permit's TTL is more than a third of W0's own waiter lease (2 s) but less
+    # than a third of W1's: whether W1 needs the note depends on W1's lease, not on W0's.
     holder = Semaphore(redis_client, "sem-crash-chain", limit=1, timeout=30)
     assert holder.acquire("first")
-    doomed = CTX.Process(target=_permit_then_crash, args=(redis_url, "sem-crash-chain", 0.3))
+    doomed = CTX.Process(target=_permit_then_crash, args=(redis_url, "sem-crash-chain", ttl))
     doomed.start()
     _wait_for(lambda: redis_client.zcard(holder.keys.queue) == 1)
     waiter = Semaphore(redis_client, "sem-crash-chain", limit=1, timeout=30, waiter_lease=30)
@@ -601,7 +604,7 @@ def test_the_next_waiter_reuses_a_permit_handed_to_a_waiter_that_crashed(redis_c
     assert got["ok"]
     # Not before W0's lease ends (0.3 s after the release), and before W1's first refresh could
     # have found the permit free: the hand-off's note woke it.
-    assert released + 0.3 <= got["at"] < asked + waiter.refresh_interval, got["at"] - released
+    assert released + ttl <= got["at"] < asked + waiter.refresh_interval, got["at"] - released
     assert waiter.release("second")
 
 

@@ -6,6 +6,7 @@ import os
 import signal
 import time
 
+import pytest
 import redis
 
 from django_redis_coord import Lock
@@ -408,14 +409,17 @@ def _take_then_crash(url: str, name: str, timeout: float) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def test_the_next_waiter_replaces_a_holder_it_was_handed_to_that_crashed(redis_client, redis_url):
-    # W0 is handed the lock with a 0.3 s TTL and dies at once; W1, queued behind it, had been told
+@pytest.mark.parametrize("ttl", [0.3, 1.0])
+def test_the_next_waiter_replaces_a_holder_it_was_handed_to_that_crashed(redis_client, redis_url, ttl):
+    # W0 is handed the lock with a short TTL and dies at once; W1, queued behind it, had been told
     # the first holder's 30 s and refreshes only every 7.5 s: it must still replace W0 promptly.
+    # With 1.0 s, the TTL is more than a third of W0's own (default, 2 s) waiter lease but less
+    # than a third of W1's: whether W1 needs the note depends on W1's lease, not on W0's.
     import threading
 
     holder = Lock(redis_client, "crash-chain", timeout=30)
     assert holder.acquire()
-    doomed = CTX.Process(target=_take_then_crash, args=(redis_url, "crash-chain", 0.3))
+    doomed = CTX.Process(target=_take_then_crash, args=(redis_url, "crash-chain", ttl))
     doomed.start()
     _wait_for(lambda: _queue_length(redis_client, "crash-chain") == 1)
     waiter = Lock(redis_client, "crash-chain", timeout=30, thread_local=False, waiter_lease=30)
@@ -431,7 +435,7 @@ def test_the_next_waiter_replaces_a_holder_it_was_handed_to_that_crashed(redis_c
     thread.join(15)
     doomed.join(10)
     assert got["ok"]
-    # Not before W0's TTL ends (0.3 s after the release), and before W1's first refresh (7.5 s
+    # Not before W0's TTL ends (``ttl`` after the release), and before W1's first refresh (7.5 s
     # after it queued) could have found the lock free: the hand-off's note woke it.
-    assert released + 0.3 <= got["at"] < asked + waiter.refresh_interval, got["at"] - released
+    assert released + ttl <= got["at"] < asked + waiter.refresh_interval, got["at"] - released
     waiter.release()

@@ -184,10 +184,9 @@ local function next_waiter(queue, waiters, now_ms, except, blocked)
   end
 end
 
--- Called after a hand-off for `ttl` ms, shorter than a third of the new holder's waiter lease (a
--- waiter refreshes at least that often).  The next waiter in line was told the previous holder's
--- expiry and learns the new one only at its next refresh, which may come after `ttl` (its own
--- lease says): then tell it ("expires <ms>"), so that a new holder that dies at once is replaced
+-- Called after a hand-off for `ttl` ms.  The next waiter in line was told the previous holder's
+-- expiry and learns the new one only at its next refresh (a third of its own waiter lease), which
+-- may come after `ttl`: then tell it ("expires <ms>"), so that a new holder that dies at once is replaced
 -- when its TTL ends.  Not `except` (may be nil): the caller, which gets the expiry in its reply.
 local function warn_next(queue, waiters, ttl, now_ms, except)
   local after = redis.call('ZRANGE', queue, 0, 0)[1]
@@ -209,14 +208,14 @@ end
 -- grant must be claimed by the waiter (lock_extend.lua) to get its full TTL.  `except` (may be
 -- nil) is a token that must not be granted here (the caller itself).  Returns the granted token or nil.
 local function hand_off(name, meta, queue, waiters, registry, member, now_ms, now_us, retention, except)
-  local head, channel, id, ttl, provisional, info, _, lease = next_waiter(queue, waiters, now_ms, except)
+  local head, channel, id, ttl, provisional, info = next_waiter(queue, waiters, now_ms, except)
   if not head then
     return nil
   end
   local fence = grant_lock(name, meta, registry, member, head, ttl, info, now_ms, now_us, retention,
                            tostring(provisional))
   notify(channel, id, int(fence) .. ' ' .. provisional)
-  if ttl > 0 and 3 * ttl < lease then
+  if ttl > 0 then  -- whether the next waiter needs the note depends on its own lease (warn_next())
     warn_next(queue, waiters, ttl, now_ms, except)
   end
   return head

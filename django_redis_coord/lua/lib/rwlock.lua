@@ -39,12 +39,12 @@ local function rw_hand_off(holders, meta, queue, waiters, registry, member, mode
   while mode ~= 'w' do
     local blocked
     if mode == 'r' then blocked = 'w' end
-    local head, channel, id, ttl, provisional, info, _, lease = next_waiter(queue, waiters, now_ms, except, blocked)
+    local head, channel, id, ttl, provisional, info = next_waiter(queue, waiters, now_ms, except, blocked)
     if not head then
       break
     end
     shortest = sem_serve(holders, meta, registry, member, now_ms, now_us, shortest,
-                         head, channel, id, ttl, provisional, info, lease)
+                         head, channel, id, ttl, provisional, info)
     mode = string.sub(head, 1, 1)
   end
   sem_warn(holders, queue, waiters, shortest, now_ms, except)

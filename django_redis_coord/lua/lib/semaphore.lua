@@ -135,15 +135,16 @@ local function sem_claim(permits, meta, registry, member, token, ttl, now_ms)
 end
 
 -- Give a permit to the waiter next_waiter() just took off the queue (`head` and what follows are
--- its values) and wake it.  `shortest`: the shortest lease granted so far in this round under a
--- third of its waiter lease (see warn_next()); returns it, updated with this grant.
+-- its values) and wake it.  `shortest`: the shortest lease granted so far in this round (the
+-- next waiter is told of it when its own refresh would come later, see warn_next()); returns it,
+-- updated with this grant.
 local function sem_serve(permits, meta, registry, member, now_ms, now_us, shortest,
-                         head, channel, id, ttl, provisional, info, lease)
+                         head, channel, id, ttl, provisional, info)
   local fence, expiry = sem_grant(permits, meta, head, ttl, provisional, info, now_ms, now_us,
                                   redis.call('HGET', meta, 'fence'))
   sem_publish(permits, registry, member, expiry, now_ms)
   notify(channel, id, int(fence) .. ' ' .. provisional)
-  if ttl > 0 and 3 * ttl < lease and (not shortest or ttl < shortest) then
+  if ttl > 0 and (not shortest or ttl < shortest) then
     return ttl
   end
   return shortest
@@ -168,13 +169,13 @@ local function sem_hand_off(permits, meta, queue, waiters, registry, member, lim
   local shortest
   local free = false
   while redis.call('ZCARD', permits) < limit do
-    local head, channel, id, ttl, provisional, info, _, lease = next_waiter(queue, waiters, now_ms, except)
+    local head, channel, id, ttl, provisional, info = next_waiter(queue, waiters, now_ms, except)
     if not head then
       free = true
       break
     end
     shortest = sem_serve(permits, meta, registry, member, now_ms, now_us, shortest,
-                         head, channel, id, ttl, provisional, info, lease)
+                         head, channel, id, ttl, provisional, info)
     granted_any = true
   end
   sem_warn(permits, queue, waiters, shortest, now_ms, except)
