@@ -9,6 +9,7 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from django_redis_coord.connection import get_client
+from tests.testapp.gate import wait_for_gate
 
 
 class Command(BaseCommand):
@@ -21,7 +22,7 @@ class Command(BaseCommand):
     def handle(self, *args, name, seconds, then, status, **options):
         client = get_client()
         client.rpush(f"started:{name}", os.getpid())
-        client.blpop([f"gate:{name}"], timeout=seconds)
+        wait_for_gate(client, name, seconds)
         if then == "exit":
             sys.exit(status)
         if then == "command-error":

@@ -3,6 +3,7 @@
 
 from django_redis_coord.commands import SingletonCommand
 from django_redis_coord.connection import get_client
+from tests.testapp.gate import wait_for_gate
 
 
 class Command(SingletonCommand):
@@ -16,5 +17,5 @@ class Command(SingletonCommand):
     def handle(self, *args, name, seconds, **options):
         client = get_client()
         client.rpush(f"started:{name}", 1)
-        client.blpop([f"gate:{name}"], timeout=seconds)
+        wait_for_gate(client, name, seconds)
         self.stdout.write(f"done {name}")
