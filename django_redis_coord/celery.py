@@ -30,7 +30,7 @@ from celery.exceptions import WorkerLostError
 from celery.signals import task_revoked
 from celery.worker.request import Request
 
-from ._arguments import check_number
+from ._arguments import as_bytes, check_number
 from ._queued_base import NO_REPLY
 from .conf import coord_settings
 from .connection import get_client
@@ -132,7 +132,7 @@ class HandOverLock(Lock):
         worker = self._worker()
 
         def hand_over(pipe: Any) -> bool:
-            if pipe.get(self.name) != token:
+            if as_bytes(pipe.get(self.name)) != token:
                 return False  # lost (its TTL ran out) or ended: nothing of it to hand over
             pipe.multi()
             # The release grants the key to a queued waiter first: the retry's run waiting for it.
