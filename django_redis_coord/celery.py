@@ -10,10 +10,12 @@ package never does.  The whole story is in ``docs/tasks.md``.
 * Enqueue-time uniqueness: ``@app.task(base=UniqueTask, unique_key="report:{day}")``.  ``delay``
   / ``apply_async`` reserve the key before sending (a lock hold whose token names the task id,
   with a TTL covering the wait in the queue); the worker takes the key over with a fresh fence
-  when the task starts (one MULTI/EXEC: the reservation's release and the run's grant), renews it
-  while it runs and releases it when it ends.  A retry hands it back to a reservation the same
-  way; a revoke, a hard time limit or a lost child process releases it from the worker's main
-  process; a worker killed outright leaves it to its TTL.
+  when the task starts (one MULTI/EXEC: the reservation's release and the run's grant, to a token
+  of its own attempt), renews it while it runs and releases it when it ends.  A retry sent by the
+  run makes the run hand the key back to a reservation when it ends, whatever way it ends, and
+  only if it still holds it (WATCH/MULTI/EXEC); a retry that starts while an earlier attempt still
+  runs waits for it (``retry(throw=False)``).  A revoke, a hard time limit or a lost child process
+  releases it from the worker's main process; a worker killed outright leaves it to its TTL.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ from datetime import datetime, timezone
 from typing import Any, Optional, Union
 
 from celery import Task, current_task
-from celery.exceptions import Retry, WorkerLostError
-from celery.signals import task_failure, task_revoked
+from celery.exceptions import WorkerLostError
+from celery.signals import task_revoked
 from celery.worker.request import Request
 
-from ._arguments import check_number
+from ._arguments import as_bytes, check_number
 from ._queued_base import NO_REPLY
 from .conf import coord_settings
 from .connection import get_client
@@ -39,6 +41,7 @@ from .key_templates import KeyTemplate
 from .locks import Lock
 from .scripts import queue_script
 from .signalling import DjangoSignals, app_name, retry_after
+from .transactions import optimistic
 
 __all__ = [
     "UniqueTask",
@@ -52,14 +55,20 @@ __all__ = [
 
 logger = logging.getLogger("django_redis_coord")
 
-#: The token of a task's hold is this prefix and the task id: the enqueuer, the worker running it
-#: and the worker's main process (after a revoke or a time limit) all know it.
+#: The token of a task's hold is this prefix and the task id (its reservation), followed by
+#: :data:`ATTEMPT_MARK` and the attempt's number (``request.retries``) while an attempt runs: the
+#: enqueuer, the worker running it and the worker's main process (after a revoke or a time limit)
+#: all know it, and no attempt can end or renew another one's hold.
 TOKEN_PREFIX = "celery-task:"
+ATTEMPT_MARK = "#attempt-"
 #: What ``apply_async`` of a :class:`UniqueTask` does with a duplicate: return the pending (or
 #: running) instance's ``AsyncResult``, or raise :class:`DuplicateTask`.
 ON_DUPLICATE = ("return", "raise")
 #: What a :class:`UniqueTask` returns (its result) when its key was taken when it started.
 SKIPPED = None
+#: How many times an enqueue tries to reserve a key that was freed between its refusal and the
+#: read of who held it.
+RESERVE_ATTEMPTS = 3
 
 
 class DuplicateTask(LockContended):
@@ -73,9 +82,20 @@ class DuplicateTask(LockContended):
         self.task_id = task_id
 
 
-def task_token(task_id: str) -> bytes:
-    """The token of the holds of the task ``task_id`` (its reservation and its run)."""
-    return (TOKEN_PREFIX + task_id).encode()
+def task_token(task_id: str, attempt: Optional[int] = None) -> bytes:
+    """The token of the reservation of the task ``task_id``, or of the run of its attempt number
+    ``attempt`` (0 for the first run, then ``request.retries``)."""
+    suffix = "" if attempt is None else f"{ATTEMPT_MARK}{attempt}"
+    return (TOKEN_PREFIX + task_id + suffix).encode()
+
+
+def _task_id_of(token: Any) -> Optional[str]:
+    """The task id a hold's token names (``None``: not a task's token)."""
+    text = token.decode(errors="replace") if isinstance(token, bytes) else None
+    if not text or not text.startswith(TOKEN_PREFIX):
+        return None
+    task_id, mark, attempt = text[len(TOKEN_PREFIX):].rpartition(ATTEMPT_MARK)
+    return task_id if mark and attempt.isdigit() else text[len(TOKEN_PREFIX):]
 
 
 # -- the lock of a task's key ------------------------------------------------------------------------
@@ -84,8 +104,9 @@ class HandOverLock(Lock):
 
     ``replaces``: the token whose hold an acquire ends in the same MULTI/EXEC as it takes the key
     (the worker taking a reservation over, with a fresh fence).  ``hands_to``: a lock whose hold
-    the release grants to the same token, in the same MULTI/EXEC (a retry keeps its reservation).
-    Nothing can take the key in between: no second enqueue slips in.
+    the release grants to ``replaces`` in the same MULTI/EXEC (a retry keeps its reservation),
+    when the hold released is still this one's (WATCH): a hold already lost or ended hands
+    nothing over.  Nothing can take the key in between: no second enqueue slips in.
     """
 
     replaces: Optional[bytes] = None
@@ -103,29 +124,40 @@ class HandOverLock(Lock):
         return self.grant_from_reply(reply)
 
     def do_release(self, token: bytes) -> None:
-        target = self.hands_to
-        if target is None:
+        target, reserved = self.hands_to, self.replaces
+        if target is None or reserved is None:
             return super().do_release(token)
         release = self.scripts.get(self.redis, "lock_release")
         acquire = self.scripts.get(self.redis, target.acquire_script)
-        with self.redis.pipeline(transaction=True) as pipe:
+        worker = self._worker()
+
+        def hand_over(pipe: Any) -> bool:
+            if as_bytes(pipe.get(self.name)) != token:
+                return False  # lost (its TTL ran out) or ended: nothing of it to hand over
+            pipe.multi()
+            # The release grants the key to a queued waiter first: the retry's run waiting for it.
             queue_script(pipe, release, self.release_keys(), self.release_args(token))
-            queue_script(pipe, acquire, target.acquire_keys(), target.acquire_args(token, 0, self._worker()))
-            released, reply = pipe.execute()
-        if int(released) != 1:
+            queue_script(pipe, acquire, target.acquire_keys(), target.acquire_args(reserved, 0, worker))
+            return True
+
+        if not optimistic(self.redis, self.name).run(hand_over):
             raise LockNotOwnedError("Cannot release a lock that's no longer owned", lock_name=self.name)
-        if not target.grant_from_reply(reply).acquired:  # a waiter of @locked(wait=...) was handed the key
-            logger.warning("%r: the retry's reservation could not be made; its run will take the key if free",
-                           self.name)
         return None
 
 
 def _task_lock(name: str, timeout: float, *, label: str, auto_renew: bool,
                template: Optional[str] = None) -> HandOverLock:
-    """A :class:`HandOverLock` on ``KEY_PREFIX:name`` of the configured Redis."""
+    """A :class:`HandOverLock` on ``KEY_PREFIX:name`` of the configured Redis; a renewed one
+    logs its loss (besides the ``lock_lost`` signal and ``valid``)."""
     settings = coord_settings()
     return HandOverLock(get_client(), settings.prefixed(name), timeout=timeout, auto_renew=auto_renew,
-                        label=label, events=DjangoSignals(name, template=template))
+                        label=label, events=DjangoSignals(name, template=template),
+                        on_lost=_log_lost_run if auto_renew else None)
+
+
+def _log_lost_run(hold: Lock) -> None:
+    logger.error("%s: the run's hold on %r was lost (a renewal came too late): another instance may start "
+                 "while this one still runs", hold.label, app_name(hold))
 
 
 def _release_quietly(hold: Lock) -> None:
@@ -165,7 +197,20 @@ class UniqueRequest(Request):
     def on_timeout(self, soft: bool, timeout: float) -> None:
         super().on_timeout(soft, timeout)
         if not soft:
-            _release_for(self.task, self.id, self.args, self.kwargs, "TimeLimitExceeded")
+            _release_for(self.task, self.id, self.args, self.kwargs, "TimeLimitExceeded", _attempt_of(self))
+
+    def on_failure(self, exc_info: Any, send_failed_event: bool = True, return_ok: bool = False) -> None:
+        """A lost pool process (killed: out of memory, SIGKILL) never released its hold.  The
+        attempt has ended whatever the failure: releasing its own token cannot touch another's."""
+        super().on_failure(exc_info, send_failed_event, return_ok)
+        exc = getattr(exc_info.exception, "exc", exc_info.exception)
+        if isinstance(exc, (WorkerLostError, SystemExit, KeyboardInterrupt)):
+            _release_for(self.task, self.id, self.args, self.kwargs, "WorkerLostError", _attempt_of(self))
+
+
+def _attempt_of(request: Any) -> int:
+    """The attempt number (``retries``) of a request seen by the worker's main process."""
+    return int((getattr(request, "request_dict", None) or {}).get("retries") or 0)
 
 
 class UniqueTask(Task):
@@ -233,11 +278,23 @@ class UniqueTask(Task):
         running = self._running_hold(task_id)
         if running is not None and app_name(running) == name:  # a retry of the run: it keeps the key
             running.hands_to = self._hold(name, self._pending_ttl(options), task_id, "retrying")
-            return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow, **options)
+            try:
+                return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow, **options)
+            except BaseException:
+                running.hands_to = None  # not sent: nothing to keep the key for
+                raise
         task_id = task_id or _new_task_id()
         reservation = self._hold(name, self._pending_ttl(options), task_id, "pending")
-        if not reservation.acquire(token=task_token(task_id), blocking=False):
-            return self._duplicate(name, reservation)
+        holder = None
+        for _ in range(RESERVE_ATTEMPTS):
+            if reservation.acquire(token=task_token(task_id), blocking=False):
+                break
+            holder = reservation.redis.get(reservation.name)
+            if holder is not None:
+                return self._duplicate(name, reservation, holder)
+            # The instance that held the key ended between the refusal and the read: try again.
+        else:
+            return self._duplicate(name, reservation, holder)
         try:
             return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow, **options)
         except BaseException:
@@ -263,10 +320,8 @@ class UniqueTask(Task):
         hold.holder_fields = {"role": "task", "task": self.name, "task_id": task_id, "state": phase, "key": name}
         return hold
 
-    def _duplicate(self, name: str, reservation: HandOverLock) -> Any:
-        holder = reservation.redis.get(reservation.name)
-        text = holder.decode(errors="replace") if isinstance(holder, bytes) else None
-        pending = text[len(TOKEN_PREFIX):] if text and text.startswith(TOKEN_PREFIX) else None
+    def _duplicate(self, name: str, reservation: HandOverLock, holder: Optional[bytes]) -> Any:
+        pending = _task_id_of(holder)
         if self.unique_on_duplicate == "return" and pending is not None:
             logger.info("%s(%r): already pending or running as %s", self.name, name, pending)
             return self.AsyncResult(pending)
@@ -293,23 +348,24 @@ class UniqueTask(Task):
         name = self.unique_name(args, kwargs)
         hold = self._hold(name, self.unique_timeout, request.id, "running", auto_renew=True)
         hold.replaces = task_token(request.id)
-        if not hold.acquire(token=task_token(request.id), blocking=False):
-            logger.warning("%s[%s]: %r is held by another instance (this one's reservation had expired): skipped",
-                           self.name, request.id, name)
-            return SKIPPED
+        token = task_token(request.id, int(request.retries or 0))
+        if not hold.acquire(token=token, blocking=False):
+            if _task_id_of(hold.redis.get(hold.name)) != request.id:
+                logger.warning("%s[%s]: %r is held by another instance (this one's reservation had expired): "
+                               "skipped", self.name, request.id, name)
+                return SKIPPED
+            # An earlier attempt still runs (it sent this retry without ending: retry(throw=False)):
+            # this one starts when that one ends, which hands the key to the first in line.
+            logger.info("%s[%s]: waiting for the earlier attempt to end", self.name, request.id)
+            if not hold.acquire(token=token, blocking=True):
+                return SKIPPED
         request.coord_unique_hold = hold
         try:
-            result = super().__call__(*args, **kwargs)
-        except Retry:
-            _release_quietly(hold)  # to the retry's reservation, when apply_async made one
-            raise
-        except BaseException:
-            hold.hands_to = None
+            return super().__call__(*args, **kwargs)
+        finally:
+            # To the retry's reservation when this run sent a retry (apply_async set hands_to),
+            # whether it raised Retry, returned or failed: that message runs whatever this one did.
             _release_quietly(hold)
-            raise
-        hold.hands_to = None
-        _release_quietly(hold)
-        return result
 
 
 def _new_task_id() -> str:
@@ -319,14 +375,16 @@ def _new_task_id() -> str:
 
 
 # -- the worker's main process: holds of children that will never release them --------------------------
-def _release_for(task: Any, task_id: Optional[str], args: Any, kwargs: Any, why: str) -> None:
-    """End the hold of ``task_id`` on its key (it ended without releasing it)."""
+def _release_for(task: Any, task_id: Optional[str], args: Any, kwargs: Any, why: str,
+                 attempt: Optional[int]) -> None:
+    """End the hold of ``task_id`` on its key, its run's (attempt number ``attempt``) or, with
+    ``None``, its reservation's: it ended without releasing it."""
     if not isinstance(task, UniqueTask) or not task_id:
         return
     try:
         name = task.unique_name(args, kwargs)
         lock = task._hold(name, task.unique_timeout, task_id, why)
-        lock.do_release(task_token(task_id))
+        lock.do_release(task_token(task_id, attempt))
     except LockNotOwnedError:
         return  # released already, or another instance's by now
     except Exception:  # a signal receiver must not break the worker: the TTL ends the hold
@@ -338,16 +396,9 @@ def _release_for(task: Any, task_id: Optional[str], args: Any, kwargs: Any, why:
 @task_revoked.connect(weak=False)
 def _on_revoked(sender: Any = None, request: Any = None, terminated: bool = False, expired: bool = False,
                 **_: Any) -> None:
-    """A revoked task (pending, or terminated while running) gives its key back."""
+    """A revoked task gives its key back: its run's hold when terminated while running, else its
+    reservation."""
     if request is not None:
         _release_for(sender, getattr(request, "id", None), getattr(request, "args", ()),
-                     getattr(request, "kwargs", {}), "revoked")
-
-
-@task_failure.connect(weak=False)
-def _on_failure(sender: Any = None, task_id: Optional[str] = None, exception: Any = None, args: Any = (),
-                kwargs: Any = None, **_: Any) -> None:
-    """A lost child process (killed: out of memory, SIGKILL): its hold was not released."""
-    if isinstance(exception, WorkerLostError):
-        _release_for(sender, task_id, args, kwargs or {}, "WorkerLostError")
+                     getattr(request, "kwargs", {}), "revoked", _attempt_of(request) if terminated else None)
 

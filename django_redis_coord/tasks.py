@@ -10,7 +10,8 @@ Two holds per key, both ordinary locks of the library (listed by ``manage.py loc
 page, their label naming the task):
 
 * ``<key>:pending`` — taken by ``enqueue()`` / ``aenqueue()`` before the task is enqueued, with the
-  token handed to the run in the keyword argument :data:`RESERVATION_ARGUMENT`; it lives at most
+  token and the key handed to the run in the keyword argument :data:`RESERVATION_ARGUMENT` (the run
+  uses the key rendered at the enqueue: arguments arrive through JSON, a tuple as a list); it lives at most
   ``pending_timeout`` seconds: a task nobody runs in that time no longer blocks the key.
 * ``<key>`` — taken by the run (renewed by the watchdog every ``timeout / 3``), which then ends the
   pending hold with that token; released when the run ends.  A killed worker's hold ends with its
@@ -54,8 +55,9 @@ __all__ = [
     "is_skipped",
 ]
 
-#: The keyword argument carrying the pending hold's token from ``enqueue()`` to the run (it is
-#: visible in the stored result's ``kwargs``; the task function never receives it).
+#: The keyword argument carrying the pending hold's token and the key from ``enqueue()`` to the
+#: run, ``{"token": ..., "key": ...}`` (it is visible in the stored result's ``kwargs``; the task
+#: function never receives it).
 RESERVATION_ARGUMENT = "_dcoord_reservation"
 
 #: What a refused ``enqueue()`` does: raise :class:`TaskAlreadyEnqueued`, or return the existing
@@ -165,7 +167,7 @@ class _UniqueTask:
             if unique.running(name, None, is_async=False).locked():
                 release_logged(pending)
                 return self._duplicate(unique, name, "running")
-            result = super().enqueue(*args, **kwargs, **{RESERVATION_ARGUMENT: token})  # type: ignore[misc]
+            result = super().enqueue(*args, **kwargs, **_reservation(token, name))  # type: ignore[misc]
         except BaseException:
             release_logged(pending)
             raise
@@ -183,7 +185,7 @@ class _UniqueTask:
             if await unique.running(name, None, is_async=True).locked():
                 await arelease_logged(pending)
                 return await self._aduplicate(unique, name, "running")
-            result = await super().aenqueue(*args, **kwargs, **{RESERVATION_ARGUMENT: token})  # type: ignore[misc]
+            result = await super().aenqueue(*args, **kwargs, **_reservation(token, name))  # type: ignore[misc]
         except BaseException:
             await arelease_logged(pending)
             raise
@@ -228,7 +230,23 @@ class _UniqueTask:
         raise refusal
 
 
+def _reservation(token: str, name: str) -> dict[str, dict[str, str]]:
+    """The keyword argument an enqueue adds: the pending hold's token and the key."""
+    return {RESERVATION_ARGUMENT: {"token": token, "key": name}}
+
+
 # -- the run ---------------------------------------------------------------------------------------
+def _reserved(unique: _Uniqueness, args: tuple, kwargs: dict) -> tuple[str, Optional[str]]:
+    """The key and the pending hold's token of a run, taking :data:`RESERVATION_ARGUMENT` out of
+    ``kwargs``: the key rendered at the enqueue (the arguments may have changed type on their way
+    through JSON), or rendered here for a run enqueued without one (a bare token: an older enqueue)."""
+    reservation = kwargs.pop(RESERVATION_ARGUMENT, None)
+    if isinstance(reservation, dict) and isinstance(reservation.get("key"), str):
+        token = reservation.get("token")
+        return reservation["key"], token if isinstance(token, str) else None
+    return unique.name(args, kwargs), reservation if isinstance(reservation, str) else None
+
+
 def _end_pending(unique: _Uniqueness, name: str, token: Optional[str]) -> Optional[str]:
     """End the pending hold of ``token`` (when it is still that one); the result id recorded for it."""
     if token is None:
@@ -272,8 +290,7 @@ def _run_wrapper(func: Callable[..., Any], unique: _Uniqueness) -> Callable[...,
 
         @functools.wraps(func)
         async def arun(*args: Any, **kwargs: Any) -> Any:
-            token = kwargs.pop(RESERVATION_ARGUMENT, None)
-            name = unique.name(args, kwargs)
+            name, token = _reserved(unique, args, kwargs)
             probe = get_async_client()
             record = await probe.get(unique.record_key(name)) if token else None
             hold = unique.running(name, _result_id(record, token.encode()) if token else None, is_async=True)
@@ -291,8 +308,7 @@ def _run_wrapper(func: Callable[..., Any], unique: _Uniqueness) -> Callable[...,
 
     @functools.wraps(func)
     def run(*args: Any, **kwargs: Any) -> Any:
-        token = kwargs.pop(RESERVATION_ARGUMENT, None)
-        name = unique.name(args, kwargs)
+        name, token = _reserved(unique, args, kwargs)
         record = get_client().get(unique.record_key(name)) if token else None
         hold = unique.running(name, _result_id(record, token.encode()) if token else None, is_async=False)
         acquired = hold.acquire(blocking=False)

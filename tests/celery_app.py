@@ -19,10 +19,12 @@ if not apps.ready:
     django.setup()
 
 from celery import Celery  # noqa: E402
+from django.dispatch import receiver  # noqa: E402
 
 from django_redis_coord import locked  # noqa: E402
 from django_redis_coord.celery import UniqueTask  # noqa: E402
 from django_redis_coord.connection import get_client  # noqa: E402
+from django_redis_coord.signals import lock_lost  # noqa: E402
 
 BROKER = os.environ.get("DCOORD_TEST_BROKER_URL", "redis://127.0.0.1:1/0")
 
@@ -48,6 +50,12 @@ def record(name: str, *values: object) -> None:
 
 def runs(name: str) -> list[str]:
     return [v.decode() for v in get_client().lrange(f"runs:{name}", 0, -1)]
+
+
+@receiver(lock_lost)
+def record_loss(sender: object, name: str, **_: object) -> None:
+    """The loss signal, as a worker process sends it: ``lost:<name>`` lists the pids that lost ``name``."""
+    record(f"lost:{name}")
 
 
 # -- unique tasks -------------------------------------------------------------------------------------
@@ -76,6 +84,59 @@ def flaky(self, n: int, failures: int) -> str:
     if self.request.retries < failures:
         raise self.retry(countdown=1)
     return "done"
+
+
+def span(name: str, started_us: int, task_id: str) -> None:
+    """One run of ``name`` by task ``task_id`` from ``started_us`` to now, on Redis's clock."""
+    client = get_client()
+    client.rpush(f"spans:{name}", f"{started_us} {now_us()} {task_id}")
+    client.expire(f"spans:{name}", RUNS_TTL)
+
+
+def spans(name: str) -> list[tuple[int, int, str]]:
+    """The runs of ``name`` as (start, end, task id), microseconds of Redis's clock, by start."""
+    found = [v.decode().split() for v in get_client().lrange(f"spans:{name}", 0, -1)]
+    return sorted((int(start), int(end), task_id) for start, end, task_id in found)
+
+
+def now_us() -> int:
+    seconds, micros = get_client().time()
+    return int(seconds) * 1_000_000 + int(micros)
+
+
+@app.task(bind=True, base=UniqueTask, unique_key="retry-now:{n}", unique_timeout=3)
+def retries_at_once(self, n: int, seconds: float) -> str:
+    """Sends its retry at once and goes on working: the retry must wait for this run's end."""
+    started = now_us()
+    record(f"retries_at_once:{n}", self.request.retries)
+    if self.request.retries == 0:
+        self.retry(countdown=0, throw=False)
+    time.sleep(seconds)
+    span(f"retries_at_once:{n}", started, self.request.id)
+    return "done"
+
+
+@app.task(bind=True, base=UniqueTask, unique_key="retry-late:{n}", unique_timeout=3)
+def raises_its_retry_late(self, n: int, seconds: float) -> str:
+    """Sends its retry at once, works, then raises the ``Retry`` it got (a late ``raise``)."""
+    started = now_us()
+    record(f"raises_its_retry_late:{n}", self.request.retries)
+    if self.request.retries == 0:
+        retry = self.retry(countdown=0, throw=False)
+        time.sleep(seconds)
+        span(f"raises_its_retry_late:{n}", started, self.request.id)
+        raise retry
+    span(f"raises_its_retry_late:{n}", started, self.request.id)
+    return "done"
+
+
+@app.task(bind=True, base=UniqueTask, unique_key="spanned:{day}", unique_timeout=3)
+def spanned_report(self, day: int, seconds: float) -> str:
+    started = now_us()
+    record(f"spanned_report:{day}")
+    time.sleep(seconds)
+    span(f"spanned_report:{day}", started, self.request.id)
+    return f"report {day}"
 
 
 # -- @locked on tasks ---------------------------------------------------------------------------------

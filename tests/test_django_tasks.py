@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.testapp.expiry import sleep_out_ttl
+
 pytest.importorskip("django_tasks_db")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,9 +45,11 @@ class TaskWorld:
         self.workers.append(worker)
         return worker
 
-    def enqueue(self, task: str, arg: str, *, count: int = 1, wait: bool = False) -> subprocess.Popen:
+    def enqueue(self, task: str, arg: str, *, count: int = 1, wait: bool = False,
+                pair: bool = False) -> subprocess.Popen:
         args = [sys.executable, "-m", "tests.testapp.task_client", task, arg, "--count", str(count)]
-        return subprocess.Popen([*args, *(["--wait"] if wait else [])], env=self.env, cwd=ROOT,
+        args += [*(["--wait"] if wait else []), *(["--pair"] if pair else [])]
+        return subprocess.Popen(args, env=self.env, cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def report(self, proc: subprocess.Popen) -> dict:
@@ -72,7 +76,12 @@ def world(redis_url, tmp_path):
     tasks.stop()
 
 
-def wait_for(condition, timeout: float = 30.0, step: float = 0.02):
+#: How long a wait for a worker or an enqueuing process may take: each is a new Python process
+#: (Django set-up, SQLite), slow on a loaded machine.  Liveness only: no promise is timed by it.
+PROCESS_WAIT = 90.0
+
+
+def wait_for(condition, timeout: float = PROCESS_WAIT, step: float = 0.02):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
@@ -111,7 +120,7 @@ def test_800_enqueues_from_8_processes_run_once_and_once_more_after(world, redis
     assert runs(redis_client, key) == 2
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 def test_a_sigkilled_worker_frees_the_key_within_the_run_timeout(world, redis_client):
     key = "report:killed"
     worker = world.start_worker()
@@ -121,32 +130,44 @@ def test_a_sigkilled_worker_frees_the_key_within_the_run_timeout(world, redis_cl
     os.kill(worker.pid, signal.SIGKILL)
     killed_at = time.monotonic()
     worker.wait()
-    accepted_at = None
-    while time.monotonic() - killed_at < 10:
-        report = world.report(world.enqueue("unique_report", "killed"))
-        if report["accepted"]:
-            accepted_at = time.monotonic()
-            break
-        assert report["states"] == ["running"]  # the dead run's hold, until its TTL ends
-    assert accepted_at is not None
-    elapsed = accepted_at - killed_at
-    # The documented bound: the run's timeout (2 s here), plus one enqueuing process's start-up.
-    assert elapsed <= 2 + 1.5, elapsed
-    print(f"\nenqueue accepted {elapsed:.2f} s after SIGKILL (run timeout 2 s)")
+    # The documented bound: the key ends at most the run's timeout (2 s here) after the last
+    # renewal, so about 2 s after the kill (Redis's clock, whatever this machine's speed).
+    assert redis_client.exists(key)
+    sleep_out_ttl(redis_client, key, 2000)
+    print(f"\nthe key ended {time.monotonic() - killed_at:.2f} s after SIGKILL (run timeout 2 s)")
+    assert len(world.report(world.enqueue("unique_report", "killed"))["accepted"]) == 1
     # The new instance runs on a new worker.
     world.start_worker()
     wait_for(lambda: redis_client.llen(f"started:{key}") == 2)
     redis_client.rpush(f"gate:{key}", 1)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
+def test_a_tuple_argument_names_one_key_from_the_enqueue_to_the_end_of_the_run(world, redis_client):
+    """Enqueued with ``("t", 1)``, run with ``["t", 1]`` (JSON): the run ends the pending hold and
+    its own, and the next enqueue is accepted."""
+    world.start_worker()
+    [first] = world.report(world.enqueue("unique_pair", "t", pair=True))["accepted"]
+    wait_for(lambda: redis_client.llen("started:pair:t") == 1)
+    assert world.report(world.enqueue("unique_pair", "t", pair=True))["states"] == ["running"]
+    redis_client.rpush("gate:pair:t", 1)
+    wait_for(lambda: not redis_client.exists("pair:('t', 1)"))
+    assert not redis_client.exists("pair:('t', 1):pending")
+    again = world.report(world.enqueue("unique_pair", "t", pair=True))
+    assert len(again["accepted"]) == 1 and again["accepted"] != [first], again
+    wait_for(lambda: redis_client.llen("started:pair:t") == 2)
+    redis_client.rpush("gate:pair:t", 1)
+    wait_for(lambda: not redis_client.exists("pair:('t', 1)"))
+
+
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("task", ["nightly_under", "nightly_over"])
 def test_a_contended_run_with_skip_is_successful_and_says_skipped(world, redis_client, task):
     from django_redis_coord import lock
 
     region = f"eu-{task}"
     world.start_worker()
-    with lock(f"nightly:{region}", timeout=30):  # another run holds it
+    with lock(f"nightly:{region}", timeout=30, auto_renew=True):  # another run holds it, however long this takes
         report = world.report(world.enqueue(task, region, wait=True))
     assert report["status"] == "SUCCESSFUL", report
     assert report["return_value"]["skipped"] is True
@@ -160,19 +181,19 @@ def test_a_contended_run_with_skip_is_successful_and_says_skipped(world, redis_c
     assert report["status"] == "SUCCESSFUL" and report["return_value"] == "done"
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 def test_a_contended_run_with_raise_is_failed(world, redis_client):
     from django_redis_coord import lock
 
     world.start_worker()
-    with lock("nightly:raise", timeout=30):
+    with lock("nightly:raise", timeout=30, auto_renew=True):
         report = world.report(world.enqueue("nightly_raise", "raise", wait=True))
     assert report["status"] == "FAILED"
     assert report["errors"] == ["django_redis_coord.exceptions.LockContended"]
     assert runs(redis_client, "nightly:raise") == 0
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 def test_operators_see_the_task_its_key_and_the_worker(world, redis_client):
     """The pending hold (made by the enqueuing process) and the run's (the worker's), as
     ``manage.py locks list`` shows them."""

@@ -1,9 +1,10 @@
 """Enqueue a task of tests/testapp/tasks.py from a process of its own and print what happened.
 
-    python -m tests.testapp.task_client TASK ARG [--count N] [--wait]
+    python -m tests.testapp.task_client TASK ARG [--count N] [--wait] [--pair]
 
 Prints one JSON object: the ids accepted, how many enqueues were refused (TaskAlreadyEnqueued),
-and with ``--wait`` the first accepted result once finished (status and return value)."""
+and with ``--wait`` the first accepted result once finished (status and return value).  With
+``--pair`` the argument is the tuple ``(ARG, 1)``."""
 
 import argparse
 import json
@@ -18,6 +19,7 @@ def main() -> None:
     parser.add_argument("arg")
     parser.add_argument("--count", type=int, default=1)
     parser.add_argument("--wait", action="store_true")
+    parser.add_argument("--pair", action="store_true")
     options = parser.parse_args()
     django.setup()
     from django_redis_coord.tasks import TaskAlreadyEnqueued
@@ -27,7 +29,7 @@ def main() -> None:
     accepted, refused, states = [], 0, set()
     for _ in range(options.count):
         try:
-            accepted.append(task.enqueue(options.arg))
+            accepted.append(task.enqueue((options.arg, 1) if options.pair else options.arg))
         except TaskAlreadyEnqueued as exc:
             refused += 1
             states.add(exc.state)

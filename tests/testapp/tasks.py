@@ -1,7 +1,13 @@
 """Tasks run by a real django-tasks-db worker in tests/test_django_tasks.py.
 
 Each records its runs in Redis (``runs:<name>`` counts them, ``started:<name>`` says one started)
-and waits for the test to push ``gate:<name>`` (at most 30 s), so a test decides how long it runs."""
+and waits for the test to push ``gate:<name>``, so the test decides how long it runs, however slow
+the machine: the wait's own limit, :data:`GATE_WAIT`, only ends a run whose test ended without
+opening the gate (the tests' own timeouts are shorter).  The wait is a series of one-second BLPOPs:
+a longer one would outlast the client's socket timeout (``DEFAULT_CLIENT_OPTIONS``: 5 s) and end
+the run with a ``TimeoutError``."""
+
+import time
 
 try:
     from django.tasks import task
@@ -12,19 +18,26 @@ from django_redis_coord import locked
 from django_redis_coord.connection import get_async_client, get_client
 from django_redis_coord.tasks import unique_task
 
+GATE_WAIT = 600
+GATE_STEP = 1
+
 
 def _run(name: str) -> None:
     client = get_client()
     client.incr(f"runs:{name}")
     client.rpush(f"started:{name}", 1)
-    client.blpop([f"gate:{name}"], timeout=30)
+    deadline = time.monotonic() + GATE_WAIT
+    while time.monotonic() < deadline and not client.blpop([f"gate:{name}"], timeout=GATE_STEP):
+        pass
 
 
 async def _arun(name: str) -> None:
     client = get_async_client()
     await client.incr(f"runs:{name}")
     await client.rpush(f"started:{name}", 1)
-    await client.blpop([f"gate:{name}"], timeout=30)
+    deadline = time.monotonic() + GATE_WAIT
+    while time.monotonic() < deadline and not await client.blpop([f"gate:{name}"], timeout=GATE_STEP):
+        pass
 
 
 @unique_task("report:{day}", timeout=2)
@@ -39,6 +52,14 @@ def unique_report(day: str) -> str:
 async def unique_areport(day: str) -> str:
     await _arun(f"areport:{day}")
     return day
+
+
+@unique_task("pair:{pair}", timeout=2)
+@task
+def unique_pair(pair: tuple) -> str:
+    """Enqueued with a tuple, run with the list JSON made of it: one key for both."""
+    _run(f"pair:{pair[0]}")
+    return "done"
 
 
 @task
