@@ -96,7 +96,7 @@ def runs(redis_client, name: str) -> int:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("task,name", [("unique_report", "report"), ("unique_areport", "areport")])
+@pytest.mark.parametrize("task,name", [("steady_report", "steady"), ("steady_areport", "asteady")])
 def test_800_enqueues_from_8_processes_run_once_and_once_more_after(world, redis_client, task, name):
     day = f"2026-11-{task}"
     key = f"{name}:{day}"
