@@ -473,7 +473,7 @@ def test_a_grant_announced_for_an_earlier_call_is_not_taken_after_it_ended(redis
     from django_redis_coord import waiting
 
     (server,) = redis_servers(1)
-    client = server.client()
+    client = server.client(max_connections=100)  # a bounded gate (redis-py before 8: 2**31 connections)
     holder = Lock(client, "stale", timeout=5)
     assert holder.acquire(blocking=False)
     result: dict = {}
