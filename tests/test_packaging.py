@@ -82,3 +82,18 @@ def test_readme_opens_with_a_two_command_quick_start_that_ci_runs():
     assert commands == ["python3 dev.py demo", "python3 dev.py test"]
     ci = (ROOT / ".ci" / "run").read_text()
     assert "python3 dev.py test" in ci
+
+
+def test_the_core_tests_named_for_the_matrix_exist():
+    """A misspelt name in CORE_TEST_FILES would drop that file from every further server and client."""
+    from tests.conftest import CORE_TEST_FILES, TESTS
+
+    assert CORE_TEST_FILES and all((TESTS / name).is_file() for name in CORE_TEST_FILES)
+
+
+def test_readme_requirements_name_the_redis_py_floor_that_ci_installs():
+    floor = re.search(r"^\s*redis\s*>=\s*([0-9.]+)", (ROOT / "setup.cfg").read_text(), re.M)
+    assert floor is not None
+    requirements = (ROOT / "README.md").read_text().split("## Requirements", 1)[1].split("##", 1)[0]
+    assert f"`redis>={floor.group(1)}`" in requirements
+    assert f"{floor.group(1)}.0 (RESP2" in requirements
