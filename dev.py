@@ -187,13 +187,26 @@ class Result(NamedTuple):
     facts: dict[str, str]
 
 
+def core_only(pytest_args: list[str]) -> list[str]:
+    """``pytest_args`` restricted to the core tests: ``-m core``, or ``-m "core and (EXPR)"`` when
+    they select with ``-m EXPR`` (pytest keeps only the last ``-m``)."""
+    rest, expression = [], ""
+    args = iter(pytest_args)
+    for arg in args:
+        if arg == "-m":
+            expression = next(args, "")
+        else:
+            rest.append(arg)
+    return ["-m", f"core and ({expression})" if expression else "core", *rest]
+
+
 def pytest_leg(python: Path, server: str, pytest_args: list[str], core: bool) -> Result:
     """One pytest run of the matrix: its exit status, counts and what it ran against (from its report)."""
     with tempfile.TemporaryDirectory(prefix="dcoord-") as tmp:
         report = Path(tmp) / "report.xml"
         env = dict(os.environ, REDIS_SERVER=server)
         env.pop("DCOORD_TEST_REDIS_URL", None)
-        args = ["-m", "pytest", *(["-m", "core"] if core else []), f"--junitxml={report}", *pytest_args]
+        args = ["-m", "pytest", f"--junitxml={report}", *(core_only(pytest_args) if core else pytest_args)]
         started = time.monotonic()
         status = run(*args, python=python, env=env)
         seconds = time.monotonic() - started
