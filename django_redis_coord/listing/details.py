@@ -112,6 +112,8 @@ class DetailReading:
         pipe.zrange(keys.queue, 0, -1)
         pipe.hgetall(keys.waiters)
         queued, records = pipe.execute()
+        if isinstance(records, list):  # a cluster's MULTI/EXEC in redis-py before 8 leaves HGETALL's RESP2 reply flat
+            records = dict(zip(records[0::2], records[1::2]))
         records = {as_bytes(k): as_bytes(v) for k, v in records.items()}
         result = []
         for position, token in enumerate(queued):

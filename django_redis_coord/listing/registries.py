@@ -88,7 +88,7 @@ class RegistryReading:
         if not cls._union_missing:
             pipe = self.client.pipeline(transaction=True)
             pipe.time()
-            pipe.zunion(keys, withscores=True, score_cast_func=_score)
+            pipe.zunion(keys, withscores=True)  # no score_cast_func: redis-py 7+ only
             try:
                 now, pairs = pipe.execute()
             except ResponseError as error:
@@ -115,16 +115,12 @@ class RegistryReading:
             pipe = client.get_redis_connection(primary).pipeline(transaction=False)
             pipe.time()
             for slot in slots:
-                pipe.zrange(registry_key(slot), 0, -1, withscores=True, score_cast_func=_score)
+                pipe.zrange(registry_key(slot), 0, -1, withscores=True)
             replies = pipe.execute()
             now_ms = server_now_ms(replies[0])
             for pairs in replies[1:]:
                 entries.extend(_parse_entries(pairs, now_ms))
         return entries
-
-
-def _score(value: Any) -> Any:
-    return value
 
 
 def _score_pairs(reply: Sequence[Any]) -> Iterable[tuple[Any, Any]]:
