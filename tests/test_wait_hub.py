@@ -67,6 +67,10 @@ class Record:
         return [token for _, token in sorted(self.grants)]
 
 
+#: The waiters' lease in the ordering tests: far above any delay of a refresh on a loaded machine.
+WAITER_LEASE = 60
+
+
 def wait_for(predicate: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -82,9 +86,11 @@ def _threads_on(kind: str, client: redis.Redis, server: Any, count: int) -> None
     errors: list[BaseException] = []
 
     def make() -> Any:
+        # The order of live waiters is what is checked: a waiter whose refresh a loaded machine
+        # delays past its lease loses its place by design, so the leases here are long.
         if kind == "semaphore":
-            return Semaphore(client, "hot", limit=limit, timeout=60)
-        return Lock(client, "hot", timeout=60)
+            return Semaphore(client, "hot", limit=limit, timeout=60, waiter_lease=WAITER_LEASE)
+        return Lock(client, "hot", timeout=60, waiter_lease=WAITER_LEASE)
 
     holders = [make() for _ in range(limit)]
     for holder in holders:
@@ -141,9 +147,9 @@ async def _tasks_on(kind: str, client: Any, server: Any, count: int) -> None:
     record = Record(limit)
 
     def make() -> Any:
-        if kind == "semaphore":
-            return AsyncSemaphore(client, "hot", limit=limit, timeout=60)
-        return AsyncLock(client, "hot", timeout=60)
+        if kind == "semaphore":  # long leases, as for threads
+            return AsyncSemaphore(client, "hot", limit=limit, timeout=60, waiter_lease=WAITER_LEASE)
+        return AsyncLock(client, "hot", timeout=60, waiter_lease=WAITER_LEASE)
 
     holders = [make() for _ in range(limit)]
     for holder in holders:
