@@ -45,13 +45,15 @@ class QueuedPrimitive(QueuedBase):
         """Try once and, when ``blocking``, wait in line until ``stop_at``.
 
         Returns the grant and the instant its hold is measured from, or ``None`` when not granted.
-        A blocking call registers with the process's waiting hub first (see
-        :mod:`~django_redis_coord.waiting`), so that its first attempt can join the queue.
+        The first attempt only tries (it writes nothing when refused), so an uncontended acquire
+        sets up no waiting.  A refused blocking call then registers with the process's waiting hub
+        (see :mod:`~django_redis_coord.waiting`) before the attempt that joins the queue, so that no
+        announcement of its grant can be missed.
         """
         worker = self._worker()
-        if not blocking:
-            sent_at = time.monotonic()
-            grant = self._attempt(token, self.acquire_mode(0, own), worker, None)
+        sent_at = time.monotonic()
+        grant = self._attempt(token, self.acquire_mode(0, own), worker, None)
+        if grant.acquired or not blocking:
             return self.taken(grant, sent_at)
         hub = waiting.hub_for(self.redis)
         waiter = hub.register(self.redis, self.refresh_interval)

@@ -99,9 +99,9 @@ class QueuedPrimitive(QueuedBase):
         """Try once and, when ``blocking``, wait in line until ``stop_at``; see the sync twin."""
         worker = self._worker()
         cancels = _cancels()
-        if not blocking:
-            sent_at = time.monotonic()
-            grant = await self._attempt(token, self.acquire_mode(0, own), worker, cancels, None)
+        sent_at = time.monotonic()
+        grant = await self._attempt(token, self.acquire_mode(0, own), worker, cancels, None)
+        if grant.acquired or not blocking:
             return self.taken(grant, sent_at)
         hub = waiting.hub_for(self.redis)
         waiter = await hub.register(self.redis, self.refresh_interval)
