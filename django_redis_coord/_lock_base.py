@@ -138,12 +138,6 @@ class LockBase(ReleaseOnExit, QueuedBase):
     def _lost_subject(self, local: Any) -> Any:
         return self
 
-    def release_args(self, token: bytes, granted_here: bool = False) -> tuple:
-        """``granted_here``: the hold was granted to this lock, so it has this lock's TTL, which
-        the release script is told (see lock_release.lua)."""
-        timed = b"1" if granted_here and self._ttl_ms else b""
-        return (token, self.member, *self.retention_args, timed)
-
     # -- the caller's hold (per thread or task: see each flavour's ``_state``) ---------------
     def _state(self) -> Any:
         """The current thread's (or task's) hold: token, fence, deadline, count, lost."""

@@ -154,7 +154,7 @@ class Lock(AsyncWithBlock, QueuedPrimitive, LockBase):
 
     async def do_release(self, token: bytes) -> None:
         script = self.scripts.get(self.redis, "lock_release")
-        reply = await script(self.release_keys(), self.release_args(token, granted_here=True), client=self.redis)
+        reply = await script(self.release_keys(), self.release_args(token), client=self.redis)
         if int(reply) != 1:
             raise LockNotOwnedError("Cannot release a lock that's no longer owned", lock_name=self.name)
 

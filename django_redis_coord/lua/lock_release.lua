@@ -1,11 +1,9 @@
 -- Release a lock held with ARGV[1] and hand it to the first live waiter, if any.
 -- KEYS[1] name   KEYS[2] meta hash   KEYS[3] queue zset   KEYS[4] waiters hash   KEYS[5] registry
 -- ARGV[1] token   ARGV[2] registry member   ARGV[3] metadata retention ms
--- ARGV[4] "1" when the hold has a TTL: its registry entry had an end, so removing it cannot leave
---   a registry kept for ever without a reason (registry_removed() is skipped: one call fewer)
 -- Returns 1 when released, 0 when someone else holds the lock, -1 when nobody does.
 local name, meta, queue, waiters, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local token, member, retention, timed = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
+local token, member, retention = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local current = redis.call('GET', name)
 if not current then
   return -1
@@ -19,9 +17,7 @@ end
 local function let_go()
   redis.call('DEL', name)
   redis.call('ZREM', registry, member)
-  if not timed then
-    registry_removed(registry)
-  end
+  registry_removed(registry)
   redis.call('PEXPIRE', meta, retention)
   return 1
 end
