@@ -51,11 +51,15 @@ class QueuedPrimitive(QueuedBase):
         announcement of its grant can be missed.
         """
         worker = self._worker()
-        sent_at = time.monotonic()
-        grant = self._attempt(token, self.acquire_mode(0, own), worker, None)
-        if grant.acquired or not blocking:
-            return self.taken(grant, sent_at)
+        if not blocking:
+            sent_at = time.monotonic()
+            return self.taken(self._attempt(token, self.acquire_mode(0, own), worker, None), sent_at)
         hub = waiting.hub_for(self.redis)
+        with hub.gate_for(self.redis):  # bounds the calls of the process's waiters (see waiting)
+            sent_at = time.monotonic()
+            grant = self._attempt(token, self.acquire_mode(0, own), worker, None)
+        if grant.acquired:
+            return grant, sent_at
         waiter = hub.register(self.redis, self.refresh_interval)
         try:
             sent_at = time.monotonic()

@@ -99,11 +99,15 @@ class QueuedPrimitive(QueuedBase):
         """Try once and, when ``blocking``, wait in line until ``stop_at``; see the sync twin."""
         worker = self._worker()
         cancels = _cancels()
-        sent_at = time.monotonic()
-        grant = await self._attempt(token, self.acquire_mode(0, own), worker, cancels, None)
-        if grant.acquired or not blocking:
-            return self.taken(grant, sent_at)
+        if not blocking:
+            sent_at = time.monotonic()
+            return self.taken(await self._attempt(token, self.acquire_mode(0, own), worker, cancels, None), sent_at)
         hub = waiting.hub_for(self.redis)
+        async with hub.gate_for(self.redis):  # bounds the calls of the loop's waiters (see waiting)
+            sent_at = time.monotonic()
+            grant = await self._attempt(token, self.acquire_mode(0, own), worker, cancels, None)
+        if grant.acquired:
+            return grant, sent_at
         waiter = await hub.register(self.redis, self.refresh_interval)
         try:
             sent_at = time.monotonic()
