@@ -70,6 +70,10 @@ class QueuedBase(Reporting):
     #: hold is for (a leader's ``role``, a task's name and key, ...).  JSON values; ``host``,
     #: ``pid``, ``thread``, ``label`` and ``view`` are the primitive's own and cannot be replaced.
     holder_fields: Optional[Mapping[str, Any]] = None
+    #: A hint: whether this primitive's last blocking acquire found it taken.  While it is, a
+    #: blocking acquire registers and queues in one call (a try first would cost a contended
+    #: acquire one more script call); else it tries first and sets up no waiting when granted.
+    _contended = False
 
     def __init__(
         self,

@@ -45,19 +45,29 @@ class QueuedPrimitive(QueuedBase):
         """Try once and, when ``blocking``, wait in line until ``stop_at``.
 
         Returns the grant and the instant its hold is measured from, or ``None`` when not granted.
-        A blocking call registers with the process's waiting hub first (see
-        :mod:`~django_redis_coord.waiting`), so that its first attempt can join the queue.
+        The first attempt only tries (it writes nothing when refused), so an uncontended acquire
+        sets up no waiting.  A refused blocking call then registers with the process's waiting hub
+        (see :mod:`~django_redis_coord.waiting`) before the attempt that joins the queue, so that no
+        announcement of its grant can be missed.  While the primitive's last blocking acquire found
+        it taken (:attr:`~django_redis_coord._queued_base.QueuedBase._contended`), the try is skipped:
+        it registers and queues in one call.
         """
         worker = self._worker()
         if not blocking:
             sent_at = time.monotonic()
-            grant = self._attempt(token, self.acquire_mode(0, own), worker, None)
-            return self.taken(grant, sent_at)
+            return self.taken(self._attempt(token, self.acquire_mode(0, own), worker, None), sent_at)
         hub = waiting.hub_for(self.redis)
+        if not self._contended:
+            with hub.gate_for(self.redis):  # bounds the calls of the process's waiters (see waiting)
+                sent_at = time.monotonic()
+                grant = self._attempt(token, self.acquire_mode(0, own), worker, None)
+            if grant.acquired:
+                return grant, sent_at
         waiter = hub.register(self.redis, self.refresh_interval)
         try:
             sent_at = time.monotonic()
             grant = self._attempt(token, self.acquire_mode(1, own), worker, waiter)
+            self._contended = not grant.acquired
             if not grant.acquired:
                 try:
                     grant, sent_at = self._wait(token, worker, grant, stop_at, sent_at, own, waiter)

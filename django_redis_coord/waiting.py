@@ -73,10 +73,9 @@ class WaitHub(HubBase):
         waits up to ``ready_within`` seconds for the subscription, so that the first grant is not
         missed (it would be found at the first refresh)."""
         check_pool(client)
+        gate = self.gate_for(client)
         with self._lock:
-            if self._gate is None:
-                self._gate = threading.BoundedSemaphore(command_slots(client))
-            waiter = Waiter(self._next_number(), self, self._gate)
+            waiter = Waiter(self._next_number(), self, gate)
             self._waiters[waiter.id] = waiter
             self._idle_since = None
             self._client = client
@@ -87,6 +86,18 @@ class WaitHub(HubBase):
                 self.unregister(waiter)
                 raise
         return waiter
+
+    def gate_for(self, client: Any) -> threading.BoundedSemaphore:
+        """The gate every call of this hub's waiters goes through (see
+        :attr:`~django_redis_coord._waiting_base.WaiterBase.gate`), made on first use: the first
+        try of a blocking acquire, made before it registers, goes through it too."""
+        gate = self._gate
+        if gate is None:
+            with self._lock:
+                if self._gate is None:
+                    self._gate = threading.BoundedSemaphore(command_slots(client))
+                gate = self._gate
+        return gate
 
     def take_turn(self, waiter: Waiter, done: Callable[[], Any], deadline: float) -> None:
         """Until ``done()`` or ``deadline``: read the channel while nobody else does (handing the

@@ -70,6 +70,17 @@ def test_holds_without_expiry_keep_their_keys_until_released(redis_client):
     assert keys_without_expiry(redis_client) == []  # the registries too, once their last entry went
 
 
+def test_a_registry_kept_for_a_hold_without_expiry_expires_once_that_hold_is_released(redis_client):
+    forever, timed = Lock(redis_client, "{slot}forever"), Lock(redis_client, "{slot}timed", timeout=30)
+    assert forever.acquire(blocking=False) and timed.acquire(blocking=False)
+    registry = timed.keys.registry
+    assert forever.keys.registry == registry and redis_client.pttl(registry) == -1
+    forever.release()  # the entry without expiry went: the registry expires after the other one
+    assert 30_000 < redis_client.pttl(registry) <= 30_000 + REGISTRY_GRACE_MS
+    timed.release()
+    assert redis_client.exists(registry) == 0 and keys_without_expiry(redis_client) == []
+
+
 def test_a_registry_outlives_its_latest_entry_by_one_to_two_minutes(redis_client):
     lock = Lock(redis_client, "reg", timeout=2)
     assert lock.acquire(blocking=False)

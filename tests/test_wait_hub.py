@@ -737,3 +737,30 @@ def test_a_waiter_interrupted_while_it_subscribes_is_not_kept(redis_servers):
         server.resume()
     assert not hub._waiters, "the interrupted waiter is still registered"
     client.close()
+def test_1000_asyncio_tasks_that_start_at_once_stay_within_the_pool(redis_servers):
+    """Their first tries, made before they register, go through the hub's gate like every later
+    call: the default pool (100 connections at most) is not asked for 1000 at once."""
+    (server,) = redis_servers(1)
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(host=server.host, port=server.port)
+        try:
+            holder = AsyncLock(client, "at-once", timeout=60)
+            assert await holder.acquire(blocking=False)
+
+            async def one() -> None:
+                lock = AsyncLock(client, "at-once", timeout=60)
+                assert await lock.acquire(blocking=True, blocking_timeout=120)
+                await lock.release()
+
+            tasks = [asyncio.create_task(one()) for _ in range(1000)]  # no yield in between
+            while await client.zcard(holder.keys.queue) < 1000 and not any(t.done() for t in tasks):
+                await asyncio.sleep(0.05)
+            await holder.release()
+            results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 180)
+            errors = [result for result in results if isinstance(result, BaseException)]
+            assert not errors, errors[:3]
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())

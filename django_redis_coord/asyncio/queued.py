@@ -101,13 +101,19 @@ class QueuedPrimitive(QueuedBase):
         cancels = _cancels()
         if not blocking:
             sent_at = time.monotonic()
-            grant = await self._attempt(token, self.acquire_mode(0, own), worker, cancels, None)
-            return self.taken(grant, sent_at)
+            return self.taken(await self._attempt(token, self.acquire_mode(0, own), worker, cancels, None), sent_at)
         hub = waiting.hub_for(self.redis)
+        if not self._contended:
+            async with hub.gate_for(self.redis):  # bounds the calls of the loop's waiters (see waiting)
+                sent_at = time.monotonic()
+                grant = await self._attempt(token, self.acquire_mode(0, own), worker, cancels, None)
+            if grant.acquired:
+                return grant, sent_at
         waiter = await hub.register(self.redis, self.refresh_interval)
         try:
             sent_at = time.monotonic()
             grant = await self._attempt(token, self.acquire_mode(1, own), worker, cancels, waiter)
+            self._contended = not grant.acquired
             if not grant.acquired:
                 try:
                     grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at, own, waiter, cancels)

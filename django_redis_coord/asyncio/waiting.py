@@ -58,9 +58,7 @@ class AsyncWaitHub(HubBase):
         """A new waiter; subscribes the hub's connection (on ``client``'s pool) if it is not, and
         waits up to ``ready_within`` seconds for the subscription (see the sync twin)."""
         check_pool(client)
-        if self._gate is None:
-            self._gate = asyncio.Semaphore(command_slots(client))
-        waiter = AsyncWaiter(self._next_number(), self, self._gate)
+        waiter = AsyncWaiter(self._next_number(), self, self.gate_for(client))
         self._add(waiter)
         self._client = client
         if not self._ready.is_set():
@@ -70,6 +68,12 @@ class AsyncWaitHub(HubBase):
                 self.unregister(waiter)
                 raise
         return waiter
+
+    def gate_for(self, client: Any) -> asyncio.Semaphore:
+        """The gate of this hub's calls, made on first use (see the sync twin)."""
+        if self._gate is None:
+            self._gate = asyncio.Semaphore(command_slots(client))
+        return self._gate
 
     async def take_turn(self, waiter: AsyncWaiter, done: Callable[[], Any], deadline: float) -> None:
         """Until ``done()`` or ``deadline``: read the channel while nobody else does, else sleep
