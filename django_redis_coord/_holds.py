@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from .exceptions import LockForkedError
 
-__all__ = ["Hold", "SharedHold", "ThreadHold", "capped_ms", "first_time", "first_of", "refuse_forked"]
+__all__ = ["SharedHold", "ThreadHold", "capped_ms", "first_time", "first_of", "refuse_forked"]
 
 
 _FLAGS = threading.Lock()
@@ -56,18 +56,10 @@ def capped_ms(ttl_ms: int, hold: Any, max_hold: Optional[float]) -> int:
     return max(1, min(ttl_ms, int((started + max_hold - time.monotonic()) * 1000)))
 
 
-class Hold(SimpleNamespace):
-    """The fields of one hold; setting its ``token`` records the process taking it (``pid``)."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "token" and value is not None:
-            super().__setattr__("pid", os.getpid())
-        super().__setattr__(name, value)
-
-
 def refuse_forked(hold: Any, name: Any) -> None:
     """Raise :class:`LockForkedError` when ``hold`` was taken by another process than this one
-    (this one is a fork of it): only the process that took a hold releases or renews it."""
+    (this one is a fork of it; the taking process records itself as ``pid`` with the token):
+    only the process that took a hold releases or renews it."""
     pid = getattr(hold, "pid", None)
     if pid is not None and getattr(hold, "token", None) is not None and pid != os.getpid():
         raise LockForkedError(
@@ -87,7 +79,7 @@ class SharedHold:
     initial: dict[str, Any] = {}
 
     def __init__(self) -> None:
-        self.hold = Hold(token=None, **self.initial)
+        self.hold = SimpleNamespace(token=None, **self.initial)
 
     @property
     def token(self) -> Optional[bytes]:

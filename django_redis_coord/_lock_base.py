@@ -4,6 +4,7 @@ caller's hold (:class:`LockBase`).  Nothing in here talks to Redis."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
@@ -209,6 +210,7 @@ class LockBase(ReleaseOnExit, QueuedBase):
         local = self._state()
         self._began(local)
         local.token = token
+        local.pid = os.getpid()  # only this process may release or renew it (refuse_forked)
         local.fence = grant.fence
         local.deadline = self.deadline_for(sent_at, grant.pttl)
         local.count = 1

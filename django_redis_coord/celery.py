@@ -327,7 +327,7 @@ class UniqueTask(Task):
             return self.AsyncResult(pending)
         if pending is not None:
             why = f"is already pending or running as task {pending}"
-        elif text is None:
+        elif holder is None:
             why = "was held when this one was sent (the hold has ended since)"
         else:  # a lock(), @locked or a command holding the same key: no task of this name
             why = "is held by a lock that is not a task's (lock(), @locked or a command on the same key)"
