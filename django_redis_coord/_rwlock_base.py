@@ -13,6 +13,7 @@ a writer alone (see :mod:`django_redis_coord.rwlock`).
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from functools import lru_cache
@@ -20,7 +21,7 @@ from typing import Any, Optional, Union
 
 from ._arguments import Number, new_token
 from ._grants import Grant
-from ._holds import first_time
+from ._holds import first_time, refuse_forked
 from ._lock_base import ReleaseOnExit
 from ._queued_base import DEFAULT_WAITER_LEASE, META_RETENTION_MS, NO_REPLY, QueuedBase
 from .events import Events
@@ -216,6 +217,7 @@ class RWLockBase(QueuedBase):
         local = self._state()
         self._began(local)
         local.token = token
+        local.pid = os.getpid()  # only this process may release or renew it (refuse_forked)
         local.mode = mode
         local.fence = grant.fence
         local.deadline = self.deadline_for(sent_at, grant.pttl)
@@ -233,6 +235,7 @@ class RWLockBase(QueuedBase):
         count = _count(local, mode) if local.token is not None else 0
         if count == 0:
             raise LockError(f"Cannot release a {mode} hold this thread (task) does not have", lock_name=self.name)
+        refuse_forked(local, self.name)
         if _count(local, READ) + _count(local, WRITE) > 1:
             setattr(local, _COUNTS[mode], count - 1)
             return None
@@ -261,6 +264,7 @@ class RWLockBase(QueuedBase):
         local = self.holding(mode)
         if local is None:
             raise LockError(f"Cannot {action} a {mode} hold this thread (task) does not have", lock_name=self.name)
+        refuse_forked(local, self.name)
         self.check_extendable(action)
         return local
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from django_redis_coord import Lock, LockForkedError
+from django_redis_coord import Lock, LockForkedError, ReadWriteLock
 from tests.procs import CTX
 
 
@@ -43,6 +43,21 @@ def test_a_forked_child_cannot_end_or_renew_the_parents_hold(redis_client, auto_
     assert redis_client.pttl("fork-held") > 4000  # neither released nor extended by the child
     lock.release()
     assert not lock.locked()
+
+
+@pytest.mark.parametrize("mode", ["read", "write"])
+def test_a_forked_child_cannot_end_or_renew_the_parents_read_write_hold(redis_client, mode):
+    lock = ReadWriteLock(redis_client, "fork-rw", timeout=5)
+    hold = getattr(lock, mode)
+    assert hold.acquire(blocking=False)
+    fence = hold.fence
+    results = run_in_fork(hold, ["release", "extend", "reacquire"])
+    for call, error, message in results:
+        assert error == "LockForkedError", (call, error, message)
+        assert "'fork-rw'" in message and f"process {os.getpid()}" in message
+    assert hold.owned() and hold.fence == fence
+    hold.release()
+    assert not hold.locked()
 
 
 def test_a_forked_child_takes_holds_of_its_own_with_the_parents_lock_object(redis_client):
