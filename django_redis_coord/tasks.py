@@ -38,6 +38,7 @@ from .conf import coord_settings
 from .connection import get_async_client, get_client
 from .contention import Skipped, is_skipped
 from .exceptions import InvalidLockArgument, InvalidLockArgumentType, LockContended, LockNotOwnedError
+from .holders import HolderInfo, async_lock_holder, lock_holder
 from .key_names import name_sync
 from .key_templates import KeyTemplate
 from .locked_options import checked_on_contended
@@ -122,13 +123,18 @@ class _Uniqueness:
     def record_key(self, name: str) -> str:
         return f"{coord_settings().prefixed(name + PENDING_SUFFIX)!s}{RESULT_SUFFIX}"
 
-    def refusal(self, name: str, state: str, result_id: Optional[str], pttl: Optional[int]) -> TaskAlreadyEnqueued:
+    def refusal(self, name: str, state: str, result_id: Optional[str], pttl: Optional[int],
+                holder: Optional[HolderInfo] = None) -> TaskAlreadyEnqueued:
+        """The refusal of an enqueue; ``holder``: who holds the key, when it was read (running)."""
         retry_after = math.ceil(pttl / 1000) if pttl is not None and pttl > 0 else None
-        known = f" (result {result_id})" if result_id else ""
-        return TaskAlreadyEnqueued(
-            f"{self.path} is already {state} for {name!r}{known}", lock_name=name, state=state,
-            result_id=result_id, retry_after=retry_after,
-        )
+        if state == "running" and holder is not None and holder.extra.get("role") != "task":
+            # A lock(), @locked or a command holds the same key: no instance of a task runs.
+            message = (f"{self.path}: {name!r} is held by a lock that is not a task's "
+                       f"(lock(), @locked or a command on the same key)")
+        else:
+            known = f" (result {result_id})" if result_id else ""
+            message = f"{self.path} is already {state} for {name!r}{known}"
+        return TaskAlreadyEnqueued(message, lock_name=name, state=state, result_id=result_id, retry_after=retry_after)
 
 
 def _uniqueness(task: Any) -> _Uniqueness:
@@ -194,8 +200,6 @@ class _UniqueTask:
         return result
 
     def _duplicate(self, unique: _Uniqueness, name: str, state: str) -> Any:
-        from .holders import lock_holder
-
         client = get_client()
         settings = coord_settings()
         if state == "pending":
@@ -206,14 +210,12 @@ class _UniqueTask:
             key = settings.prefixed(name)
             holder = lock_holder(client, key)
             result_id, pttl = _running_id(holder.label if holder else None), client.pttl(key)
-        refusal = unique.refusal(name, state, result_id, pttl)
+        refusal = unique.refusal(name, state, result_id, pttl, holder if state == "running" else None)
         if unique.on_duplicate == "existing" and result_id is not None:
             return self.get_result(result_id)  # type: ignore[attr-defined]
         raise refusal
 
     async def _aduplicate(self, unique: _Uniqueness, name: str, state: str) -> Any:
-        from .holders import async_lock_holder
-
         client = get_async_client()
         settings = coord_settings()
         if state == "pending":
@@ -224,7 +226,7 @@ class _UniqueTask:
             key = settings.prefixed(name)
             holder = await async_lock_holder(client, key)
             result_id, pttl = _running_id(holder.label if holder else None), await client.pttl(key)
-        refusal = unique.refusal(name, state, result_id, pttl)
+        refusal = unique.refusal(name, state, result_id, pttl, holder if state == "running" else None)
         if unique.on_duplicate == "existing" and result_id is not None:
             return await self.aget_result(result_id)  # type: ignore[attr-defined]
         raise refusal

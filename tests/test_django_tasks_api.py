@@ -61,6 +61,8 @@ def test_unique_task_runs_and_frees_its_keys(redis_client):
         with pytest.raises(TaskAlreadyEnqueued) as refused:
             unique.enqueue(3)
     assert refused.value.state == "running" and refused.value.lock_name == "api-unique:3"
+    # A plain lock, not a run of the task, holds the key: the refusal says so, not "already running".
+    assert "not a task's" in str(refused.value) and "already running" not in str(refused.value)
     with lock("api-unique:3:pending"):
         with pytest.raises(TaskAlreadyEnqueued, match="already pending"):
             unique.enqueue(3)
