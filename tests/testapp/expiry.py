@@ -17,8 +17,9 @@ def sleep_out_ttl(client: Any, key: str, bound_ms: int) -> int:
         remaining = client.pttl(key)
         if remaining == -2:
             return remaining
-        assert 0 < remaining <= bound_ms, f"{key!r}: PTTL {remaining} ms, above the bound of {bound_ms} ms"
-        time.sleep(remaining / 1000)
+        # 0: less than a millisecond left (Redis rounds down); -1 (no expiry) fails.
+        assert 0 <= remaining <= bound_ms, f"{key!r}: PTTL {remaining} ms, outside 0..{bound_ms} ms"
+        time.sleep((remaining + 1) / 1000)
     remaining = client.pttl(key)
     assert remaining == -2, f"{key!r} still lives after the TTL of its holder's last renewal: PTTL {remaining}"
     return remaining
