@@ -12,6 +12,7 @@ layer, no cluster or sentinel deployment, no fault harness) carry the ``core`` m
 
 from __future__ import annotations
 
+import signal as os_signal
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -29,6 +30,21 @@ CORE_TEST_FILES = frozenset({
     "test_security.py", "test_properties.py",
 })
 TESTS = Path(__file__).resolve().parent
+
+
+def pytest_configure() -> None:
+    """Let the processes the tests start take Ctrl-C, however the suite itself was started.
+
+    Several tests send SIGINT to a child (``manage.py locks list --watch``, a singleton command, the
+    demo) and expect it to end as on Ctrl-C.  A non-interactive shell starts ``cmd &`` with SIGINT
+    ignored (POSIX Shell Command Language, 2.11), an ignored signal stays ignored across fork and
+    exec (POSIX exec), and Python turns SIGINT into ``KeyboardInterrupt`` only "if the parent process
+    has not changed it" (the ``signal`` module's documentation): run in the background that way, every
+    child would ignore the tests' Ctrl-C.  A handled signal is reset to the default on exec, so with
+    Python's own handler here, each child starts with the default and installs its own.
+    """
+    if os_signal.getsignal(os_signal.SIGINT) is os_signal.SIG_IGN:
+        os_signal.signal(os_signal.SIGINT, os_signal.default_int_handler)
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by marker
