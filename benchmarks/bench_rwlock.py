@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from benchmarks.common import Context, Section, interleaved_pairs, percentile, run_workers, sleep_until_ns
+from benchmarks.common import FORK, Context, Section, interleaved_pairs, percentile, run_workers, sleep_until_ns
 
 #: Target: p99 of the writer's wait behind looping readers <= the longest reader hold + this (s).
 MARGIN = 0.1
@@ -131,30 +131,45 @@ def pair_functions(client: Any) -> dict[str, Any]:
 
 
 # -- 2. many processes: read holds next to the plain lock -----------------------------------------------------
-def loop_holds(lib: str, mode: str, url: str, name: str, start_ns: int, end_ns: int) -> int:
-    """One process: acquire, hold 1 ms, release, think 1 ms, until ``end_ns``; returns its holds in the window."""
+def loop_holds(lib: str, mode: str, url: str, name: str, ready: Any, seconds: float) -> tuple[int, float]:
+    """One process: one hold to warm up (its connection, the scripts, what a first call imports), then,
+    once every process has (``ready``: a barrier), acquire, hold 1 ms, release, think 1 ms for
+    ``seconds``; returns its holds acquired in that window and the window's length (s).
+
+    The window opens after the warm-up, not at a guessed instant: a process that started late (a
+    loaded machine) would otherwise spend the window starting, and report no hold.  It stays open
+    until the process's first hold, so that its rate is measured on at least one hold."""
     import redis
 
     holds = Holds(lib, redis.Redis.from_url(url), name)
-    count = 0
-    sleep_until_ns(start_ns)
-    while time.monotonic_ns() < end_ns:
+    if not holds.acquire(mode, 30):
+        raise RuntimeError("a blocking acquire gave up")
+    holds.release(mode)
+    ready.wait(60)
+    start_ns = time.monotonic_ns()
+    end_ns = start_ns + int(seconds * 1e9)
+    count, last_ns = 0, end_ns
+    while True:
         if not holds.acquire(mode, 30):
             raise RuntimeError("a blocking acquire gave up")
-        count += time.monotonic_ns() < end_ns
+        acquired_ns = time.monotonic_ns()
+        if acquired_ns < end_ns or not count:
+            count += 1
+            last_ns = max(last_ns, acquired_ns)
         time.sleep(0.001)
         holds.release(mode)
         time.sleep(0.001)
-    return count
+        if time.monotonic_ns() >= end_ns:
+            return count, (last_ns - start_ns) / 1e9
 
 
 def holds_per_second(ctx: Context, lib: str, mode: str, sizes: Sizes) -> float:
+    """The holds per second of ``sizes.procs`` processes together: the sum of their rates."""
     name = f"bench:rw:many:{lib}:{mode}"
-    start_ns = time.monotonic_ns() + int(0.3e9 + sizes.procs * 0.03e9)
-    end_ns = start_ns + int(sizes.contention_seconds * 1e9)
-    counts = run_workers(loop_holds, [(lib, mode, ctx.server.url, name, start_ns, end_ns)] * sizes.procs,
-                         timeout=sizes.contention_seconds + 60)
-    return sum(counts) / sizes.contention_seconds
+    ready = FORK.Barrier(sizes.procs)
+    found = run_workers(loop_holds, [(lib, mode, ctx.server.url, name, ready, sizes.contention_seconds)] * sizes.procs,
+                        timeout=sizes.contention_seconds + 120)
+    return sum(count / seconds for count, seconds in found)
 
 
 # -- 3. a writer behind looping readers ----------------------------------------------------------------------

@@ -270,6 +270,25 @@ def test_asyncio_watchdog_renews_on_the_cluster(cluster):
     assert asyncio.run(main())
 
 
+def test_the_asyncio_waiting_connection_opens_on_a_client_that_ran_nothing_yet(cluster):
+    """The hub subscribes through a fresh asyncio cluster client: its pub/sub looks the channel's
+    slot up in the client's slot table, which the client fills on its first command only (a
+    blocking acquire that tries first hid this; the hub must not rely on its caller)."""
+    from django_redis_coord.asyncio import waiting
+
+    async def main() -> bool:
+        client = cluster.async_client(socket_timeout=5)
+        try:
+            hub = waiting.hub_for(client)
+            waiter = await hub.register(client, 10.0)  # returns once subscribed (or after 10 s)
+            hub.unregister(waiter)
+            return hub._subscribed
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(main())
+
+
 def test_durable_lock_on_the_cluster(client):
     from django_redis_coord.durable import DurableLock
 

@@ -10,6 +10,7 @@ from django.urls import include, path
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_redis_coord import lock
+from django_redis_coord.metrics import configured
 from tests.test_django_metrics import coord
 
 urlpatterns = [path("", include("django_redis_coord.metrics.urls"))]
@@ -25,7 +26,13 @@ def scraped(text: str, name: str, labels: dict) -> float:
 
 
 @override_settings(ROOT_URLCONF=__name__)
-def test_the_include_serves_the_holds_counted_and_held_now(redis_client):
+def test_the_include_serves_the_holds_counted_and_held_now(redis_client, monkeypatch):
+    # The gauges serve one reading for up to ``max_age`` (1 s) to every scrape of the process, of
+    # any test: a scrape within 1 s of an earlier one (this test's first, or another test's) is
+    # served that reading, made before the hold below began.  With max_age 0 each scrape reads
+    # the registry, so the second one is made while the hold is live (their sharing is checked in
+    # tests/test_metrics.py).
+    monkeypatch.setattr(configured._gauges, "max_age", 0.0)
     labels = {"template": "scrape:{n}", "kind": "lock"}
     with coord(METRICS=["prometheus"]):
         before = scraped(Client().get("/metrics").content.decode(), "django_redis_coord_acquisitions_total", labels)

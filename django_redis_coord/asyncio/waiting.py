@@ -115,6 +115,10 @@ class AsyncWaitHub(HubBase):
         self._took(message)
 
     async def _open(self) -> None:
+        # An asyncio cluster client learns its slots on its first command, but its pub/sub routes
+        # SUBSCRIBE through the slot table without asking (redis-py 8.1 raises KeyError on a
+        # client that ran nothing yet).  initialize() does nothing once done, nor for a plain client.
+        await self._client.initialize()
         pubsub = self._client.pubsub()
         try:
             await pubsub.subscribe(self.channel)
