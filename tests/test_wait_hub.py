@@ -729,14 +729,20 @@ def test_a_waiter_interrupted_while_it_subscribes_is_not_kept(redis_servers):
     holder = Lock(client, "interrupted", timeout=30)
     assert holder.acquire(blocking=False)
     hub = waiting.hub_for(client)
+    waiter = Lock(client, "interrupted", timeout=30)
+    # As after a blocking acquire that found the lock taken: the next one registers with the hub
+    # (and so subscribes) before its first call, instead of trying first.
+    waiter._contended = True
     server.pause()  # the subscription waits for the server's reply
     try:
         with _soft_limit_once(hub._reading.locked, "the waiter to subscribe"):
-            Lock(client, "interrupted", timeout=30).acquire(blocking_timeout=15)
+            waiter.acquire(blocking_timeout=15)
     finally:
         server.resume()
     assert not hub._waiters, "the interrupted waiter is still registered"
     client.close()
+
+
 def test_1000_asyncio_tasks_that_start_at_once_stay_within_the_pool(redis_servers):
     """Their first tries, made before they register, go through the hub's gate like every later
     call: the default pool (100 connections at most) is not asked for 1000 at once."""
