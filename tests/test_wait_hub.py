@@ -271,7 +271,7 @@ def test_the_only_waiter_of_a_process_reads_its_own_grant(redis_servers, flavour
 # -- the waiting connection lost ------------------------------------------------------------------
 def test_a_killed_waiting_connection_loses_no_grant(redis_servers):
     """The hub's connection is killed while 20 threads wait: each is still served, the first
-    within its refresh period of the release."""
+    before its grant, had it been lost, would have gone to the next waiter."""
     (server,) = redis_servers(1)
     client = server.client()
     holder = Lock(client, "hot", timeout=60)
@@ -300,7 +300,10 @@ def test_a_killed_waiting_connection_loses_no_grant(redis_servers):
         thread.join(60)
     assert not errors, errors[:3]
     assert len(served) == 20
-    assert min(served) - released_at < 0.5 + 0.5  # its refresh period, and a margin for a busy machine
+    # No grant lost: a grant its waiter does not take up is provisional and lasts 2 x waiter_lease
+    # (3 s), then goes to the next in line; the head waiter, refreshing every 0.5 s, finds its
+    # grant before that even if the announcement was lost with the connection.
+    assert min(served) - released_at < 2 * 1.5
     admin.close()
     client.close()
 
