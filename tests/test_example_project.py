@@ -317,7 +317,9 @@ def test_fenced_write_refuses_the_stale_holder(demo):
 
 
 def test_contending_workers_show_up_in_locks_list_and_admin(demo):
-    workers = start_workers(demo, "--workers", "2", "--seconds", "20", "--min-hold", "2", "--max-hold", "3")
+    # The workers run until the SIGINT at the end (--seconds only caps an orphan's life): a loaded
+    # machine may take longer to start them and log in than any fixed run would last.
+    workers = start_workers(demo, "--workers", "2", "--seconds", "600", "--min-hold", "2", "--max-hold", "3")
     try:
         busy = wait_for(lambda: [h for h in demo.holders() if (h["owner"]["label"] or "").startswith("worker")],
                         timeout=60)

@@ -369,22 +369,38 @@ def test_32_processes_hammer_one_lock(lock_server):
 def test_32_processes_hammer_one_semaphore(lock_server):
     w = Workload(kind="semaphore", name="hammer-semaphore", lock_url=lock_server.url, processes=32, rounds=3,
                  ttl=5.0, hold=(0.02, 0.05), blocking_timeout=30.0, limit=4, seed=5)
-    outcome = run_workload(w, timeout=120)
+    with _permits_in_use(lock_server.url, w.name) as counts:
+        outcome = run_workload(w, timeout=120)
     assert outcome.report.valid, outcome.describe()
     assert outcome.count("acquire", "ok") == 96
-    # The limit was reached: the checker was not judging a history that could not fail.
-    found = extract_holds(outcome.history)
-    assert _most_at_once(found.holds) == 4
+    # The limit was reached (the checker was not judging a history that could not fail), and never
+    # passed, as the server counted the permits.  Not as the clients saw their holds: a hold a
+    # client sees runs from its acquire's return to its release's call, inside the grant; on a
+    # loaded machine a grantee learns of its permit late, and four seen at once may never happen.
+    assert max(counts) == 4, collections.Counter(counts)
 
 
-def _most_at_once(holds) -> int:
-    points = sorted([(h.start, 1) for h in holds if h.end > h.start] + [(h.end, -1) for h in holds if h.end > h.start],
-                    key=lambda p: (p[0], p[1]))
-    most = current = 0
-    for _, delta in points:
-        current += delta
-        most = max(most, current)
-    return most
+@contextlib.contextmanager
+def _permits_in_use(url: str, name: str):
+    """The number of permits of semaphore ``name`` in use, as the server counts them
+    (``get_current_size``), read every few milliseconds while the block runs."""
+    counts: list[int] = []
+    done = threading.Event()
+    client = redis.Redis.from_url(url)
+    semaphore = Semaphore(client, name)
+
+    def read() -> None:
+        while not done.wait(0.002):
+            counts.append(semaphore.get_current_size())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        yield counts
+    finally:
+        done.set()
+        reader.join(10)
+        client.close()
 
 
 @pytest.mark.slow
