@@ -12,10 +12,8 @@ class DjangoRedisCoordConfig(AppConfig):
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
-        from . import (
-            checks,  # noqa: F401  (registers the system checks)
-            conf,  # noqa: F401  (its setting_changed receiver: the settings follow override_settings)
-        )
+        from . import checks  # noqa: F401  (registers the system checks)
+        from .config import settings  # noqa: F401  (its setting_changed receiver: the settings follow override_settings)
         from .metrics.configured import install
 
         if not checks.check_settings():  # an invalid setting: its system-check errors say it, alone

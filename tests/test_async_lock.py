@@ -10,9 +10,9 @@ import pytest
 from redis.exceptions import LockError, LockNotOwnedError
 
 from django_redis_coord import InvalidLockArgument, LockLostError
-from django_redis_coord._waiting_base import READ_SECONDS
 from django_redis_coord.asyncio import Lock, async_lock_holder
-from django_redis_coord.keys import keys_for
+from django_redis_coord.core.keys import keys_for
+from django_redis_coord.core.waiting.rules import READ_SECONDS
 
 
 def run(coro):
@@ -298,9 +298,9 @@ def test_event_loops_that_ended_are_let_go(redis_client, redis_url):
 
     import redis.asyncio
 
-    from django_redis_coord import watchdog
     from django_redis_coord.asyncio import Redlock
-    from django_redis_coord.asyncio import redlock as async_redlock
+    from django_redis_coord.core import watchdog
+    from django_redis_coord.core.redlock import aio as async_redlock
 
     async def once():
         client = redis.asyncio.Redis.from_url(redis_url)
@@ -411,7 +411,7 @@ if sys.version_info >= (3, 11):  # Task.cancelling(): the cancellation is still 
 
 
 def test_the_claim_of_a_provisional_hand_off_keeps_an_extend_made_before_it(async_redis):
-    from django_redis_coord.watchdog import async_watchdog
+    from django_redis_coord.core.watchdog import async_watchdog
 
     async def waiter_task(client):
         waiter = Lock(client, "a:claim-extended", timeout=30, waiter_lease=0.6)

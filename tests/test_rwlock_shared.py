@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from django_redis_coord.asyncio.rwlock import ReadWriteLock as AsyncReadWriteLock
-from django_redis_coord.exceptions import InvalidLockArgumentType, LockError
-from django_redis_coord.rwlock import ReadWriteLock
+from django_redis_coord.core.exceptions import InvalidLockArgumentType, LockError
+from django_redis_coord.core.rwlock.aio import ReadWriteLock as AsyncReadWriteLock
+from django_redis_coord.core.rwlock.sync import ReadWriteLock
 from tests.procs import CTX, run_processes
 
 

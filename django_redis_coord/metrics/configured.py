@@ -14,9 +14,9 @@ from __future__ import annotations
 import threading
 from typing import Any, Optional
 
-from ..conf import coord_settings
-from ..connection import get_client
-from ..listing import HolderListing
+from ..config.connection import get_client
+from ..config.settings import coord_settings
+from ..core.listing import HolderListing
 from ._recording import Fanout, Recorder, failures
 from .gauges import HolderGauges
 from .history import HistoryRecorder
