@@ -52,10 +52,10 @@ if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
     from .core.rwlock.sync import ReadWriteLock
     from .core.semaphore.sync import Semaphore
     from .core.transactions import optimistic
+    from .decorator.locked import KeyTemplateError, KeyTooLong, LockContended, MissingKeyValue, current_lock, locked
     from .integrations.cache_fill.aio import aget_or_set
     from .integrations.cache_fill.sync import get_or_set
     from .integrations.fencing import afenced_get, afenced_set, afenced_update, fenced_get, fenced_set, fenced_update
-    from .locked.decorators import KeyTemplateError, KeyTooLong, LockContended, MissingKeyValue, current_lock, locked
     from .metrics import MetricsEvents
 
 __version__ = "0.1.0"
@@ -140,12 +140,12 @@ _LAZY: dict[str, str] = {
     "MetricsEvents": ".metrics",
     "ReadWriteLock": ".core.rwlock.sync",
     # Django glue
-    "locked": ".locked.decorators",
-    "current_lock": ".locked.decorators",
-    "LockContended": ".locked.decorators",
-    "KeyTemplateError": ".locked.decorators",
-    "MissingKeyValue": ".locked.decorators",
-    "KeyTooLong": ".locked.decorators",
+    "locked": ".decorator.locked",
+    "current_lock": ".decorator.locked",
+    "LockContended": ".decorator.locked",
+    "KeyTemplateError": ".decorator.locked",
+    "MissingKeyValue": ".decorator.locked",
+    "KeyTooLong": ".decorator.locked",
     "lock": ".config.shortcuts",
     "alock": ".config.shortcuts",
     "semaphore": ".config.shortcuts",

@@ -73,7 +73,7 @@ def check_setting_name(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
 @register(TAG)
 def check_redlock_users(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """``@locked(redlock=True)`` needs ``REDLOCK["MASTERS"]`` (no connection)."""
-    from .locked.decorators import redlock_user_names
+    from .decorator.locked import redlock_user_names
 
     users = redlock_user_names()
     raw = getattr(settings, SETTING_NAME, None)

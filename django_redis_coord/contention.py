@@ -1,9 +1,9 @@
 """The documented path ``django_redis_coord.contention``: its names live in
-:mod:`django_redis_coord.locked.contention`.  Nothing in the package imports this module."""
+:mod:`django_redis_coord.decorator.contention`.  Nothing in the package imports this module."""
 
 from __future__ import annotations
 
-from .locked.contention import (
+from .decorator.contention import (
     Contention,
     Skipped,
     answer_async,

@@ -1,9 +1,9 @@
 """The documented path ``django_redis_coord.decorators``: its names live in
-:mod:`django_redis_coord.locked.decorators`.  Nothing in the package imports this module."""
+:mod:`django_redis_coord.decorator.locked`.  Nothing in the package imports this module."""
 
 from __future__ import annotations
 
-from .locked.decorators import (
+from .decorator.locked import (
     VIEW_NAMES,
     Contention,
     KeyTemplate,

@@ -29,7 +29,7 @@ from .core.exceptions import (
     UnsupportedCacheBackend,
 )
 
-#: Django's BadRequest as well: served from :mod:`django_redis_coord.locked.key_templates` on first
+#: Django's BadRequest as well: served from :mod:`django_redis_coord.decorator.key_templates` on first
 #: use, so that importing this module imports no Django.
 __all__ = [
     "ConnectionPoolTooSmall",
@@ -60,7 +60,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in ("KeyTooLong", "MissingKeyValue"):
-        from .locked import key_templates
+        from .decorator import key_templates
 
         return getattr(key_templates, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

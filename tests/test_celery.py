@@ -19,7 +19,7 @@ import pytest
 
 celery = pytest.importorskip("celery")
 
-from django_redis_coord.locked.contention import is_skipped  # noqa: E402  # noqa: E402
+from django_redis_coord.decorator.contention import is_skipped  # noqa: E402  # noqa: E402
 from django_redis_coord.testing.server import RedisServer  # noqa: E402
 from tests import redis_session  # noqa: E402
 from tests.procs import run_processes  # noqa: E402

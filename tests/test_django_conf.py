@@ -110,7 +110,7 @@ def test_options_only_the_sync_library_has_are_left_out_of_the_asyncio_client(re
 
 
 def test_cluster_and_sentinel_options_reach_the_asyncio_clients():
-    from django_redis_coord.config.connection import _for_asyncio
+    from django_redis_coord.config.redis_options import for_asyncio as _for_asyncio
 
     def remap(address):
         return address
@@ -127,7 +127,7 @@ def test_clients_of_closed_event_loops_are_let_go(redis_servers):
     import gc
 
     from django_redis_coord.config import connection
-    from django_redis_coord.locked.decorators import locked
+    from django_redis_coord.decorator.locked import locked
 
     (server,) = redis_servers(1)  # its own server: only this test's connections are counted
     admin = server.client()

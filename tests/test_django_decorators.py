@@ -17,7 +17,7 @@ from django.views.decorators.cache import cache_page
 from benchmarks.common import CommandMonitor
 from django_redis_coord import locked
 from django_redis_coord.core.exceptions import InvalidLockArgument, LockLostError
-from django_redis_coord.locked.decorators import KeyTemplateError, LockContended, MissingKeyValue, current_lock
+from django_redis_coord.decorator.locked import KeyTemplateError, LockContended, MissingKeyValue, current_lock
 from django_redis_coord.signals import lock_acquired, lock_released
 from tests.procs import CTX, run_processes
 from tests.testapp.models import Account

@@ -21,7 +21,7 @@ from django_redis_coord.config.shortcuts import redlock
 from django_redis_coord.config.signalling import app_name
 from django_redis_coord.core.exceptions import InvalidLockArgument, InvalidLockArgumentType, LockNotOwnedError
 from django_redis_coord.core.redlock.sync import Redlock as CoreRedlock
-from django_redis_coord.locked.decorators import LockContended, current_lock, redlock_users
+from django_redis_coord.decorator.locked import LockContended, current_lock, redlock_users
 from tests.procs import run_processes
 from tests.test_django_decorators import entered, in_thread, wait_for
 

@@ -24,8 +24,8 @@ from django_redis_coord.core.exceptions import (
     LockNotOwnedError,
 )
 from django_redis_coord.core.listing import HolderListing
-from django_redis_coord.locked.contention import is_skipped
-from django_redis_coord.locked.decorators import current_lock
+from django_redis_coord.decorator.contention import is_skipped
+from django_redis_coord.decorator.locked import current_lock
 from tests.procs import run_processes
 from tests.test_django_decorators import entered, in_thread, wait_for
 

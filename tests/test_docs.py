@@ -283,7 +283,7 @@ def stack():
 def _forget_redlock_users():
     """Functions a page decorates with ``@locked(redlock=True)`` must not make other modules'
     system checks report E017 (as in tests/test_django_redlock.py)."""
-    from django_redis_coord.locked.decorators import redlock_users
+    from django_redis_coord.decorator.locked import redlock_users
 
     before = dict(redlock_users)
     yield

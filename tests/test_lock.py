@@ -65,7 +65,8 @@ def test_slot_tags_are_the_lowest_hex_number_of_their_slot_and_made_on_demand():
         assert all(key_slot(b"{%x}" % number) != slot for number in range(int(tag, 16)))
     # A fresh process pays for the tags it asks for, not for the whole table (314,737 numbers).
     tried = subprocess.run(
-        [sys.executable, "-c", "from django_redis_coord import keys; keys.slot_tag(5); print(keys._next_tag_number)"],
+        [sys.executable, "-c",
+         "from django_redis_coord.core import keys; keys.slot_tag(5); print(keys._next_tag_number)"],
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout
     assert 0 < int(tried) < 100_000

@@ -31,7 +31,7 @@ from django_redis_coord.core.rwlock.sync import ReadWriteLock
 from django_redis_coord.core.scripts import script_text
 
 PACKAGE = Path(django_redis_coord.__file__).parent
-LUA = resources.files("django_redis_coord") / "lua"
+LUA = resources.files("django_redis_coord.core") / "lua"
 SCRIPT_NAMES = sorted(p.name[:-4] for p in LUA.iterdir() if p.name.endswith(".lua") and p.name != "common.lua")
 
 HOSTILE_NAMES = [

@@ -326,7 +326,7 @@ def test_an_idle_hub_gives_its_connection_back(redis_servers, monkeypatch):
     from django_redis_coord.core.waiting import rules as _waiting_base
 
     monkeypatch.setattr(_waiting_base, "IDLE_SECONDS", 0.3)
-    monkeypatch.setattr("django_redis_coord.waiting.IDLE_SECONDS", 0.3)
+    monkeypatch.setattr("django_redis_coord.core.waiting.sync.IDLE_SECONDS", 0.3)
     (server,) = redis_servers(1)
     client = server.client()
     holder = Lock(client, "hot", timeout=0.2)
@@ -343,7 +343,7 @@ def _after_one_wait(redis_servers: Any, monkeypatch: Any) -> tuple[Any, redis.Re
     subscribed its hub, and that hub, which idles out after 0.3 s."""
     from django_redis_coord.core.waiting import sync as waiting
 
-    monkeypatch.setattr("django_redis_coord.waiting.IDLE_SECONDS", 0.3)
+    monkeypatch.setattr("django_redis_coord.core.waiting.sync.IDLE_SECONDS", 0.3)
     (server,) = redis_servers(1)
     client = server.client()
     holder = Lock(client, "hot", timeout=0.2)
@@ -687,7 +687,7 @@ def test_a_waiter_that_comes_while_the_idle_closer_looks_is_handed_the_reading(r
     refresh 30 s later."""
     from django_redis_coord.core.waiting import sync as waiting
 
-    monkeypatch.setattr("django_redis_coord.waiting.IDLE_SECONDS", 0.3)
+    monkeypatch.setattr("django_redis_coord.core.waiting.sync.IDLE_SECONDS", 0.3)
     (server,) = redis_servers(1)
     client = server.client()
     hub = waiting.hub_for(client)

@@ -213,7 +213,7 @@ def cache_redis_client(alias: str) -> Any:
 def async_cache_client(alias: str) -> Any:
     """The running event loop's ``redis.asyncio`` client of the server the cache ``alias`` writes
     to, with the sync client's connection parameters (call it inside a coroutine)."""
-    from .connection import mirror_async
+    from .redis_options import mirror_async
 
     loop = asyncio.get_running_loop()
     per_alias = _async_clients.get(loop)

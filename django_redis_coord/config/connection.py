@@ -26,7 +26,6 @@ True
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 import weakref
 from collections.abc import Mapping
@@ -35,7 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..core.concurrency import drop_closed_loops
 from .defaults import DEFAULT_CLIENT_OPTIONS, REDIS_CACHE_BACKENDS, SETTING_NAME
-from .redis_options import client_parameters, init_parameters
+from .redis_options import for_asyncio, mirror_async
 from .settings import CoordSettings, coord_settings, prefixed, unprefixed
 
 __all__ = [
@@ -139,7 +138,7 @@ def _build(settings: CoordSettings, *, asyncio: bool) -> Any:
 
     def options(extra: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
         merged = {**_options(settings), **(extra or {})}
-        return _for_asyncio(merged) if asyncio else merged
+        return for_asyncio(merged) if asyncio else merged
 
     if settings.source == "sentinel":
         sentinel_conf = settings.sentinel or {}
@@ -185,81 +184,6 @@ def _build_async(settings: CoordSettings) -> Any:
     if settings.source == "cache":
         return mirror_async(get_client())
     return _build(settings, asyncio=True)
-
-
-def _for_asyncio(options: Mapping[str, Any]) -> dict[str, Any]:
-    """``CLIENT_OPTIONS`` minus the objects of the sync library (a sync connection class, parser,
-    retry policy or pool cannot serve the asyncio client, which then uses its defaults) and the
-    options only the sync library has (client-side caching, OCSP checks): the asyncio client
-    goes without them."""
-    from redis.asyncio.connection import AbstractConnection
-    from redis.asyncio.retry import Retry
-
-    kept = {}
-    for key, value in options.items():
-        if key == "connection_class" and not (isinstance(value, type) and issubclass(value, AbstractConnection)):
-            continue
-        if key == "retry" and not isinstance(value, Retry):
-            continue
-        if key in ("parser_class", "connection_pool", "redis_connect_func") or key in _sync_only_options():
-            continue
-        kept[key] = value
-    return kept
-
-
-@functools.cache
-def _sync_only_options() -> frozenset[str]:
-    """The keyword arguments redis-py's sync client, pool and connections take and their asyncio
-    twins do not (client-side caching, OCSP checks, ...).  Options of neither (a Cluster's or a
-    Sentinel's own) are not among them: they go to those clients as given."""
-    import redis
-    import redis.asyncio as aioredis
-
-    return frozenset(client_parameters(redis) - client_parameters(aioredis))
-
-
-#: Connection arguments that are objects of the sync library and cannot be handed to asyncio.
-_SYNC_ONLY = {"parser_class", "retry", "connection_pool", "redis_connect_func", "event_dispatcher", "command_packer"}
-
-
-def _async_kwargs(kwargs: Mapping[str, Any], connection_class: type) -> dict[str, Any]:
-    accepted = init_parameters(connection_class, inherited=True)
-    return {k: v for k, v in kwargs.items() if k in accepted and k not in _SYNC_ONLY}
-
-
-def mirror_async(client: Any) -> Any:
-    """A ``redis.asyncio`` client with the connection parameters of the sync ``client``."""
-    import redis
-    import redis.asyncio as aioredis
-    from redis.sentinel import SentinelConnectionPool
-
-    pool = client.connection_pool
-    if isinstance(pool, SentinelConnectionPool):
-        from redis.asyncio.sentinel import Sentinel, SentinelManagedConnection
-
-        manager = pool.sentinel_manager
-        nodes = [
-            (s.connection_pool.connection_kwargs["host"], s.connection_pool.connection_kwargs.get("port", 26379))
-            for s in manager.sentinels
-        ]
-        kwargs = _async_kwargs(pool.connection_kwargs, SentinelManagedConnection)
-        sentinel = Sentinel(
-            nodes,
-            min_other_sentinels=manager.min_other_sentinels,
-            sentinel_kwargs=_for_asyncio(manager.sentinel_kwargs or {}),
-        )
-        return sentinel.master_for(pool.service_name, **kwargs)
-    if issubclass(pool.connection_class, redis.UnixDomainSocketConnection):
-        connection_class: type = aioredis.UnixDomainSocketConnection
-    elif issubclass(pool.connection_class, redis.SSLConnection):
-        connection_class = aioredis.SSLConnection
-    else:
-        connection_class = aioredis.Connection
-    kwargs = _async_kwargs(pool.connection_kwargs, connection_class)
-    async_pool = aioredis.ConnectionPool(
-        connection_class=connection_class, max_connections=pool.max_connections, **kwargs
-    )
-    return aioredis.Redis(connection_pool=async_pool)
 
 
 # -- description ---------------------------------------------------------------------------------
@@ -348,7 +272,7 @@ def get_async_redlock_masters() -> tuple[Any, ...]:
     loop = asyncio.get_running_loop()
     masters = _async_redlock_masters.get(loop)
     if masters is None:
-        options = _for_asyncio(_options(settings))
+        options = for_asyncio(_options(settings))
         built = tuple(Redis.from_url(url, **options) for url in _redlock_urls(settings))
         with _lock:
             drop_closed_loops(_async_redlock_masters)  # as for get_async_client()

@@ -1,5 +1,7 @@
 """redis-py's client arguments and URLs, checked the way redis-py reads them (never connects):
-the options a client, pool or connection takes, and whether redis-py would refuse a URL with them."""
+the options a client, pool or connection takes, whether redis-py would refuse a URL with them, and
+the same options for ``redis.asyncio`` (:func:`mirror_async`: an asyncio client with a sync client's
+connection parameters)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 from .defaults import DEFAULT_CLIENT_OPTIONS, SETTING_NAME, Problem
 
 __all__ = ["url_problem", "init_parameters", "client_parameters", "option_names", "unknown_option_problems",
-           "options_refused", "host_port_problem", "close_hint", "is_number"]
+           "options_refused", "host_port_problem", "close_hint", "is_number", "for_asyncio", "mirror_async"]
 
 
 def is_number(value: object) -> bool:
@@ -197,3 +199,79 @@ def options_refused(options: Mapping[str, Any], values: Mapping[str, Any], *, cl
                 )
             )
     return problems
+
+
+# -- the same options for redis.asyncio --------------------------------------------------------------
+def for_asyncio(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``CLIENT_OPTIONS`` minus the objects of the sync library (a sync connection class, parser,
+    retry policy or pool cannot serve the asyncio client, which then uses its defaults) and the
+    options only the sync library has (client-side caching, OCSP checks): the asyncio client
+    goes without them."""
+    from redis.asyncio.connection import AbstractConnection
+    from redis.asyncio.retry import Retry
+
+    kept = {}
+    for key, value in options.items():
+        if key == "connection_class" and not (isinstance(value, type) and issubclass(value, AbstractConnection)):
+            continue
+        if key == "retry" and not isinstance(value, Retry):
+            continue
+        if key in ("parser_class", "connection_pool", "redis_connect_func") or key in _sync_only_options():
+            continue
+        kept[key] = value
+    return kept
+
+
+@functools.cache
+def _sync_only_options() -> frozenset[str]:
+    """The keyword arguments redis-py's sync client, pool and connections take and their asyncio
+    twins do not (client-side caching, OCSP checks, ...).  Options of neither (a Cluster's or a
+    Sentinel's own) are not among them: they go to those clients as given."""
+    import redis
+    import redis.asyncio as aioredis
+
+    return frozenset(client_parameters(redis) - client_parameters(aioredis))
+
+
+#: Connection arguments that are objects of the sync library and cannot be handed to asyncio.
+_SYNC_ONLY = {"parser_class", "retry", "connection_pool", "redis_connect_func", "event_dispatcher", "command_packer"}
+
+
+def _async_kwargs(kwargs: Mapping[str, Any], connection_class: type) -> dict[str, Any]:
+    accepted = init_parameters(connection_class, inherited=True)
+    return {k: v for k, v in kwargs.items() if k in accepted and k not in _SYNC_ONLY}
+
+
+def mirror_async(client: Any) -> Any:
+    """A ``redis.asyncio`` client with the connection parameters of the sync ``client``."""
+    import redis
+    import redis.asyncio as aioredis
+    from redis.sentinel import SentinelConnectionPool
+
+    pool = client.connection_pool
+    if isinstance(pool, SentinelConnectionPool):
+        from redis.asyncio.sentinel import Sentinel, SentinelManagedConnection
+
+        manager = pool.sentinel_manager
+        nodes = [
+            (s.connection_pool.connection_kwargs["host"], s.connection_pool.connection_kwargs.get("port", 26379))
+            for s in manager.sentinels
+        ]
+        kwargs = _async_kwargs(pool.connection_kwargs, SentinelManagedConnection)
+        sentinel = Sentinel(
+            nodes,
+            min_other_sentinels=manager.min_other_sentinels,
+            sentinel_kwargs=for_asyncio(manager.sentinel_kwargs or {}),
+        )
+        return sentinel.master_for(pool.service_name, **kwargs)
+    if issubclass(pool.connection_class, redis.UnixDomainSocketConnection):
+        connection_class: type = aioredis.UnixDomainSocketConnection
+    elif issubclass(pool.connection_class, redis.SSLConnection):
+        connection_class = aioredis.SSLConnection
+    else:
+        connection_class = aioredis.Connection
+    kwargs = _async_kwargs(pool.connection_kwargs, connection_class)
+    async_pool = aioredis.ConnectionPool(
+        connection_class=connection_class, max_connections=pool.max_connections, **kwargs
+    )
+    return aioredis.Redis(connection_pool=async_pool)

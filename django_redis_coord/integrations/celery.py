@@ -39,9 +39,9 @@ from ..core.lock.sync import Lock
 from ..core.queue.rules import NO_REPLY
 from ..core.scripts import queue_script
 from ..core.transactions import optimistic
-from ..locked.contention import Contention, contended_error
-from ..locked.key_names import call_namespace, checked_name
-from ..locked.key_templates import KeyTemplate
+from ..decorator.contention import Contention, contended_error
+from ..decorator.key_names import call_namespace, checked_name
+from ..decorator.key_templates import KeyTemplate
 
 __all__ = [
     "UniqueTask",

@@ -40,11 +40,11 @@ from ..config.shortcuts import DEFAULT, alock, lock
 from ..config.signalling import retry_after
 from ..core.exceptions import InvalidLockArgument, InvalidLockArgumentType, LockContended, LockNotOwnedError
 from ..core.holders import HolderInfo, async_lock_holder, lock_holder
-from ..locked.contention import Skipped, is_skipped
-from ..locked.key_names import name_sync
-from ..locked.key_templates import KeyTemplate
-from ..locked.options import checked_on_contended
-from ..locked.release import arelease_logged, release_logged
+from ..decorator.contention import Skipped, is_skipped
+from ..decorator.key_names import name_sync
+from ..decorator.key_templates import KeyTemplate
+from ..decorator.options import checked_on_contended
+from ..decorator.release import arelease_logged, release_logged
 from .task_objects import is_task, with_func
 
 __all__ = [
@@ -367,7 +367,7 @@ def unique_task(
         raise InvalidLockArgument(f"on_duplicate must be one of {ON_DUPLICATE}, not {on_duplicate!r}", lock_name=key)
     contended = checked_on_contended(on_contended, key, retry=False)
     # The run's hold is checked (and NO_EXPIRY refused: a killed worker would keep the key) as @locked checks it.
-    from ..locked.options import checked_options
+    from ..decorator.options import checked_options
 
     timeout = checked_options(
         key, timeout=timeout, wait=0, limit=None, status=None, handler=None, template_name=None, auto_renew=None,

@@ -46,7 +46,7 @@ def locked_task_object(locked: Any, target: Any, decorate: Callable[[Callable[..
     decorated with ``decorate`` (no ``on_contended="retry"``: the framework cannot retry); a Celery
     task is left to :func:`django_redis_coord.celery.locked_task` (Celery imported only then)."""
     if is_task(target):
-        from ..locked.options import checked_on_contended
+        from ..decorator.options import checked_on_contended
 
         checked_on_contended(locked.on_contended, locked.key, retry=False)
         return with_func(target, decorate(target.func))
