@@ -11,7 +11,6 @@ from .decorator.contention import (
     contended_error,
     contention,
     is_skipped,
-    retry_later,
     skipped,
 )
 
@@ -23,6 +22,5 @@ __all__ = [
     "contended_error",
     "contention",
     "is_skipped",
-    "retry_later",
     "skipped",
 ]

@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 from .decorator.locked import (
-    VIEW_NAMES,
     Contention,
-    KeyTemplate,
     KeyTemplateError,
     KeyTooLong,
     LockContended,
@@ -14,21 +12,17 @@ from .decorator.locked import (
     MissingKeyValue,
     current_lock,
     locked,
-    redis_unavailable,
     redlock_user_names,
 )
 
 __all__ = [
     "Contention",
-    "KeyTemplate",
     "KeyTemplateError",
     "KeyTooLong",
     "LockContended",
     "Locked",
     "MissingKeyValue",
-    "VIEW_NAMES",
     "current_lock",
     "locked",
-    "redis_unavailable",
     "redlock_user_names",
 ]

@@ -242,7 +242,7 @@ def test_a_fresh_copy_shares_the_settings_but_not_the_hold(async_redis):
     async def main():
         client = async_redis()
         made = Lock(client, "afresh", timeout=5, thread_local=False)
-        first, second = made._fresh(), made._fresh()
+        first, second = made.fresh(), made.fresh()
         assert first.keys == made.keys and first.timeout == made.timeout
         assert await first.acquire(blocking=False)
         assert not await second.acquire(blocking=False)
@@ -250,7 +250,7 @@ def test_a_fresh_copy_shares_the_settings_but_not_the_hold(async_redis):
         await first.release()
         assert await second.acquire(blocking=False)
         await second.release()
-        per_task = Lock(client, "afresh:tasks", timeout=5)._fresh()  # thread_local: per task
+        per_task = Lock(client, "afresh:tasks", timeout=5).fresh()  # thread_local: per task
         assert await per_task.acquire(blocking=False)
 
         async def other_task():

@@ -138,7 +138,7 @@ def test_only_errors_meaning_redis_cannot_take_writes_count_as_unavailable():
     view fail open silently."""
     from redis.exceptions import ClusterDownError, NoScriptError, RedisClusterException, ResponseError
 
-    from django_redis_coord.decorator.locked import redis_unavailable
+    from django_redis_coord.decorator.unavailable import redis_unavailable
 
     in_script = "Error running script (call to f_0): @user_script:12: @user_script: 12: -{} refused."
     assert all(redis_unavailable(ResponseError(in_script.format(code)))

@@ -418,7 +418,7 @@ def test_scripts_flushed_from_the_server_are_loaded_again(redis_server, redis_cl
 
 def test_a_fresh_copy_shares_the_settings_but_not_the_hold(redis_client):
     made = Lock(redis_client, "fresh", timeout=5, thread_local=False, label="made once")
-    first, second = made._fresh(), made._fresh()
+    first, second = made.fresh(), made.fresh()
     assert (first.name, first.timeout, first.label, first.keys) == (made.name, made.timeout, made.label, made.keys)
     assert first.acquire(blocking=False)
     assert not second.acquire(blocking=False)
@@ -428,7 +428,7 @@ def test_a_fresh_copy_shares_the_settings_but_not_the_hold(redis_client):
     assert second.acquire(blocking=False) and second.fence > fence
     assert first.local.token is None
     second.release()
-    threaded = Lock(redis_client, "fresh:threads", timeout=5)._fresh()  # thread_local stays per thread
+    threaded = Lock(redis_client, "fresh:threads", timeout=5).fresh()  # thread_local stays per thread
     assert threaded.acquire(blocking=False)
     seen = []
     worker = threading.Thread(target=lambda: seen.append(threaded.local.token))

@@ -132,7 +132,7 @@ def made_lock(name: Name, key: Name, *, asyncio: bool, timeout: Any, auto_renew:
               max_hold: Optional[float] = None, rw: bool = False) -> Any:
     """A lock (with ``rw``, a read-write lock) without a client, shared (``thread_local=False``),
     made once per key, name, label, view, template, flavour, timeout and renewal: each use takes a
-    copy of it on a client (``made_lock(...)._fresh(client)``), a fraction of the cost of making
+    copy of it on a client (``made_lock(...).fresh(client)``), a fraction of the cost of making
     one (``@locked`` makes one per request)."""
     cache_key = (key, name, label, view, template, asyncio, timeout, type(timeout), auto_renew, max_hold, rw)
     made = _made.get(cache_key)
@@ -264,7 +264,7 @@ def locked_primitive(name: str, *, asyncio: bool, timeout: Any, auto_renew: Opti
         made = made_lock(name, coord_settings().prefixed(name), asyncio=asyncio, timeout=timeout,
                          auto_renew=auto_renew, label=label, view=view, template=template, max_hold=max_hold,
                          rw=mode is not None)
-        fresh = made._fresh(get_async_client() if asyncio else get_client())
+        fresh = made.fresh(get_async_client() if asyncio else get_client())
         return fresh if mode is None else fresh.hold(mode)
     name_view(primitive, view)
     return primitive

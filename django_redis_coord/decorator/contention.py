@@ -23,7 +23,7 @@ from ..core.exceptions import LockContended
 from ..core.keys import cacheable
 
 __all__ = ["Contention", "contention", "contended_error", "answer_sync", "answer_async", "Skipped", "skipped",
-           "retry_later", "is_skipped"]
+           "is_skipped"]
 
 logger = logging.getLogger("django_redis_coord")
 
@@ -85,14 +85,6 @@ def contended_error(info: Contention) -> LockContended:
     what = f"all {info.limit} permits of {info.name!r} are taken" if info.limit else f"{info.name!r} is held"
     message = what + (f"; retry in {info.retry_after} s" if info.retry_after is not None else "")
     return LockContended(message, lock_name=info.name, retry_after=info.retry_after)
-
-
-def retry_later(info: Contention) -> None:
-    """``on_contended="retry"``: raise Celery's ``Retry`` of the running task for ``info`` (see
-    :func:`django_redis_coord.celery.retry_contended`; Celery is imported only here)."""
-    from ..integrations.celery import retry_contended
-
-    retry_contended(info)
 
 
 class Skipped(dict):

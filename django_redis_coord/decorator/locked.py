@@ -41,19 +41,19 @@ from ..config.settings import CoordSettings, coord_settings
 from ..config.shortcuts import DEFAULT as _DEFAULT
 from ..config.shortcuts import locked_primitive
 from ..core.exceptions import (
+    InvalidLockArgument,
     InvalidLockArgumentType,
     KeyTemplateError,
     LockContended,
     LockLostError,
 )
 from ..integrations.task_objects import locked_task_object
-from .contention import Contention, answer_async, answer_sync, contended_error, contention, retry_later, skipped
-from .context import ContextHolds
-from .key_names import find_request, name_async, name_sync
-from .key_templates import VIEW_NAMES, KeyTemplate, KeyTooLong, MissingKeyValue
+from .contention import Contention, answer_async, answer_sync, contended_error, contention, skipped
+from .key_names import checked_name, find_request, name_async, name_sync
+from .key_templates import KeyTemplate, KeyTooLong, MissingKeyValue
 from .options import check_flavour, check_redlock_settings, checked_on_contended, checked_options
 from .permits import AsyncPermitHold, PermitHold
-from .release import AsyncRelease, Release, release_at_close, released_after
+from .release import AsyncRelease, Release, arelease_logged, release_at_close, release_logged, released_after
 from .unavailable import REDIS_ERRORS, redis_unavailable, unavailable_response
 
 __all__ = [
@@ -66,10 +66,6 @@ __all__ = [
     "LockContended",
     "current_lock",
     "redlock_user_names",
-    # where they lived before, still importable from here
-    "VIEW_NAMES",
-    "KeyTemplate",
-    "redis_unavailable",
 ]
 
 logger = logging.getLogger("django_redis_coord")
@@ -191,8 +187,10 @@ class Locked:
         and ``on_contended="skip"``); anything else gets :class:`LockContended`."""
         info = contention(name, primitive, _now() - started, settings, limit=self.limit, status=self.status)
         if request is None and not (skippable and self.on_contended == "skip"):
-            if self.on_contended == "retry":
-                retry_later(info)  # Celery's Retry
+            if self.on_contended == "retry":  # a Celery task: Celery is imported only here
+                from ..integrations.celery import retry_contended
+
+                retry_contended(info)  # raises Celery's Retry
             raise contended_error(info)
         return info
 
@@ -200,7 +198,7 @@ class Locked:
     def __call__(self, target: Any) -> Any:
         if isinstance(target, type):
             return self._decorate_class(target)
-        task = locked_task_object(self, target, lambda func: self._decorate(func, _dotted(func)))
+        task = locked_task_object(self, target, lambda func: self.decorate(func, _dotted(func)))
         if task is not None:  # a task of Django's tasks framework, or of Celery
             return task
         if not callable(target):
@@ -208,17 +206,19 @@ class Locked:
         # A class-based view's as_view() is a function of Django's, the same for every class:
         # named after its class, as when the class itself is decorated.
         view_class = getattr(target, "view_class", None)
-        return self._decorate(target, _dotted(view_class if isinstance(view_class, type) else target))
+        return self.decorate(target, _dotted(view_class if isinstance(view_class, type) else target))
 
     def _decorate_class(self, cls: type) -> type:
         dispatch = getattr(cls, "dispatch", None)
         if dispatch is None:
             raise InvalidLockArgumentType(f"@locked on a class needs a view class with dispatch(); {cls!r} has none")
         is_async = bool(getattr(cls, "view_is_async", False))
-        cls.dispatch = self._decorate(dispatch, _dotted(cls), force_async=is_async)  # type: ignore[attr-defined]
+        cls.dispatch = self.decorate(dispatch, _dotted(cls), force_async=is_async)  # type: ignore[attr-defined]
         return cls
 
-    def _decorate(self, func: Callable[..., Any], default_name: str, *, force_async: bool = False) -> Any:
+    def decorate(self, func: Callable[..., Any], default_name: str, *, force_async: bool = False) -> Any:
+        """``func`` run under the lock (a view, a plain function or a task's ``run``), the key
+        template's default name being ``default_name``."""
         if self.redlock:
             check_redlock_settings(self.key, self.timeout)
         key = KeyTemplate(self.key, default_name)
@@ -362,6 +362,85 @@ async def _maybe_await(value: Any) -> Any:
     if inspect.isawaitable(value):
         return await value
     return value
+
+
+# -- with locked(...) and async with locked(...): the holds of one locked object, per thread or task --
+def context_name(locked: Locked) -> tuple[str, KeyTemplate]:
+    """The name a ``with locked(...)`` block locks and its key template: the template filled from
+    ``params`` (a ``with`` block has no call arguments), checked and parsed on first use."""
+    if locked.key is None:
+        raise KeyTemplateError("locked() used as a context manager needs a key.")
+    if locked.on_contended == "skip":
+        raise InvalidLockArgument("on_contended='skip' is for decorated functions: a with block cannot be skipped")
+    key = locked._context_key
+    if key is None:
+        key = locked._context_key = KeyTemplate(locked.key, "")
+    if key.callable is not None:
+        return checked_name(key.callable(**locked.params), key), key
+    return key.render(locked.params), key
+
+
+class ContextHolds:
+    """Takes a hold on entry (:class:`~django_redis_coord.exceptions.LockContended` when the key
+    is taken; Redis unreachable re-raises unless failing open, then the block runs unlocked and
+    ``None`` is what it gets), and releases it on exit, logged rather than raised."""
+
+    def __init__(self, locked: Locked) -> None:
+        """``locked``: the :class:`Locked` these holds are of."""
+        self.locked = locked
+        self._held: contextvars.ContextVar[tuple] = contextvars.ContextVar(f"locked-{id(locked)}", default=())
+
+    def _start(self, *, is_async: bool) -> tuple[str, CoordSettings, Any, float]:
+        locked = self.locked
+        name, key = context_name(locked)
+        settings = coord_settings()
+        primitive = locked._make(name, locked.label or name, settings, is_async=is_async, template=key.metric_template)
+        return name, settings, primitive, time.monotonic()
+
+    def _push(self, primitive: Any) -> Any:
+        self._held.set((*self._held.get(), primitive))
+        return primitive
+
+    def _pop(self) -> Any:
+        held = self._held.get()
+        self._held.set(held[:-1])
+        return held[-1]
+
+    def enter(self) -> Any:
+        name, settings, primitive, started = self._start(is_async=False)
+        try:
+            acquired = primitive.acquire(**self.locked._acquire_kw)
+        except REDIS_ERRORS as exc:
+            if not redis_unavailable(exc):
+                raise
+            self.locked._unavailable(None, name, settings, exc)  # raises unless failing open
+            return self._push(None)
+        if not acquired:
+            self.locked._refused(None, name, primitive, started, settings)
+        return self._push(primitive)
+
+    def exit(self) -> None:
+        primitive = self._pop()
+        if primitive is not None:
+            release_logged(primitive)
+
+    async def aenter(self) -> Any:
+        name, settings, primitive, started = self._start(is_async=True)
+        try:
+            acquired = await primitive.acquire(**self.locked._acquire_kw)
+        except REDIS_ERRORS as exc:
+            if not redis_unavailable(exc):
+                raise
+            self.locked._unavailable(None, name, settings, exc)
+            return self._push(None)
+        if not acquired:
+            self.locked._refused(None, name, primitive, started, settings)
+        return self._push(primitive)
+
+    async def aexit(self) -> None:
+        primitive = self._pop()
+        if primitive is not None:
+            await arelease_logged(primitive)
 
 
 def _dotted(obj: Any) -> str:

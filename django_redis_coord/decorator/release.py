@@ -213,7 +213,7 @@ def _sync_twin(primitive: Any) -> Any:
         )
     else:  # a copy of the sync lock made once per name (not checked and computed again)
         twin = made_lock(app_name(primitive), primitive.name, asyncio=False, timeout=primitive.timeout,
-                         auto_renew=False, rw=isinstance(primitive, AsyncRWHold))._fresh(get_client())
+                         auto_renew=False, rw=isinstance(primitive, AsyncRWHold)).fresh(get_client())
     copy_hold(primitive, twin)  # neither object is shared with a thread
     speak_for(twin, primitive)
     return twin.hold(primitive.mode) if isinstance(primitive, AsyncRWHold) else twin

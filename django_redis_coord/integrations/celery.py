@@ -172,7 +172,7 @@ def locked_task(locked: Any, task: Task) -> Task:
     """``@locked(...)`` over a task object: its ``run`` runs under the lock (the key template
     sees the task's arguments by name; the default key is the task's name)."""
     run = task.run
-    task.run = locked._decorate(run, task.name)
+    task.run = locked.decorate(run, task.name)
     return task
 
 

@@ -44,7 +44,6 @@ __all__ = [
     "mask_token",
     "HolderListing",
     "HolderInfo",
-    "LiveHolder",
     "RegistryEntry",
     "Waiter",
     "ForceReleaseResult",
@@ -53,10 +52,6 @@ __all__ = [
     "holder_id",
     "parse_holder_id",
 ]
-
-#: The listing's holder record before there was one for every reader: the same class.
-LiveHolder = HolderInfo
-
 
 class HolderListing(RegistryReading, DetailReading, ForceReleasing):
     """Read the live holders of a Redis server or cluster; force-release a lock.

@@ -133,7 +133,7 @@ class QueuedBase(Reporting):
         """Empty hold state of this flavour: per thread, per task or shared (``thread_local``)."""
         raise NotImplementedError
 
-    def _fresh(self, redis: Any = None) -> Any:
+    def fresh(self, redis: Any = None) -> Any:
         """A primitive with this one's settings and no hold of its own, on ``redis`` (default: this
         one's client).
 

@@ -278,9 +278,9 @@ class RWLockBase(QueuedBase):
         """The holders in a ``sem_inspect.lua`` "full" reply (fence order)."""
         return permits_from_inspect(name, reply, "rw")
 
-    def _fresh(self, redis: Any = None) -> Any:
-        """A copy with its own hold state (see :meth:`QueuedBase._fresh`) and its own two holds."""
-        twin = super()._fresh(redis)
+    def fresh(self, redis: Any = None) -> Any:
+        """A copy with its own hold state (see :meth:`QueuedBase.fresh`) and its own two holds."""
+        twin = super().fresh(redis)
         twin.read = type(self.read)(twin, READ)
         twin.write = type(self.write)(twin, WRITE)
         return twin
