@@ -8,7 +8,6 @@ from .integrations.celery import (
     TOKEN_PREFIX,
     DuplicateTask,
     UniqueTask,
-    locked_task,
     retry_contended,
     task_token,
 )
@@ -18,7 +17,6 @@ __all__ = [
     "SKIPPED",
     "TOKEN_PREFIX",
     "UniqueTask",
-    "locked_task",
     "retry_contended",
     "task_token",
 ]

@@ -18,8 +18,8 @@ from typing import Any, Optional, Union
 from ..core import hold_times
 from ..core.events import Events
 from ..metrics import DEFAULT_TEMPLATE
-from ..metrics.configured import configured_metrics
 from ..signals import asend, lock_acquired, lock_contended, lock_lost, lock_released, send
+from .metrics import configured_metrics
 
 __all__ = ["DjangoSignals", "app_name", "name_view", "retry_after", "retry_after_seconds", "speak_for"]
 

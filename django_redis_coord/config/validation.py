@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from ..core.expiry import WHY, is_no_expiry
-from ..metrics.options import metrics_problems
 from .defaults import DEFAULTS, REDIS_CACHE_BACKENDS, SETTING_NAME, Problem
+from .metrics_options import metrics_problems
 from .redis_options import host_port_problem, is_number, options_refused, unknown_option_problems, url_problem
 
 __all__ = ["settings_problems"]

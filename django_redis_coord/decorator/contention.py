@@ -19,11 +19,11 @@ from django.http.response import HttpResponseBase
 
 from ..config.settings import CoordSettings
 from ..config.signalling import retry_after
-from ..core.exceptions import LockContended
+from ..core.exceptions import InvalidLockArgument, LockContended
 from ..core.keys import cacheable
 
 __all__ = ["Contention", "contention", "contended_error", "answer_sync", "answer_async", "Skipped", "skipped",
-           "is_skipped"]
+           "is_skipped", "retry_contended"]
 
 logger = logging.getLogger("django_redis_coord")
 
@@ -85,6 +85,22 @@ def contended_error(info: Contention) -> LockContended:
     what = f"all {info.limit} permits of {info.name!r} are taken" if info.limit else f"{info.name!r} is held"
     message = what + (f"; retry in {info.retry_after} s" if info.retry_after is not None else "")
     return LockContended(message, lock_name=info.name, retry_after=info.retry_after)
+
+
+def retry_contended(info: Contention) -> None:
+    """``on_contended="retry"``: retry the running Celery task ``info.retry_after`` seconds later
+    (at least 1).  Raises Celery's ``Retry``; past ``max_retries``, the ``LockContended``.  Celery
+    is imported only here, when a decorated call is refused with ``on_contended="retry"``."""
+    from celery import current_task
+
+    task = current_task  # a proxy: false outside a task
+    if not task or task.request.id is None:
+        raise InvalidLockArgument(
+            f"on_contended='retry' retries a Celery task, and {info.name!r} was refused outside one",
+            lock_name=info.name,
+        )
+    countdown = info.retry_after if info.retry_after is not None else 1
+    raise task.retry(countdown=max(1, countdown), exc=contended_error(info))
 
 
 class Skipped(dict):

@@ -47,13 +47,13 @@ from ..core.exceptions import (
     LockContended,
     LockLostError,
 )
-from ..integrations.task_objects import locked_task_object
-from .contention import Contention, answer_async, answer_sync, contended_error, contention, skipped
+from .contention import Contention, answer_async, answer_sync, contended_error, contention, retry_contended, skipped
 from .key_names import checked_name, find_request, name_async, name_sync
 from .key_templates import KeyTemplate, KeyTooLong, MissingKeyValue
 from .options import check_flavour, check_redlock_settings, checked_on_contended, checked_options
 from .permits import AsyncPermitHold, PermitHold
 from .release import AsyncRelease, Release, arelease_logged, release_at_close, release_logged, released_after
+from .task_objects import locked_task_object
 from .unavailable import REDIS_ERRORS, redis_unavailable, unavailable_response
 
 __all__ = [
@@ -187,9 +187,7 @@ class Locked:
         and ``on_contended="skip"``); anything else gets :class:`LockContended`."""
         info = contention(name, primitive, _now() - started, settings, limit=self.limit, status=self.status)
         if request is None and not (skippable and self.on_contended == "skip"):
-            if self.on_contended == "retry":  # a Celery task: Celery is imported only here
-                from ..integrations.celery import retry_contended
-
+            if self.on_contended == "retry":
                 retry_contended(info)  # raises Celery's Retry
             raise contended_error(info)
         return info

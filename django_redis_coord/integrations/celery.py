@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, Optional, Union
 
-from celery import Task, current_task
+from celery import Task
 from celery.exceptions import WorkerLostError
 from celery.signals import task_revoked
 from celery.worker.request import Request
@@ -39,7 +39,7 @@ from ..core.lock.sync import Lock
 from ..core.queue.rules import NO_REPLY
 from ..core.scripts import queue_script
 from ..core.transactions import optimistic
-from ..decorator.contention import Contention, contended_error
+from ..decorator.contention import retry_contended
 from ..decorator.key_names import call_namespace, checked_name
 from ..decorator.key_templates import KeyTemplate
 
@@ -47,7 +47,6 @@ __all__ = [
     "UniqueTask",
     "DuplicateTask",
     "SKIPPED",
-    "locked_task",
     "retry_contended",
     "task_token",
     "TOKEN_PREFIX",
@@ -165,28 +164,6 @@ def _release_quietly(hold: Lock) -> None:
         hold.release()
     except LockError as exc:  # its TTL ran out, or it was taken over: nothing left to end
         logger.warning("%r: the task's hold had ended before its release (%s)", app_name(hold), exc)
-
-
-# -- @locked on tasks ----------------------------------------------------------------------------------
-def locked_task(locked: Any, task: Task) -> Task:
-    """``@locked(...)`` over a task object: its ``run`` runs under the lock (the key template
-    sees the task's arguments by name; the default key is the task's name)."""
-    run = task.run
-    task.run = locked.decorate(run, task.name)
-    return task
-
-
-def retry_contended(info: Contention) -> None:
-    """``on_contended="retry"``: retry the running Celery task ``info.retry_after`` seconds later
-    (at least 1).  Raises Celery's ``Retry``; past ``max_retries``, the ``LockContended``."""
-    task = current_task  # a proxy: false outside a task
-    if not task or task.request.id is None:
-        raise InvalidLockArgument(
-            f"on_contended='retry' retries a Celery task, and {info.name!r} was refused outside one",
-            lock_name=info.name,
-        )
-    countdown = info.retry_after if info.retry_after is not None else 1
-    raise task.retry(countdown=max(1, countdown), exc=contended_error(info))
 
 
 # -- unique tasks ------------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from ..decorator.key_names import name_sync
 from ..decorator.key_templates import KeyTemplate
 from ..decorator.options import checked_on_contended
 from ..decorator.release import arelease_logged, release_logged
-from .task_objects import is_task, with_func
+from ..decorator.task_objects import is_task, with_func
 
 __all__ = [
     "unique_task",

@@ -14,12 +14,11 @@ from __future__ import annotations
 import threading
 from typing import Any, Optional
 
-from ..config.connection import get_client
-from ..config.settings import coord_settings
 from ..core.listing import HolderListing
-from ._recording import Fanout, Recorder, failures
-from .gauges import HolderGauges
-from .history import HistoryRecorder
+from ..metrics import Fanout, HistoryRecorder, HolderGauges, Recorder
+from ..metrics._recording import failures
+from .connection import get_client
+from .settings import coord_settings
 
 __all__ = ["configured_metrics", "configured_recorder", "install"]
 
@@ -51,13 +50,13 @@ def _make(name: str) -> Recorder:
     if name == "prometheus":
         from prometheus_client import REGISTRY
 
-        from .prometheus import HolderCollector, PrometheusRecorder
+        from ..metrics.prometheus import HolderCollector, PrometheusRecorder
 
         recorder: Recorder = PrometheusRecorder()
         REGISTRY.register(HolderCollector(_gauges))
         return recorder
     if name == "otel":
-        from .otel import OtelRecorder
+        from ..metrics.otel import OtelRecorder
 
         return OtelRecorder(gauges=_gauges)
     return ConfiguredHistory()

@@ -8,7 +8,7 @@ import difflib
 import importlib
 from collections.abc import Sequence
 
-from ..config.defaults import SETTING_NAME, Problem
+from .defaults import SETTING_NAME, Problem
 
 __all__ = ["EXPORTERS", "metrics_problems"]
 

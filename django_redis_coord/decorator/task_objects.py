@@ -44,15 +44,15 @@ def locked_task_object(locked: Any, target: Any, decorate: Callable[[Callable[..
     """``@locked`` (the ``Locked`` object ``locked``) over a task object, or ``None`` when ``target``
     is none: a ``Task`` of Django's tasks framework gives the same Task running its function
     decorated with ``decorate`` (no ``on_contended="retry"``: the framework cannot retry); a Celery
-    task is left to :func:`django_redis_coord.celery.locked_task` (Celery imported only then)."""
+    task runs its ``run`` under the lock (the key template sees the task's arguments by name; the
+    default key is the task's name).  Celery is not imported: a Celery task exists only once it was."""
     if is_task(target):
-        from ..decorator.options import checked_on_contended
+        from .options import checked_on_contended
 
         checked_on_contended(locked.on_contended, locked.key, retry=False)
         return with_func(target, decorate(target.func))
     celery_task = getattr(sys.modules.get("celery.app.task"), "Task", None)
     if celery_task is not None and isinstance(target, celery_task):
-        from .celery import locked_task
-
-        return locked_task(locked, target)
+        target.run = locked.decorate(target.run, target.name)
+        return target
     return None
