@@ -12,7 +12,7 @@ CSRF, no caching):
   of its token) changes anything.  A POST without both is a 400 and releases nothing; one whose
   hold has changed meanwhile releases nothing either;
 * a bulk force release of the holds chosen by filters, with the same permission and the same
-  rules per hold (:mod:`django_redis_coord.admin_bulk`).
+  rules per hold (:mod:`django_redis_coord.admin.bulk`).
 
 Tokens are never sent to the browser, only their first characters and a digest
 (:func:`~django_redis_coord.holders.hold_digest`).

@@ -1,5 +1,5 @@
 """The ``DJANGO_REDIS_COORD`` setting's name, keys and defaults, and the shape of a problem found
-in it (read by :mod:`~django_redis_coord.conf`, checked by :mod:`~django_redis_coord.validation`)."""
+in it (read by :mod:`~django_redis_coord.conf`, checked by :mod:`~django_redis_coord.config.validation`)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ Example::
         "DEFAULT_TIMEOUT": 30,        # seconds a lock lives unless renewed
     }
 
-The keys and defaults are in :mod:`~django_redis_coord.defaults`; :func:`settings_problems`
-(:mod:`~django_redis_coord.validation`) reports what is wrong with a settings dict without raising.
+The keys and defaults are in :mod:`~django_redis_coord.config.defaults`; :func:`settings_problems`
+(:mod:`~django_redis_coord.config.validation`) reports what is wrong with a settings dict without raising.
 """
 
 from __future__ import annotations

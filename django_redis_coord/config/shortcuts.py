@@ -99,7 +99,7 @@ def lock(
     template: Optional[str] = None,
     **kwargs: Any,
 ) -> Lock:
-    """A :class:`~django_redis_coord.locks.Lock` named ``KEY_PREFIX:name`` on the configured Redis.
+    """A :class:`~django_redis_coord.core.lock.sync.Lock` named ``KEY_PREFIX:name`` on the configured Redis.
 
     ``timeout`` defaults to ``DEFAULT_TIMEOUT`` and ``auto_renew`` to ``AUTO_RENEW``; ``template``
     labels its metrics; every other keyword goes to the Lock (``blocking_timeout``, ``label``,
@@ -229,12 +229,12 @@ def make_semaphore(name: Name, limit: int, timeout: Any = DEFAULT, *, asyncio: b
 
 
 def semaphore(name: Name, limit: int, timeout: Any = DEFAULT, **kwargs: Any) -> Semaphore:
-    """A :class:`~django_redis_coord.semaphores.Semaphore` of ``limit`` permits named ``KEY_PREFIX:name``.
+    """A :class:`~django_redis_coord.core.semaphore.sync.Semaphore` of ``limit`` permits named ``KEY_PREFIX:name``.
 
     ``timeout`` (each permit's lease) defaults to ``DEFAULT_TIMEOUT`` and ``auto_renew`` to
     ``AUTO_RENEW``; ``template`` labels its metrics; other keywords go to the Semaphore (``blocking``,
     ``blocking_timeout``, ``label``, ``on_lost``, ...).  The limit is stored in Redis by the first
-    acquire of the name; see :meth:`~django_redis_coord.semaphores.Semaphore.set_max_size` to change it.
+    acquire of the name; see :meth:`~django_redis_coord.core.semaphore.sync.Semaphore.set_max_size` to change it.
     """
     return make_semaphore(name, limit, timeout, asyncio=False, **kwargs)
 

@@ -6,7 +6,7 @@ The factories (:func:`~django_redis_coord.lock`, :func:`~django_redis_coord.sema
 primitives with a :class:`DjangoSignals` as their ``events``: it carries the name as the
 application wrote it (without ``KEY_PREFIX``) and sends the signals with the primitive's class as
 ``sender`` and the primitive as ``instance``.  It also records each hold's duration for
-:func:`retry_after` (see :mod:`django_redis_coord.hold_times`), and feeds the exporters of
+:func:`retry_after` (see :mod:`django_redis_coord.core.hold_times`), and feeds the exporters of
 ``DJANGO_REDIS_COORD["METRICS"]`` under its key template (see :mod:`django_redis_coord.metrics`).
 """
 

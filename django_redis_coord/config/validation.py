@@ -1,4 +1,4 @@
-"""Everything wrong with ``DJANGO_REDIS_COORD``, as :class:`~django_redis_coord.defaults.Problem`
+"""Everything wrong with ``DJANGO_REDIS_COORD``, as :class:`~django_redis_coord.config.defaults.Problem`
 s with system-check ids and hints: :func:`settings_problems` (never connects, never raises), shared
 by the system checks and :func:`~django_redis_coord.conf.coord_settings`."""
 

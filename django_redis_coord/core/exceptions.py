@@ -100,7 +100,7 @@ class LockAcquireTimeout(CoordLockError):
 
 class ConnectionPoolTooSmall(CoordLockError, ValueError):
     """A blocking acquire needs one connection of the client's pool for its process's waiting
-    connection (see :mod:`django_redis_coord.waiting`) and at least one more for its commands."""
+    connection (see :mod:`django_redis_coord.core.waiting.sync`) and at least one more for its commands."""
 
 
 class LockLostError(CoordLockError, LockNotOwnedError):

@@ -7,7 +7,7 @@ first characters) or :func:`hold_digest` (a digest) of it is ever displayed.
 
 The functions here read one lock, semaphore or read-write lock in one atomic step (no keyspace
 scan).  What a record shows and how (kinds, ids, masking, durations) is in
-:mod:`django_redis_coord.holder_fields`, whose names are importable from here too.
+:mod:`django_redis_coord.core.holder_fields`, whose names are importable from here too.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Each batch runs on a thread of its own, so a server that stops answering holds u
 renewals on other servers nor the watchdog, which declares a hold lost at its local deadline:
 ``send instant + TTL - drift`` on the monotonic clock.  A lost hold gets ``valid == False`` and its
 ``on_lost`` callback (and the ``lock_lost`` signal) fires once, on a worker thread of its own
-(:mod:`django_redis_coord._callbacks`): a callback that blocks delays neither a renewal nor another
+(:mod:`django_redis_coord.core.callbacks`): a callback that blocks delays neither a renewal nor another
 lock's loss signal, and one running for over a second is reported with a warning.
 
 The asyncio twin (:class:`AsyncWatchdog`) is one task per event loop with the same behaviour.

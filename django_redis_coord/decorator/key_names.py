@@ -28,7 +28,7 @@ _NOT_LOOKED_UP: Any = object()
 def _keyword_values(names: Any, kwargs: dict) -> Optional[dict[str, Any]]:
     """``names`` and their values when the call passed all of them by keyword, else ``None``.
 
-    Then they are what :func:`~django_redis_coord.key_templates.bound_arguments` would give for
+    Then they are what :func:`~django_redis_coord.decorator.key_templates.bound_arguments` would give for
     them (a value passed by keyword is the argument's value, also when binding fails), so the
     template needs no binding."""
     values = {}

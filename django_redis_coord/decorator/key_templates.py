@@ -1,10 +1,10 @@
 """Key templates of ``@locked``: parsed and checked when decorating, filled on every call.
 
 A template is a ``str.format`` string (``"orders:{pk}"``) filled from what a call offers (see
-:mod:`django_redis_coord.key_names`).  Each value is percent-encoded (and the characters of the
+:mod:`django_redis_coord.decorator.key_names`).  Each value is percent-encoded (and the characters of the
 template's own text between two fields too), two fields need text between them, and an encoded
 value longer than 128 characters is replaced by its SHA-256 digest
-(:mod:`django_redis_coord.key_values`): two different sets of values never give the same key.
+(:mod:`django_redis_coord.decorator.key_values`): two different sets of values never give the same key.
 """
 
 from __future__ import annotations

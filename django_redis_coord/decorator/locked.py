@@ -9,12 +9,12 @@ Works on function and class-based views (sync or async), plain functions (Celery
 and as a context manager.  The whole story is in ``docs/django.md``; each concern has a module:
 
 * the key, a ``str.format`` template or a callable (default: the view's dotted name), parsed and
-  checked when decorating and filled on each call: :mod:`~django_redis_coord.key_templates`,
-  :mod:`~django_redis_coord.key_names` (a value missing from a request: 400, :class:`MissingKeyValue`);
+  checked when decorating and filled on each call: :mod:`~django_redis_coord.decorator.key_templates`,
+  :mod:`~django_redis_coord.decorator.key_names` (a value missing from a request: 400, :class:`MissingKeyValue`);
 * the answer when the key is taken, 409 with ``Retry-After`` or ``status=``/``handler=``/
   ``template_name=`` (:class:`LockContended` outside views): :mod:`~django_redis_coord.contention`;
-* the hold's end at the response's close: :mod:`~django_redis_coord.release`; Redis unreachable (503
-  or ``fail_open``): :mod:`~django_redis_coord.unavailable`;
+* the hold's end at the response's close: :mod:`~django_redis_coord.decorator.release`; Redis unreachable (503
+  or ``fail_open``): :mod:`~django_redis_coord.decorator.unavailable`;
 * the primitive (a lock, ``limit=N`` permits, ``redlock=True`` a Redlock, ``mode="read"``/``"write"``
   a side of a read-write lock), made by :mod:`~django_redis_coord.shortcuts`.
 
@@ -342,7 +342,7 @@ class Locked:
             await release.arelease()
         return result
 
-    # -- context manager (see django_redis_coord.locked_context) ----------------------------------
+    # -- context manager (see django_redis_coord.decorator.locked) ----------------------------------
     def __enter__(self) -> Any:
         return self._context.enter()
 

@@ -93,6 +93,6 @@ def share_permits(source: Any, target: Any) -> None:
     """Make ``target`` see the permits ``source`` holds (each with its fence and start instant).
 
     Reads private state of the core semaphore: a ``Semaphore.sync_twin(client)`` in
-    :mod:`django_redis_coord.semaphores` (the core's, returning a sync semaphore that shares the
+    :mod:`django_redis_coord.core.semaphore.sync` (the core's, returning a sync semaphore that shares the
     permits) would remove this adapter."""
     target._permits = source._permits

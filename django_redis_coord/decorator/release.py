@@ -236,7 +236,7 @@ def copy_hold(source: Any, target: Any) -> None:
     the lock's hold state.
 
     Reads private state of the core locks: a ``sync_twin(client)`` method on the asyncio
-    :class:`~django_redis_coord.asyncio.lock.Lock` and :class:`~django_redis_coord.asyncio.Redlock`
+    :class:`~django_redis_coord.core.lock.aio.Lock` and :class:`~django_redis_coord.asyncio.Redlock`
     (returning the sync object holding the same hold) would remove this adapter."""
     vars(_holder(target)._state()).update(vars(_holder(source)._state()))
     if hasattr(source, "_fences"):

@@ -1,4 +1,4 @@
-"""The asyncio twin of :class:`django_redis_coord.leader.Leader`, over ``redis.asyncio``.
+"""The asyncio twin of :class:`django_redis_coord.core.leader.sync.Leader`, over ``redis.asyncio``.
 
 Same names, arguments and behaviour, ``await``ed: the campaign is a task of the running event loop
 (use one event loop per leader), ``on_elected`` / ``on_revoked`` may be coroutine functions (they
@@ -34,7 +34,7 @@ async def _call(callback: TermCallback, term: int) -> None:
 
 
 class Leader(LeaderBase):
-    """Asyncio leader election; see :class:`django_redis_coord.leader.Leader`.
+    """Asyncio leader election; see :class:`django_redis_coord.core.leader.sync.Leader`.
 
     ``on_elected(term)`` runs in the campaign task; ``on_revoked(term)`` in a task of its own for a
     loss (started by the watchdog's loss signal, on the event loop), in the resigning task for a
@@ -58,7 +58,7 @@ class Leader(LeaderBase):
     # -- public API ----------------------------------------------------------------------------
     async def campaign(self, blocking: bool = True, blocking_timeout: Optional[Number] = None) -> bool:
         """Start campaigning (unless already), and with ``blocking`` wait until elected; see
-        :meth:`django_redis_coord.leader.Leader.campaign`."""
+        :meth:`django_redis_coord.core.leader.sync.Leader.campaign`."""
         check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=self.name)
         self._start()
         if blocking and not self._elected.is_set():

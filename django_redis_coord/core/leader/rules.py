@@ -1,6 +1,6 @@
 """What the sync and asyncio leaders share: their arguments, the term bookkeeping and the holder
-record that marks a leader's lock.  Nothing in here talks to Redis; :mod:`django_redis_coord.leader`
-and :mod:`django_redis_coord.asyncio.leader` do, through the :class:`~django_redis_coord.Lock` each
+record that marks a leader's lock.  Nothing in here talks to Redis; :mod:`django_redis_coord.core.leader.sync`
+and :mod:`django_redis_coord.core.leader.aio` do, through the :class:`~django_redis_coord.Lock` each
 leader holds while it leads.
 
 A term is one hold of that lock, from its grant to its end (lost, or resigned): the term number is
@@ -54,7 +54,7 @@ class LeaderHold:
 
 
 class LeaderBase:
-    """Arguments and term bookkeeping common to :class:`~django_redis_coord.leader.Leader` and its
+    """Arguments and term bookkeeping common to :class:`~django_redis_coord.core.leader.sync.Leader` and its
     asyncio twin.
 
     The term state is read by any thread (``is_leader``) and changed by the campaign, by the

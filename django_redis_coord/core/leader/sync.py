@@ -92,7 +92,7 @@ class Leader(LeaderBase):
     def resign(self) -> None:
         """Stop campaigning; if leading, run ``on_revoked(term)`` and release, which hands the
         lead to the next contender in line at once.  Returns once the campaign thread stopped
-        (within :data:`~django_redis_coord._leader_base.CAMPAIGN_ROUND` seconds and a round trip
+        (within :data:`~django_redis_coord.core.leader.rules.CAMPAIGN_ROUND` seconds and a round trip
         when it was waiting in line)."""
         with self._control:
             with self._mutex:

@@ -3,7 +3,7 @@
 One service shared by the ``locks`` management command and the admin page; it imports nothing
 from Django.  It never scans the keyspace (locks often share a database with a large cache):
 every grant records its holder in the registry of its Redis Cluster slot (see
-:func:`django_redis_coord.keys.registry_key`), so listing reads those 16384 small sorted sets and
+:func:`django_redis_coord.core.keys.registry_key`), so listing reads those 16384 small sorted sets and
 nothing else.  One module per step:
 
 * :mod:`.registries` — on a standalone server the registries are read by one ``ZUNION`` (with

@@ -1,7 +1,7 @@
 """Step 1 of a listing: which primitives have a live holder, from the per-slot registries.
 
 Every grant records its holder in the registry of its Redis Cluster slot (see
-:func:`django_redis_coord.keys.registry_key`); reading those 16384 small sorted sets finds every
+:func:`django_redis_coord.core.keys.registry_key`); reading those 16384 small sorted sets finds every
 live hold without scanning the keyspace.  Expiry is judged by the server's clock.
 """
 

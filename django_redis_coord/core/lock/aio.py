@@ -1,4 +1,4 @@
-"""The asyncio twin of :class:`django_redis_coord.locks.Lock`, over ``redis.asyncio``.
+"""The asyncio twin of :class:`django_redis_coord.core.lock.sync.Lock`, over ``redis.asyncio``.
 
 Same names, arguments and behaviour.  One difference from redis-py's asyncio lock: the hold is
 kept per *task* (not per thread), so two tasks sharing one instance never release or extend each
@@ -81,7 +81,7 @@ class Lock(AsyncWithBlock, QueuedPrimitive, LockBase):
         blocking_timeout: Optional[Number] = None,
         token: Optional[Union[str, bytes]] = None,
     ) -> bool:
-        """Acquire the lock; see :meth:`django_redis_coord.locks.Lock.acquire`."""
+        """Acquire the lock; see :meth:`django_redis_coord.core.lock.sync.Lock.acquire`."""
         started = time.monotonic()
         blocking, stop_at = self.acquire_arguments(sleep, blocking, blocking_timeout)
         if self.reenter(token):

@@ -5,7 +5,7 @@
   issued before for the same name, even after the server restarted without persistence.
 * A blocking ``acquire`` never polls: it joins a FIFO queue and sleeps until the releasing
   script, which grants the lock to the queue head server-side, announces the grant to it (all the
-  waiters of a process share one connection: see :mod:`django_redis_coord.waiting`).  A waiter
+  waiters of a process share one connection: see :mod:`django_redis_coord.core.waiting.sync`).  A waiter
   also looks again when the holder's TTL runs out, so a crashed holder is replaced promptly.
 * Optional watchdog renewal, an explicit loss signal and reentrancy.
 """

@@ -1,5 +1,5 @@
 """The asyncio side of a queued primitive (a lock, a semaphore), over ``redis.asyncio``: the twin
-of :mod:`django_redis_coord.queued`, with the same names and shape.  A hold (or a semaphore's
+of :mod:`django_redis_coord.core.queue.sync`, with the same names and shape.  A hold (or a semaphore's
 anonymous permits) belongs to the asyncio *task* that took it (:class:`TaskLocal`).
 """
 
@@ -76,7 +76,7 @@ class TaskLocal:
 
 
 class QueuedPrimitive(QueuedBase):
-    """The asyncio side of a queued primitive; see :class:`django_redis_coord.queued.QueuedPrimitive`."""
+    """The asyncio side of a queued primitive; see :class:`django_redis_coord.core.queue.sync.QueuedPrimitive`."""
 
     scripts = async_scripts
     _report_loss = QueuedBase._atell_lost

@@ -1,8 +1,8 @@
 """What the queued primitives (locks and semaphores, sync and asyncio) share: settings, key
 layout, the arguments and replies of their scripts, the rules of waiting in line.
 
-Nothing in here talks to Redis; the sync and asyncio twins (:mod:`django_redis_coord.queued`,
-:mod:`django_redis_coord.asyncio.queued`) do, each in its own ``do_*`` methods.
+Nothing in here talks to Redis; the sync and asyncio twins (:mod:`django_redis_coord.core.queue.sync`,
+:mod:`django_redis_coord.core.queue.aio`) do, each in its own ``do_*`` methods.
 """
 
 from __future__ import annotations
@@ -44,14 +44,14 @@ class QueuedBase(Reporting):
     of its scripts, the rules of waiting in line and the watchdog's view of a hold.
 
     A subclass names its scripts and the kind of its keys; the sync and asyncio twins that talk
-    to Redis (``QueuedPrimitive`` in :mod:`django_redis_coord.queued` and
-    :mod:`django_redis_coord.asyncio.queued`) add the waiting loop on top.
+    to Redis (``QueuedPrimitive`` in :mod:`django_redis_coord.core.queue.sync` and
+    :mod:`django_redis_coord.core.queue.aio`) add the waiting loop on top.
     """
 
     kind = "lock"
     #: What one hold is called in messages.
     noun = "lock"
-    #: The kind part of the side keys (see :func:`django_redis_coord.keys.keys_for`).
+    #: The kind part of the side keys (see :func:`django_redis_coord.core.keys.keys_for`).
     key_kind = b"lock"
     #: The registry of Lua scripts for this flavour of client (sync or asyncio).
     scripts: Any = None

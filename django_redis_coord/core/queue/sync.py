@@ -1,6 +1,6 @@
 """The sync side of a queued primitive (a lock, a semaphore): one acquire attempt, and the wait
-in line after it.  :mod:`django_redis_coord.asyncio.queued` is its asyncio twin (same names and
-shape); what they share is in :mod:`django_redis_coord._queued_base`.
+in line after it.  :mod:`django_redis_coord.core.queue.aio` is its asyncio twin (same names and
+shape); what they share is in :mod:`django_redis_coord.core.queue.rules`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ __all__ = ["QueuedPrimitive"]
 class QueuedPrimitive(QueuedBase):
     """The sync side of a queued primitive: one acquire attempt, and the wait in line after it.
 
-    Subclasses name their scripts (see :class:`~django_redis_coord._queued_base.QueuedBase`); the asyncio
-    twin in :mod:`django_redis_coord.asyncio.lock` has the same names and shape.
+    Subclasses name their scripts (see :class:`~django_redis_coord.core.queue.rules.QueuedBase`); the asyncio
+    twin in :mod:`django_redis_coord.core.lock.aio` has the same names and shape.
     """
 
     scripts = sync_scripts
@@ -47,9 +47,9 @@ class QueuedPrimitive(QueuedBase):
         Returns the grant and the instant its hold is measured from, or ``None`` when not granted.
         The first attempt only tries (it writes nothing when refused), so an uncontended acquire
         sets up no waiting.  A refused blocking call then registers with the process's waiting hub
-        (see :mod:`~django_redis_coord.waiting`) before the attempt that joins the queue, so that no
+        (see :mod:`~django_redis_coord.core.waiting.sync`) before the attempt that joins the queue, so that no
         announcement of its grant can be missed.  While the primitive's last blocking acquire found
-        it taken (:attr:`~django_redis_coord._queued_base.QueuedBase._contended`), the try is skipped:
+        it taken (:attr:`~django_redis_coord.core.queue.rules.QueuedBase._contended`), the try is skipped:
         it registers and queues in one call.
         """
         worker = self._worker()
@@ -102,9 +102,9 @@ class QueuedPrimitive(QueuedBase):
         this thread sleeps), so a hold announced by a message is measured from that call's send
         instant; a hold a call's reply reports (a refresh, a give-up) from that call's, since the
         reply gives the time that was left when it ran.
-        Every call goes through the hub's gate (see :attr:`~django_redis_coord.waiting.Waiter.gate`).
+        Every call goes through the hub's gate (see :attr:`~django_redis_coord.core.waiting.sync.Waiter.gate`).
         A refresh that cannot reach Redis (a failover, a restart) is tried again at the next one,
-        for up to :data:`~django_redis_coord._grants.OUTAGE_GRACE` seconds in a row.
+        for up to :data:`~django_redis_coord.core.grants.OUTAGE_GRACE` seconds in a row.
         """
         queued_at = sent_at
         outage = Outage()

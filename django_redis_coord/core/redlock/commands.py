@@ -1,5 +1,5 @@
 """The commands a Redlock sends to each master and the reading of the masters' answers: shared
-by :mod:`django_redis_coord.redlock` and :mod:`django_redis_coord.asyncio.redlock` (which send
+by :mod:`django_redis_coord.redlock` and :mod:`django_redis_coord.core.redlock.aio` (which send
 each master's batch as one redis-py pipeline, see :func:`queue_commands`).  Nothing in here talks
 to Redis.
 """

@@ -1,8 +1,8 @@
 """What the sync and asyncio Redlocks share: arguments, per-master commands and quorum arithmetic.
 
 Nothing in here talks to Redis; :mod:`django_redis_coord.redlock` and
-:mod:`django_redis_coord.asyncio.redlock` send the commands built here to every master at once,
-one redis-py pipeline per master (see :mod:`django_redis_coord._redlock_commands`).
+:mod:`django_redis_coord.core.redlock.aio` send the commands built here to every master at once,
+one redis-py pipeline per master (see :mod:`django_redis_coord.core.redlock.commands`).
 
 Each master runs the ordinary lock scripts (``lua/lock_*.lua``) on the same keys a
 :class:`~django_redis_coord.Lock` of the same name uses, so a Redlock hold on a master shows up in

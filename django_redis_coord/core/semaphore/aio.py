@@ -1,4 +1,4 @@
-"""The asyncio twin of :class:`django_redis_coord.semaphores.Semaphore`, over ``redis.asyncio``.
+"""The asyncio twin of :class:`django_redis_coord.core.semaphore.sync.Semaphore`, over ``redis.asyncio``.
 
 Same names, arguments and behaviour, with ``await``.  Permits taken without an identity belong
 to the asyncio *task* that acquired them, so two tasks sharing one instance never release each
@@ -44,7 +44,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
 
     # -- the identity semaphore's API --------------------------------------------------------------
     async def set_max_size(self, size: int) -> None:
-        """See :meth:`django_redis_coord.semaphores.Semaphore.set_max_size`."""
+        """See :meth:`django_redis_coord.core.semaphore.sync.Semaphore.set_max_size`."""
         check_limit(size, self.name)
         await self.do_set_limit(size)
 
@@ -63,7 +63,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         blocking: Optional[bool] = None,
         blocking_timeout: Optional[Number] = None,
     ) -> bool:
-        """Take a permit; see :meth:`django_redis_coord.semaphores.Semaphore.acquire`."""
+        """Take a permit; see :meth:`django_redis_coord.core.semaphore.sync.Semaphore.acquire`."""
         started = time.monotonic()
         blocking, stop_at = self.wait_args(blocking, blocking_timeout)
         token = encode_identity(identity, self.name) if identity is not None else new_token()
@@ -77,7 +77,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         return True
 
     async def release(self, identity: Optional[Identity] = None) -> bool:
-        """Return a permit; see :meth:`django_redis_coord.semaphores.Semaphore.release`."""
+        """Return a permit; see :meth:`django_redis_coord.core.semaphore.sync.Semaphore.release`."""
         _, permit, held = self._to_release(identity)
         fence = permit.fence if permit is not None else None
         # Completes (and is told) even if this task is cancelled meanwhile (see Lock.release).

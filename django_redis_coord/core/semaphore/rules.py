@@ -1,7 +1,7 @@
 """What the sync and asyncio semaphores share: the limit and identity checks, a held
 :class:`Permit`, and :class:`SemaphoreBase` (arguments, script replies, the permits held through
-one object).  Nothing in here talks to Redis; :mod:`django_redis_coord.semaphores` and
-:mod:`django_redis_coord.asyncio.semaphore` do.
+one object).  Nothing in here talks to Redis; :mod:`django_redis_coord.core.semaphore.sync` and
+:mod:`django_redis_coord.core.semaphore.aio` do.
 """
 
 from __future__ import annotations

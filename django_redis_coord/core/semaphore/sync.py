@@ -28,7 +28,7 @@ and so does the form with the limit and the lease given up front, waiting in lin
   strictly greater than every fence issued before for the semaphore.
 * Waiting never polls: a blocking acquire joins a FIFO queue and sleeps until a release (or a
   reclaim, or a raised limit) grants the permit server-side to the head of the queue and announces
-  it (see :mod:`django_redis_coord.waiting`).  A waiter also looks again when the earliest lease
+  it (see :mod:`django_redis_coord.core.waiting.sync`).  A waiter also looks again when the earliest lease
   ends, so a crashed holder's permit is reused promptly.
 * Optional watchdog renewal of each permit, with the same loss signal as :class:`Lock`.
 """

@@ -1,5 +1,5 @@
 """Waiting in line without a connection per waiter (asyncio): the twin of
-:mod:`django_redis_coord.waiting`, with one hub per event loop and connection pool (or cluster
+:mod:`django_redis_coord.core.waiting.sync`, with one hub per event loop and connection pool (or cluster
 client), whose connection is read by one of its waiting tasks at a time, and waiters that are
 tasks."""
 
@@ -18,7 +18,7 @@ __all__ = ["AsyncWaitHub", "AsyncWaiter", "hub_for"]
 
 
 class AsyncWaiter(WaiterBase):
-    """One waiting task (see :class:`~django_redis_coord._waiting_base.WaiterBase`)."""
+    """One waiting task (see :class:`~django_redis_coord.core.waiting.rules.WaiterBase`)."""
 
     __slots__ = ("hub",)
 

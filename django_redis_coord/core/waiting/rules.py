@@ -1,4 +1,4 @@
-"""What the sync and asyncio waiting hubs share (see :mod:`django_redis_coord.waiting`).
+"""What the sync and asyncio waiting hubs share (see :mod:`django_redis_coord.core.waiting.sync`).
 
 A queued waiter is told of its grant by a message on its process's channel: ``"<number>.<attempt>
 <fence> <provisional>"``, or ``"<number>.<attempt> expires <ms>"`` (a note), published by the script

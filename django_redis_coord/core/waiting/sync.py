@@ -14,7 +14,7 @@ its refresh every ``refresh_interval``, the cancel), never while it waits.
 A message is only a wake-up.  The grant is written before it is announced, so a lost message (the
 connection dropped, a failover) costs at most one refresh period: the waiter's refresh finds that
 it holds the lock.  When the reader notices that the connection came back, it makes every waiter
-look again at once.  The asyncio twin is :mod:`django_redis_coord.asyncio.waiting`.
+look again at once.  The asyncio twin is :mod:`django_redis_coord.core.waiting.aio`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ __all__ = ["WaitHub", "Waiter", "hub_for"]
 
 
 class Waiter(WaiterBase):
-    """One waiting thread (see :class:`~django_redis_coord._waiting_base.WaiterBase`)."""
+    """One waiting thread (see :class:`~django_redis_coord.core.waiting.rules.WaiterBase`)."""
 
     __slots__ = ("hub",)
 
@@ -80,7 +80,7 @@ class WaitHub(HubBase):
 
     def gate_for(self, client: Any) -> threading.BoundedSemaphore:
         """The gate every call of this hub's waiters goes through (see
-        :attr:`~django_redis_coord._waiting_base.WaiterBase.gate`), made on first use: the first
+        :attr:`~django_redis_coord.core.waiting.rules.WaiterBase.gate`), made on first use: the first
         try of a blocking acquire, made before it registers, goes through it too."""
         gate = self._gate
         if gate is None:

@@ -140,7 +140,7 @@ class Fill:
 def prepare(key: str, producer: Any, timeout: Any, version: Optional[int], cache: str, lock_timeout: Number,
             wait_timeout: Optional[Number], auto_renew: bool) -> Fill:
     """Check a call's arguments (nothing is sent to Redis) and describe its fill.  The cache's
-    access is made once per alias (:func:`~django_redis_coord.cache_backends.cache_access`), the
+    access is made once per alias (:func:`~django_redis_coord.config.cache_backends.cache_access`), the
     fill lock's name only on a miss: a hit costs the checks, the key and one ``GET``."""
     if not callable(producer):
         raise InvalidLockArgumentType(f"producer must be a callable, not {type(producer).__name__}", lock_name=key)

@@ -9,7 +9,7 @@ miss, exactly one caller runs ``producer`` and the others wait for its value:
   reader at once and wakes each through its process's waiting connection: the waiting processes
   read the value together, none waits for another.  Within a process, one caller per key waits
   in that queue and the others wait for it
-  (:class:`~django_redis_coord._cache_fill_base.Flights`).
+  (:class:`~django_redis_coord.integrations.cache_fill.rules.Flights`).
 * A producer that dies is replaced when its lock's TTL (``lock_timeout``) ends.
 * The write is fenced: ``lua/cache_fill_set.lua`` writes the value only while the lock is still
   held with the producer's token, in the same script, so a producer whose hold ended (paused past
@@ -18,7 +18,7 @@ miss, exactly one caller runs ``producer`` and the others wait for its value:
   queue for the write side, the first of them produces (the others, in turn, find its value).
 
 The asyncio twin is :func:`django_redis_coord.asyncio.cache_fill.aget_or_set`; the shared code is
-in :mod:`django_redis_coord._cache_fill_base`.  See docs/caching.md.
+in :mod:`django_redis_coord.integrations.cache_fill.rules`.  See docs/caching.md.
 """
 
 from __future__ import annotations
