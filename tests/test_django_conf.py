@@ -206,7 +206,7 @@ def test_django_setup_does_not_connect():
     code = (
         "import django, os;"
         "django.setup();"
-        "from django_redis_coord import connection, lock, locked, semaphore;"
+        "from django_redis_coord import lock, locked, semaphore; from django_redis_coord.config import connection;"
         "from django.core import checks;"
         "assert checks.run_checks(tags=['django_redis_coord']) == [];"
         "assert connection._sync_client is None;"

@@ -193,3 +193,11 @@ class LockContended(CoordLockError):
     def __init__(self, message: str, lock_name: Any = None, retry_after: Optional[int] = None) -> None:
         super().__init__(message, lock_name=lock_name)
         self.retry_after = retry_after
+
+
+# Each error is named by its documented path (in tracebacks, reprs, pickles and the error paths a
+# task result records), which imports the same classes: ``django_redis_coord.exceptions``.
+for _error in list(globals().values()):
+    if isinstance(_error, type) and _error.__module__ == __name__:
+        _error.__module__ = "django_redis_coord.exceptions"
+del _error

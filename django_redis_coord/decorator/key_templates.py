@@ -29,9 +29,13 @@ __all__ = [
 class MissingKeyValue(KeyTemplateError, BadRequest):
     """A value the key template needs is missing from the request (a 400 Bad Request in views)."""
 
+    __module__ = "django_redis_coord.exceptions"  # its documented path, as for every error
+
 
 class KeyTooLong(KeyTemplateError, BadRequest):
     """A key callable gave a name longer than a lock name may be (a 400 Bad Request in views)."""
+
+    __module__ = "django_redis_coord.exceptions"
 
 #: Characters kept as they are in interpolated key values (everything else is percent-encoded),
 #: unless the template's text between two of its fields uses them: then they are encoded in values

@@ -76,6 +76,8 @@ class DuplicateTask(LockContended):
     ``task_id``: that instance's id (``None`` when the key is held by something else than a task).
     """
 
+    __module__ = "django_redis_coord.celery"  # its documented path
+
     def __init__(self, message: str, *, lock_name: Any, task_id: Optional[str], retry_after: Optional[int] = None):
         super().__init__(message, lock_name=lock_name, retry_after=retry_after)
         self.task_id = task_id

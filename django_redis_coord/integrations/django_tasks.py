@@ -76,6 +76,8 @@ DEFAULT_PENDING_TIMEOUT = 3600.0
 class TaskAlreadyEnqueued(LockContended):
     """``enqueue()`` of a unique task whose key has an instance pending or running."""
 
+    __module__ = "django_redis_coord.tasks"  # its documented path
+
     def __init__(self, message: str, *, lock_name: str, state: str, result_id: Optional[str],
                  retry_after: Optional[int]) -> None:
         super().__init__(message, lock_name=lock_name, retry_after=retry_after)
