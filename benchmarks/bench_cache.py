@@ -55,7 +55,7 @@ def helpers(alias: str) -> dict[str, Callable[[], Any]]:
     """The three ways of reading the stored key of the cache ``alias`` (see the module's docstring)."""
     from django.core.cache import caches
 
-    from django_redis_coord.cache_fill import get_or_set
+    from django_redis_coord.integrations.cache_fill.sync import get_or_set
 
     cache = caches[alias]
     return {

@@ -96,7 +96,7 @@ def one_ping_view(request: Any) -> Any:
 
     Half of what two PINGs add is a warmer round trip than a lone one (the second PING runs right
     after the first); this is the lone one."""
-    from django_redis_coord.connection import get_client
+    from django_redis_coord.config.connection import get_client
 
     get_client().ping()
     return plain_view(request)
@@ -104,7 +104,7 @@ def one_ping_view(request: Any) -> Any:
 
 def two_pings_view(request: Any) -> Any:
     """The plain view plus two PINGs: two round trips made in the same conditions as the lock's."""
-    from django_redis_coord.connection import get_client
+    from django_redis_coord.config.connection import get_client
 
     client = get_client()
     client.ping()
@@ -130,7 +130,7 @@ def floor_view(request: Any) -> Any:
     """
     from django.http import HttpResponse
 
-    from django_redis_coord.connection import get_client
+    from django_redis_coord.config.connection import get_client
 
     client = get_client()
     release = _floor_release(client)
@@ -168,7 +168,7 @@ async def async_plain_view(request: Any) -> Any:
 async def async_two_pings_view(request: Any) -> Any:
     """The async view plus two PINGs on the asyncio client: two round trips made where the
     lock's acquire is made (the in-view round trip of the async figures)."""
-    from django_redis_coord.connection import get_async_client
+    from django_redis_coord.config.connection import get_async_client
 
     client = get_async_client()
     await client.ping()
@@ -182,7 +182,7 @@ async def async_floor_view(request: Any) -> Any:
     response is closed (``AsyncClient`` closes it in a worker thread)."""
     from django.http import HttpResponse
 
-    from django_redis_coord.connection import get_async_client, get_client
+    from django_redis_coord.config.connection import get_async_client, get_client
 
     token = os.urandom(16)
     if not await get_async_client().set(FLOOR_KEY, token, nx=True, px=10000):
@@ -264,7 +264,7 @@ def _timed_pings(redis_client: Any, count: int) -> list[float]:
 
 def _core_pair(redis_client: Any, count: int) -> dict[str, float]:
     """The core Lock alone on the same client: acquire and release timed apart, plus server time."""
-    from django_redis_coord.locks import Lock
+    from django_redis_coord.core.lock.sync import Lock
 
     before = redis_client.info("commandstats").get("cmdstat_evalsha", {})
     clock = time.perf_counter_ns
@@ -342,7 +342,7 @@ def _serve(url: str, conn: Any, other_end: Any) -> None:
         from django.core.handlers.wsgi import WSGIHandler
         from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
 
-        from django_redis_coord.connection import reset_clients
+        from django_redis_coord.config.connection import reset_clients
 
         _setup(url)
         reset_clients()  # never the connections inherited from the benchmark process
@@ -545,7 +545,7 @@ async def _async_round(count: int, round_index: int) -> tuple[dict[str, float], 
     turns as in :func:`_interleaved`), and the median ``PING`` on the asyncio client."""
     from django.test import AsyncClient
 
-    from django_redis_coord.connection import get_async_client
+    from django_redis_coord.config.connection import get_async_client
 
     client = AsyncClient()
     redis_client = get_async_client()
@@ -576,7 +576,7 @@ def run(ctx: Context, sizes: Optional[Sizes] = None) -> Section:
     try:
         from django.test import Client
 
-        from django_redis_coord.connection import get_client, reset_clients
+        from django_redis_coord.config.connection import get_client, reset_clients
 
         reset_clients()
         client = Client()

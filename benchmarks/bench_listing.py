@@ -14,7 +14,7 @@ from typing import Any
 
 from benchmarks.common import Context, Section, percentile
 from django_redis_coord import Lock
-from django_redis_coord.listing import HolderListing
+from django_redis_coord.core.listing import HolderListing
 
 TARGET_MS = 100.0
 

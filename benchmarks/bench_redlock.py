@@ -106,7 +106,7 @@ def measure_pairs(ctx: Context, servers: list[Any], sizes: Sizes) -> dict[str, A
 def measure_failures(ctx: Context, servers: list[Any], sizes: Sizes) -> dict[str, list[float]]:
     """Acquire time with 1 of 3 masters paused, and time to fail with 2 of 3 down."""
     from django_redis_coord import Redlock
-    from django_redis_coord.redlock import QuorumUnavailable
+    from django_redis_coord.core.redlock.sync import QuorumUnavailable
 
     clients = [server.client() for server in servers]
     lock = Redlock(clients, "bench:redlock:faults", timeout=10, node_timeout=0.05)

@@ -84,7 +84,7 @@ class Holds:
 
     def __init__(self, lib: str, client: Any, name: str) -> None:
         from django_redis_coord import Lock
-        from django_redis_coord.rwlock import ReadWriteLock
+        from django_redis_coord.core.rwlock.sync import ReadWriteLock
 
         self.lib = lib
         if lib == "lock":

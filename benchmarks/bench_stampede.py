@@ -82,7 +82,7 @@ def _call(lib: str, key: str, producer: Any) -> Any:
         time.sleep(PRODUCTION)
         return {"key": key}
     if lib == "ours":
-        from django_redis_coord.cache_fill import get_or_set
+        from django_redis_coord.integrations.cache_fill.sync import get_or_set
 
         return get_or_set(key, producer, 300)
     if lib == "python-redis-lock":
@@ -133,7 +133,7 @@ def _worker(threads: int, jobs: Any, out: Any) -> None:
     # The hash tags of every Redis Cluster slot (keys.slot_tag): a process finds them as it meets new
     # slots, about 75 ms in all.  A long-running server has met them; each round's new key would
     # otherwise pay a few ms for its slot, and the whole table sooner or later.
-    from django_redis_coord.keys import SLOTS, slot_tag
+    from django_redis_coord.core.keys import SLOTS, slot_tag
 
     for slot in range(SLOTS):
         slot_tag(slot)

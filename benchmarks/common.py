@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from django_redis_coord.server import RedisServer
+from django_redis_coord.testing.server import RedisServer
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 FORK = multiprocessing.get_context("fork")

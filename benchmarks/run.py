@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 from benchmarks.common import RESULTS_DIR, Context, Section, write_report  # noqa: E402
-from django_redis_coord.server import RedisServer  # noqa: E402
+from django_redis_coord.testing.server import RedisServer  # noqa: E402
 
 
 def discover() -> list[str]:

@@ -15,9 +15,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from . import holders
-from .events import Events
-from .exceptions import (
+from .core.events import Events
+from .core.exceptions import (
     CoordError,
     CoordLockError,
     InvalidLockArgument,
@@ -36,28 +35,28 @@ from .exceptions import (
     TransactionConflict,
     UnsupportedCacheBackend,
 )
-from .expiry import NO_EXPIRY
-from .holders import HolderInfo, lock_holder, rwlock_holders
-from .holders import holders as lock_holders
-from .identity import IdentityLock
-from .locks import Lock
+from .core.expiry import NO_EXPIRY
+from .core.holders import HolderInfo, lock_holder, rwlock_holders
+from .core.holders import holders as lock_holders
+from .core.identity import IdentityLock
+from .core.lock.sync import Lock
 
 if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
-    from . import redlock, rwlock
-    from .asyncio.cache_fill import aget_or_set
-    from .cache_fill import get_or_set
-    from .decorators import KeyTemplateError, KeyTooLong, LockContended, MissingKeyValue, current_lock, locked
-    from .durable import DurableLock
-    from .fencing import afenced_get, afenced_set, afenced_update, fenced_get, fenced_set, fenced_update
-    from .leader import Leader
+    from . import holders, redlock, rwlock  # the documented modules (see __getattr__)
+    from .config.shortcuts import alock, aredlock, arwlock, asemaphore, lock, semaphore
+    from .config.shortcuts import redlock as get_redlock
+    from .config.shortcuts import rwlock as get_rwlock
+    from .core.durable.sync import DurableLock
+    from .core.leader.sync import Leader
+    from .core.redlock.sync import Redlock
+    from .core.rwlock.sync import ReadWriteLock
+    from .core.semaphore.sync import Semaphore
+    from .core.transactions import optimistic
+    from .decorator.locked import KeyTemplateError, KeyTooLong, LockContended, MissingKeyValue, current_lock, locked
+    from .integrations.cache_fill.aio import aget_or_set
+    from .integrations.cache_fill.sync import get_or_set
+    from .integrations.fencing import afenced_get, afenced_set, afenced_update, fenced_get, fenced_set, fenced_update
     from .metrics import MetricsEvents
-    from .redlock import Redlock
-    from .rwlock import ReadWriteLock
-    from .semaphores import Semaphore
-    from .shortcuts import alock, aredlock, arwlock, asemaphore, lock, semaphore
-    from .shortcuts import redlock as get_redlock
-    from .shortcuts import rwlock as get_rwlock
-    from .transactions import optimistic
 
 __version__ = "0.1.0"
 
@@ -126,47 +125,50 @@ __all__ = [
     "rwlock",
 ]
 
+#: The documented modules served as attributes: ``django_redis_coord.holders`` and so on.
+_MODULES = ("holders", "redlock", "rwlock")
+
 # Names served lazily, so that importing the core never imports Django (or optional modules):
 # each name and the module that defines it ("module:attribute" when the name differs).
 _LAZY: dict[str, str] = {
     # core (no Django)
-    "Semaphore": ".semaphores",
-    "optimistic": ".transactions",
-    "Redlock": ".redlock",
-    "DurableLock": ".durable",
-    "Leader": ".leader",
+    "Semaphore": ".core.semaphore.sync",
+    "optimistic": ".core.transactions",
+    "Redlock": ".core.redlock.sync",
+    "DurableLock": ".core.durable.sync",
+    "Leader": ".core.leader.sync",
     "MetricsEvents": ".metrics",
-    "ReadWriteLock": ".rwlock",
+    "ReadWriteLock": ".core.rwlock.sync",
     # Django glue
-    "locked": ".decorators",
-    "current_lock": ".decorators",
-    "LockContended": ".decorators",
-    "KeyTemplateError": ".decorators",
-    "MissingKeyValue": ".decorators",
-    "KeyTooLong": ".decorators",
-    "lock": ".shortcuts",
-    "alock": ".shortcuts",
-    "semaphore": ".shortcuts",
-    "asemaphore": ".shortcuts",
+    "locked": ".decorator.locked",
+    "current_lock": ".decorator.locked",
+    "LockContended": ".decorator.locked",
+    "KeyTemplateError": ".decorator.locked",
+    "MissingKeyValue": ".decorator.locked",
+    "KeyTooLong": ".decorator.locked",
+    "lock": ".config.shortcuts",
+    "alock": ".config.shortcuts",
+    "semaphore": ".config.shortcuts",
+    "asemaphore": ".config.shortcuts",
     # The package's "redlock" is its module: the sync factory is served as get_redlock.
-    "get_redlock": ".shortcuts:redlock",
-    "aredlock": ".shortcuts",
+    "get_redlock": ".config.shortcuts:redlock",
+    "aredlock": ".config.shortcuts",
     # The same for "rwlock", the read-write lock's module: its factory is served as get_rwlock.
-    "get_rwlock": ".shortcuts:rwlock",
-    "arwlock": ".shortcuts",
-    "fenced_update": ".fencing",
-    "afenced_update": ".fencing",
-    "fenced_set": ".fencing",
-    "afenced_set": ".fencing",
-    "fenced_get": ".fencing",
-    "afenced_get": ".fencing",
-    "get_or_set": ".cache_fill",
-    "aget_or_set": ".asyncio.cache_fill",
+    "get_rwlock": ".config.shortcuts:rwlock",
+    "arwlock": ".config.shortcuts",
+    "fenced_update": ".integrations.fencing",
+    "afenced_update": ".integrations.fencing",
+    "fenced_set": ".integrations.fencing",
+    "afenced_set": ".integrations.fencing",
+    "fenced_get": ".integrations.fencing",
+    "afenced_get": ".integrations.fencing",
+    "get_or_set": ".integrations.cache_fill.sync",
+    "aget_or_set": ".integrations.cache_fill.aio",
 }
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("redlock", "rwlock"):
+    if name in _MODULES:
         return import_module(f".{name}", __name__)
     module, _, attribute = _LAZY.get(name, "").partition(":")
     if not module:

@@ -12,11 +12,9 @@ class DjangoRedisCoordConfig(AppConfig):
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
-        from . import (
-            checks,  # noqa: F401  (registers the system checks)
-            conf,  # noqa: F401  (its setting_changed receiver: the settings follow override_settings)
-        )
-        from .metrics.configured import install
+        from . import checks  # noqa: F401  (registers the system checks)
+        from .config import settings  # noqa: F401  (its setting_changed receiver: the settings follow override_settings)
+        from .config.metrics import install
 
         if not checks.check_settings():  # an invalid setting: its system-check errors say it, alone
             install()  # the exporters of DJANGO_REDIS_COORD["METRICS"], if any (no connection)

@@ -31,7 +31,7 @@ from typing import Any, Optional
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Info, Tags, Warning, register
 
-from .conf import REDIS_CACHE_BACKENDS, SETTING_NAME, settings_problems
+from .config.settings import REDIS_CACHE_BACKENDS, SETTING_NAME, settings_problems
 
 __all__ = ["check_settings", "check_setting_name", "check_redlock_users", "check_redis_for_deploy", "redis_location"]
 
@@ -73,7 +73,7 @@ def check_setting_name(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
 @register(TAG)
 def check_redlock_users(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """``@locked(redlock=True)`` needs ``REDLOCK["MASTERS"]`` (no connection)."""
-    from .decorators import redlock_user_names
+    from .decorator.locked import redlock_user_names
 
     users = redlock_user_names()
     raw = getattr(settings, SETTING_NAME, None)
@@ -164,7 +164,7 @@ def check_redis_for_deploy(app_configs: Any = None, **kwargs: Any) -> list[Check
         return []  # the settings errors say it all
     from redis.exceptions import RedisError
 
-    from .connection import describe_connection, get_client
+    from .config.connection import describe_connection, get_client
 
     messages: list[CheckMessage] = []
     try:
@@ -223,7 +223,7 @@ def _fence_persistence(client: Any, where: str) -> list[CheckMessage]:
     """W004 when a server can lose its fence counters in a restart; I001 when CONFIG is refused."""
     from redis.exceptions import RedisError
 
-    from .persistence import counter_loss, servers
+    from .core.persistence import counter_loss, servers
 
     try:
         losses = [(node, counter_loss(server)) for node, server in servers(client)]

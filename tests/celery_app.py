@@ -22,8 +22,8 @@ from celery import Celery  # noqa: E402
 from django.dispatch import receiver  # noqa: E402
 
 from django_redis_coord import locked  # noqa: E402
-from django_redis_coord.celery import UniqueTask  # noqa: E402
-from django_redis_coord.connection import get_client  # noqa: E402
+from django_redis_coord.config.connection import get_client  # noqa: E402  # noqa: E402
+from django_redis_coord.integrations.celery import UniqueTask  # noqa: E402  # noqa: E402
 from django_redis_coord.signals import lock_lost  # noqa: E402
 
 BROKER = os.environ.get("DCOORD_TEST_BROKER_URL", "redis://127.0.0.1:1/0")

@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import redis
 
-from django_redis_coord.server import RedisServer, find_redis_cli
+from django_redis_coord.testing.server import RedisServer, find_redis_cli
 
 #: Redis 6.2 puts the cluster bus on port + 10000, so cluster ports stay below 55536.
 PORT_RANGE = (20000, 30000)

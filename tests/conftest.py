@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-from django_redis_coord.server import RedisServer
+from django_redis_coord.testing.server import RedisServer
 from tests import redis_session
 
 CORE_TEST_FILES = frozenset({
@@ -107,7 +107,7 @@ class SessionServer:
 @pytest.fixture(autouse=True)
 def _no_recorded_hold_times():
     """Each test starts without the hold durations earlier tests recorded (``Retry-After``)."""
-    from django_redis_coord import hold_times
+    from django_redis_coord.core import hold_times
 
     hold_times.clear()
 

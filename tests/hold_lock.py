@@ -25,8 +25,8 @@ from typing import Any, Optional
 import redis
 
 from django_redis_coord import Lock
-from django_redis_coord.exceptions import LockNotOwnedError
-from django_redis_coord.rwlock import ReadWriteLock
+from django_redis_coord.core.exceptions import LockNotOwnedError
+from django_redis_coord.core.rwlock.sync import ReadWriteLock
 
 
 def main(argv: list[str]) -> int:

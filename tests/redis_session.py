@@ -10,7 +10,7 @@ from __future__ import annotations
 import atexit
 import os
 
-from django_redis_coord.server import RedisServer
+from django_redis_coord.testing.server import RedisServer
 
 ENV = "DCOORD_TEST_REDIS_URL"
 SERVER: RedisServer | None = None

@@ -11,9 +11,9 @@ from django.test import Client
 from django.urls import reverse
 
 from django_redis_coord import Lock, Semaphore
-from django_redis_coord.admin import HolderAdmin
-from django_redis_coord.listing import HolderListing, holder_id
-from django_redis_coord.server import free_port
+from django_redis_coord.admin.holders import HolderAdmin
+from django_redis_coord.core.listing import HolderListing, holder_id
+from django_redis_coord.testing.server import free_port
 
 pytestmark = pytest.mark.django_db
 

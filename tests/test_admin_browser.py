@@ -28,7 +28,7 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 
 from django_redis_coord import Leader, Lock, Semaphore
-from django_redis_coord.listing import HolderListing, holder_id
+from django_redis_coord.core.listing import HolderListing, holder_id
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"

@@ -9,8 +9,8 @@ import pytest
 from django.urls import reverse
 
 from django_redis_coord import Lock
-from django_redis_coord.listing import holder_id
-from django_redis_coord.server import free_port
+from django_redis_coord.core.listing import holder_id
+from django_redis_coord.testing.server import free_port
 from tests.test_admin import CHANGELIST, admin_users, client_for, csrf_from, snapshot
 
 pytestmark = pytest.mark.django_db
@@ -165,7 +165,7 @@ def test_bulk_release_without_redis_is_a_503(users, settings):
 
 
 def test_bulk_release_lists_at_most_its_limit(users, redis_client, monkeypatch):
-    from django_redis_coord import admin_bulk
+    from django_redis_coord.admin import bulk as admin_bulk
 
     monkeypatch.setattr(admin_bulk, "BULK_LIMIT", 3)
     locks = [Lock(redis_client, f"many:{i}", timeout=60, label="many") for i in range(5)]

@@ -11,10 +11,10 @@ from django.test import override_settings
 from django.urls import reverse
 
 from django_redis_coord import lock, locked
+from django_redis_coord.admin.svg_charts import format_seconds
+from django_redis_coord.config.metrics import configured_recorder
 from django_redis_coord.metrics import HistoryRecorder, feed
-from django_redis_coord.metrics.configured import configured_recorder
-from django_redis_coord.server import free_port
-from django_redis_coord.svg_charts import format_seconds
+from django_redis_coord.testing.server import free_port
 from tests.test_admin import client_for, make_user
 
 pytestmark = pytest.mark.django_db

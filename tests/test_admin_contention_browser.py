@@ -14,8 +14,8 @@ from django.test import override_settings
 from django.urls import reverse
 
 from django_redis_coord import lock
+from django_redis_coord.config.metrics import configured_recorder
 from django_redis_coord.metrics import HistoryRecorder, feed
-from django_redis_coord.metrics.configured import configured_recorder
 from tests.procs import run_processes
 from tests.test_admin_browser import (  # noqa: F401  (browser and browser_binaries are fixtures)
     ADMIN_STATIC,

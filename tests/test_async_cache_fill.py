@@ -12,10 +12,10 @@ import time
 import pytest
 from django.core.cache import caches
 
-from django_redis_coord._cache_fill_base import FILL_RETENTION_MS
-from django_redis_coord.asyncio.cache_fill import aget_or_set
-from django_redis_coord.cache_fill import get_or_set
-from django_redis_coord.exceptions import LockAcquireTimeout
+from django_redis_coord.core.exceptions import LockAcquireTimeout
+from django_redis_coord.integrations.cache_fill.aio import aget_or_set
+from django_redis_coord.integrations.cache_fill.rules import FILL_RETENTION_MS
+from django_redis_coord.integrations.cache_fill.sync import get_or_set
 from tests.procs import run_processes
 from tests.test_cache_fill import _caches, counters, db  # noqa: F401 - _caches: the caches, for every test here
 

@@ -10,9 +10,9 @@ import pytest
 from redis.exceptions import LockError, LockNotOwnedError
 
 from django_redis_coord import InvalidLockArgument, LockLostError
-from django_redis_coord._waiting_base import READ_SECONDS
 from django_redis_coord.asyncio import Lock, async_lock_holder
-from django_redis_coord.keys import keys_for
+from django_redis_coord.core.keys import keys_for
+from django_redis_coord.core.waiting.rules import READ_SECONDS
 
 
 def run(coro):
@@ -242,7 +242,7 @@ def test_a_fresh_copy_shares_the_settings_but_not_the_hold(async_redis):
     async def main():
         client = async_redis()
         made = Lock(client, "afresh", timeout=5, thread_local=False)
-        first, second = made._fresh(), made._fresh()
+        first, second = made.fresh(), made.fresh()
         assert first.keys == made.keys and first.timeout == made.timeout
         assert await first.acquire(blocking=False)
         assert not await second.acquire(blocking=False)
@@ -250,7 +250,7 @@ def test_a_fresh_copy_shares_the_settings_but_not_the_hold(async_redis):
         await first.release()
         assert await second.acquire(blocking=False)
         await second.release()
-        per_task = Lock(client, "afresh:tasks", timeout=5)._fresh()  # thread_local: per task
+        per_task = Lock(client, "afresh:tasks", timeout=5).fresh()  # thread_local: per task
         assert await per_task.acquire(blocking=False)
 
         async def other_task():
@@ -298,9 +298,9 @@ def test_event_loops_that_ended_are_let_go(redis_client, redis_url):
 
     import redis.asyncio
 
-    from django_redis_coord import watchdog
     from django_redis_coord.asyncio import Redlock
-    from django_redis_coord.asyncio import redlock as async_redlock
+    from django_redis_coord.core import watchdog
+    from django_redis_coord.core.redlock import aio as async_redlock
 
     async def once():
         client = redis.asyncio.Redis.from_url(redis_url)
@@ -411,7 +411,7 @@ if sys.version_info >= (3, 11):  # Task.cancelling(): the cancellation is still 
 
 
 def test_the_claim_of_a_provisional_hand_off_keeps_an_extend_made_before_it(async_redis):
-    from django_redis_coord.watchdog import async_watchdog
+    from django_redis_coord.core.watchdog import async_watchdog
 
     async def waiter_task(client):
         waiter = Lock(client, "a:claim-extended", timeout=30, waiter_lease=0.6)

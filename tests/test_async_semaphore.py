@@ -10,8 +10,8 @@ from redis.exceptions import LockError
 
 from django_redis_coord import InvalidLockArgument, LockAcquireTimeout, SemaphoreLimitNotSet
 from django_redis_coord.asyncio import Semaphore
-from django_redis_coord.holders import async_semaphore_holders
-from django_redis_coord.watchdog import async_watchdog
+from django_redis_coord.core.holders import async_semaphore_holders
+from django_redis_coord.core.watchdog import async_watchdog
 
 from .test_semaphore import max_concurrent
 

@@ -21,14 +21,10 @@ from django.test import override_settings
 from redis.crc import key_slot
 
 from benchmarks.common import CommandMonitor
-from django_redis_coord._cache_fill_base import FILL_RETENTION_MS, fill_lock_name
-from django_redis_coord.cache_fill import get_or_set
-from django_redis_coord.exceptions import (
-    InvalidLockArgument,
-    InvalidLockArgumentType,
-    UnsupportedCacheBackend,
-)
-from django_redis_coord.keys import keys_for
+from django_redis_coord.core.exceptions import InvalidLockArgument, InvalidLockArgumentType, UnsupportedCacheBackend
+from django_redis_coord.core.keys import keys_for
+from django_redis_coord.integrations.cache_fill.rules import FILL_RETENTION_MS, fill_lock_name
+from django_redis_coord.integrations.cache_fill.sync import get_or_set
 from tests.procs import CTX, run_processes
 
 BASE = settings.REDIS_URL.rsplit("/", 1)[0]

@@ -19,8 +19,8 @@ import pytest
 
 celery = pytest.importorskip("celery")
 
-from django_redis_coord.contention import is_skipped  # noqa: E402
-from django_redis_coord.server import RedisServer  # noqa: E402
+from django_redis_coord.decorator.contention import is_skipped  # noqa: E402  # noqa: E402
+from django_redis_coord.testing.server import RedisServer  # noqa: E402
 from tests import redis_session  # noqa: E402
 from tests.procs import run_processes  # noqa: E402
 from tests.testapp.expiry import sleep_out_ttl  # noqa: E402
@@ -107,7 +107,7 @@ def wait_for(predicate, timeout: float = 20.0, step: float = 0.05):
 
 
 def key_is_free(client, name: str) -> bool:
-    from django_redis_coord.conf import coord_settings
+    from django_redis_coord.config.settings import coord_settings
 
     return client.get(coord_settings().prefixed(name)) is None
 
@@ -132,8 +132,8 @@ def test_second_enqueue_returns_the_pending_instance(worker, celery_app, redis_c
 
 
 def holder_of(client, name: str):
-    from django_redis_coord.conf import coord_settings
-    from django_redis_coord.listing import HolderListing
+    from django_redis_coord.config.settings import coord_settings
+    from django_redis_coord.core.listing import HolderListing
 
     found = HolderListing(client).holder(coord_settings().prefixed(name))
     return found[0] if found else None
@@ -215,7 +215,7 @@ def test_the_run_takes_the_reservation_over_with_a_fresh_fence_and_a_label(worke
 
 
 def test_duplicate_can_raise(worker, celery_app, redis_client):
-    from django_redis_coord.celery import DuplicateTask
+    from django_redis_coord.integrations.celery import DuplicateTask
 
     day = fresh()
     first = celery_app.build_report.delay(day, 1.0)
@@ -287,7 +287,7 @@ def test_a_retried_task_keeps_its_reservation(worker, celery_app, redis_client):
 
 
 def test_a_killed_worker_frees_the_key_within_unique_timeout(celery_app, broker, redis_client, worker):
-    from django_redis_coord.conf import coord_settings
+    from django_redis_coord.config.settings import coord_settings
 
     own = Worker(broker.url, concurrency=1, queue="doomed")
     try:
@@ -336,7 +336,7 @@ def test_a_retry_sent_while_the_run_goes_on_runs_after_it(worker, celery_app, re
     """``self.retry(countdown=0, throw=False)``, then 1 s of work: the retry's message is taken at
     once by another pool process; it runs once the first attempt ended (returned, or raised the
     ``Retry`` late), and the key is free once the retry ended: not an hour later."""
-    from django_redis_coord.conf import coord_settings
+    from django_redis_coord.config.settings import coord_settings
 
     task = getattr(celery_app, name)
     n = fresh()
@@ -426,7 +426,7 @@ def test_locked_retry_waits_for_the_holder(worker, celery_app, redis_client):
 
 def test_locked_task_killed_by_a_hard_time_limit_frees_the_key_within_its_timeout(worker, celery_app,
                                                                                    redis_client):
-    from django_redis_coord.conf import coord_settings
+    from django_redis_coord.config.settings import coord_settings
 
     n = fresh()
     result = celery_app.locked_hits_hard_limit.delay(n)
@@ -443,8 +443,8 @@ def test_bad_options_get_typed_errors(celery_app):
     from django.core.exceptions import ImproperlyConfigured
 
     from django_redis_coord import locked
-    from django_redis_coord.celery import UniqueTask
-    from django_redis_coord.exceptions import InvalidLockArgument, InvalidLockArgumentType, KeyTemplateError
+    from django_redis_coord.core.exceptions import InvalidLockArgument, InvalidLockArgumentType, KeyTemplateError
+    from django_redis_coord.integrations.celery import UniqueTask
 
     app = celery_app.app
     with pytest.raises(InvalidLockArgument, match="on_contended"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from django_redis_coord import lock
-from django_redis_coord.celery import DuplicateTask
+from django_redis_coord.integrations.celery import DuplicateTask
 from tests.test_celery import broker, celery_app  # noqa: F401  (fixtures)
 
 

@@ -18,8 +18,8 @@ from redis.exceptions import LockNotOwnedError
 from django_redis_coord import Lock, Semaphore, lock_holder
 from django_redis_coord.asyncio import Lock as AsyncLock
 from django_redis_coord.asyncio import Semaphore as AsyncSemaphore
-from django_redis_coord.keys import key_slot, keys_for
-from django_redis_coord.listing import HolderListing
+from django_redis_coord.core.keys import key_slot, keys_for
+from django_redis_coord.core.listing import HolderListing
 
 from .cluster import LocalCluster, wait_until
 from .procs import run_processes
@@ -274,7 +274,7 @@ def test_the_asyncio_waiting_connection_opens_on_a_client_that_ran_nothing_yet(c
     """The hub subscribes through a fresh asyncio cluster client: its pub/sub looks the channel's
     slot up in the client's slot table, which the client fills on its first command only (a
     blocking acquire that tries first hid this; the hub must not rely on its caller)."""
-    from django_redis_coord.asyncio import waiting
+    from django_redis_coord.core.waiting import aio as waiting
 
     async def main() -> bool:
         client = cluster.async_client(socket_timeout=5)
@@ -290,7 +290,7 @@ def test_the_asyncio_waiting_connection_opens_on_a_client_that_ran_nothing_yet(c
 
 
 def test_durable_lock_on_the_cluster(client):
-    from django_redis_coord.durable import DurableLock
+    from django_redis_coord.core.durable.sync import DurableLock
 
     for (name,) in names_per_primary(client, "durable").values():
         lock = DurableLock(client, name, timeout=10, replicas=1, replica_timeout=2)
@@ -314,7 +314,7 @@ def cluster_settings(cluster, settings):
 
 def test_locked_and_the_settings_client_use_the_cluster(client, cluster_settings):
     from django_redis_coord import locked
-    from django_redis_coord.connection import get_client
+    from django_redis_coord.config.connection import get_client
 
     assert isinstance(get_client(), RedisCluster)
     seen = []

@@ -12,8 +12,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError
 
 from django_redis_coord import locked
-from django_redis_coord.decorators import current_lock
-from django_redis_coord.server import free_port
+from django_redis_coord.decorator.locked import current_lock
+from django_redis_coord.testing.server import free_port
 from tests.test_django_decorators import entered, in_thread, wait_for
 
 
@@ -138,7 +138,7 @@ def test_only_errors_meaning_redis_cannot_take_writes_count_as_unavailable():
     view fail open silently."""
     from redis.exceptions import ClusterDownError, NoScriptError, RedisClusterException, ResponseError
 
-    from django_redis_coord.decorators import redis_unavailable
+    from django_redis_coord.decorator.unavailable import redis_unavailable
 
     in_script = "Error running script (call to f_0): @user_script:12: @user_script: 12: -{} refused."
     assert all(redis_unavailable(ResponseError(in_script.format(code)))

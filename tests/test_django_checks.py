@@ -13,7 +13,7 @@ from django.core import checks
 from django.test import override_settings
 
 from django_redis_coord.checks import check_redis_for_deploy, check_settings
-from django_redis_coord.server import free_port
+from django_redis_coord.testing.server import free_port
 
 REDIS_CACHE = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:6379/1"}
 LOCMEM = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
@@ -227,7 +227,7 @@ def test_a_url_python_cannot_split_is_an_error_not_a_crash():
     from django.core.management import call_command
     from django.core.management.base import SystemCheckError
 
-    from django_redis_coord.conf import settings_problems
+    from django_redis_coord.config.settings import settings_problems
 
     (problem,) = settings_problems({"URL": "redis://[::1/0"}, {})
     assert problem.id == "django_redis_coord.E006" and "Invalid IPv6 URL" in problem.msg and problem.hint
@@ -251,7 +251,7 @@ def test_every_argument_of_redis_py_is_a_known_client_option():
     """The accepted names come from redis-py's own signatures, not from a list kept here."""
     import inspect
 
-    from django_redis_coord.conf import settings_problems
+    from django_redis_coord.config.settings import settings_problems
 
     names = set()
     for function in (redis.Redis.__init__, redis.ConnectionPool.__init__, redis.connection.AbstractConnection.__init__,
@@ -311,9 +311,9 @@ def test_urls_and_options_the_check_accepts_work(redis_client, redis_url):
 
 
 def test_default_timeout_bounds_are_the_locks_own(redis_client):
-    from django_redis_coord._base import MAX_SECONDS
-    from django_redis_coord.exceptions import InvalidLockArgument
-    from django_redis_coord.locks import Lock
+    from django_redis_coord.core.arguments import MAX_SECONDS
+    from django_redis_coord.core.exceptions import InvalidLockArgument
+    from django_redis_coord.core.lock.sync import Lock
 
     for timeout, refused in ((0.0001, True), (0.0999, True), (0.1, False), (30, False), (MAX_SECONDS, False),
                              (MAX_SECONDS + 1, True), (1e12, True)):

@@ -14,10 +14,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from django_redis_coord import lock, semaphore
-from django_redis_coord.conf import coord_settings, prefixed, unprefixed
-from django_redis_coord.connection import describe_connection, get_async_client, get_client
-from django_redis_coord.server import free_port
-from django_redis_coord.shortcuts import alock
+from django_redis_coord.config.connection import describe_connection, get_async_client, get_client
+from django_redis_coord.config.settings import coord_settings, prefixed, unprefixed
+from django_redis_coord.config.shortcuts import alock
+from django_redis_coord.testing.server import free_port
 from tests.cluster import LocalCluster, LocalSentinel
 
 
@@ -57,7 +57,7 @@ def test_bad_settings_raise_improperly_configured_listing_every_problem():
 
 def test_settings_redis_py_would_refuse_raise_improperly_configured_before_any_client():
     """Not a ValueError or TypeError from deep inside redis-py at the first request."""
-    from django_redis_coord.connection import reset_clients
+    from django_redis_coord.config.connection import reset_clients
 
     bad = [
         ({"URL": "redis://[::1/0"}, "django_redis_coord.E006"),
@@ -110,7 +110,7 @@ def test_options_only_the_sync_library_has_are_left_out_of_the_asyncio_client(re
 
 
 def test_cluster_and_sentinel_options_reach_the_asyncio_clients():
-    from django_redis_coord.connection import _for_asyncio
+    from django_redis_coord.config.redis_options import for_asyncio as _for_asyncio
 
     def remap(address):
         return address
@@ -126,8 +126,8 @@ def test_clients_of_closed_event_loops_are_let_go(redis_servers):
     connections) of the loops that ended must not pile up."""
     import gc
 
-    from django_redis_coord import connection
-    from django_redis_coord.decorators import locked
+    from django_redis_coord.config import connection
+    from django_redis_coord.decorator.locked import locked
 
     (server,) = redis_servers(1)  # its own server: only this test's connections are counted
     admin = server.client()
@@ -206,7 +206,7 @@ def test_django_setup_does_not_connect():
     code = (
         "import django, os;"
         "django.setup();"
-        "from django_redis_coord import connection, lock, locked, semaphore;"
+        "from django_redis_coord import lock, locked, semaphore; from django_redis_coord.config import connection;"
         "from django.core import checks;"
         "assert checks.run_checks(tags=['django_redis_coord']) == [];"
         "assert connection._sync_client is None;"
@@ -234,7 +234,7 @@ def test_sentinels_get_the_client_timeouts_and_retry_policy():
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    from django_redis_coord.connection import reset_clients
+    from django_redis_coord.config.connection import reset_clients
 
     sentinel = {"SENTINELS": ["127.0.0.1:1"], "SERVICE_NAME": "coord"}
     retry = Retry(NoBackoff(), 1)
@@ -279,7 +279,7 @@ def cluster_deployment():
 
 def test_deploy_check_reads_the_eviction_policy_of_every_cluster_node(cluster_deployment):
     from django_redis_coord.checks import check_redis_for_deploy
-    from django_redis_coord.connection import reset_clients
+    from django_redis_coord.config.connection import reset_clients
 
     nodes = [f"{host}:{port}" for host, port in cluster_deployment.startup_nodes]
     node = cluster_deployment.primary_nodes()[1].client()

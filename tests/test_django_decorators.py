@@ -16,8 +16,8 @@ from django.views.decorators.cache import cache_page
 
 from benchmarks.common import CommandMonitor
 from django_redis_coord import locked
-from django_redis_coord.decorators import KeyTemplateError, LockContended, MissingKeyValue, current_lock
-from django_redis_coord.exceptions import InvalidLockArgument, LockLostError
+from django_redis_coord.core.exceptions import InvalidLockArgument, LockLostError
+from django_redis_coord.decorator.locked import KeyTemplateError, LockContended, MissingKeyValue, current_lock
 from django_redis_coord.signals import lock_acquired, lock_released
 from tests.procs import CTX, run_processes
 from tests.testapp.models import Account
@@ -185,7 +185,7 @@ def test_async_view_uses_asyncio_client_without_thread_hop(redis_client):
 
     assert asyncio.run(scenario()) == "done"
     assert seen["thread"] == seen["loop_thread"]
-    from django_redis_coord.asyncio.lock import Lock as AsyncLock
+    from django_redis_coord.core.lock.aio import Lock as AsyncLock
 
     assert AsyncLock in seen["lock"]
 
@@ -461,7 +461,7 @@ def test_each_request_gets_its_own_hold_and_settings_changes_apply(redis_client,
         third_response.close()
         view(rf.get("/")).close()
     locks = [entry[0] for entry in seen]
-    from django_redis_coord import shortcuts
+    from django_redis_coord.config import shortcuts
 
     dotted = f"{view.__module__}.{view.__qualname__}"
     (made_once,) = [made for key, made in shortcuts._made.items() if key[0] == "reused" and key[3] == dotted]
@@ -619,7 +619,7 @@ def test_the_sync_twins_of_asyncio_holds_are_copies_of_one_lock_per_name(redis_c
     from django.http import HttpResponse
     from django.test import RequestFactory
 
-    from django_redis_coord import shortcuts
+    from django_redis_coord.config import shortcuts
 
     @locked("twinned", timeout=5)
     async def view(request):
@@ -790,7 +790,7 @@ def test_a_whole_user_key_refuses_anonymous_requests(redis_client):
     [{"fail_open": "false"}, {"auto_renew": "no"}, {"rollback_on_loss": "no"}, {"using": 5}],
 )
 def test_options_of_the_wrong_type_are_refused(options):
-    from django_redis_coord.exceptions import InvalidLockArgumentType
+    from django_redis_coord.core.exceptions import InvalidLockArgumentType
 
     with pytest.raises(InvalidLockArgumentType):
         locked("typed", timeout=5, **options)

@@ -14,8 +14,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from django_redis_coord import fenced_update, lock
-from django_redis_coord.exceptions import InvalidLockArgument, InvalidLockArgumentType
-from django_redis_coord.fencing import afenced_get, afenced_set, afenced_update, fenced_get, fenced_set
+from django_redis_coord.core.exceptions import InvalidLockArgument, InvalidLockArgumentType
+from django_redis_coord.integrations.fencing import afenced_get, afenced_set, afenced_update, fenced_get, fenced_set
 from tests.procs import run_processes
 from tests.testapp.models import Account
 

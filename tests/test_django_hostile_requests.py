@@ -13,7 +13,7 @@ from django.http import HttpResponse
 from django.test import Client, RequestFactory
 
 from django_redis_coord import locked
-from django_redis_coord.key_values import MAX_KEY_BYTES
+from django_redis_coord.decorator.key_values import MAX_KEY_BYTES
 
 #: Two 8 KB headers of 0xFF bytes: each character is "%C3%BF" once percent-encoded (96 KB in all).
 HUGE = "\xff" * 8192
@@ -46,9 +46,9 @@ def test_a_key_callable_giving_a_name_over_the_limit_is_a_bad_request(redis_clie
 # -- who holds it: the view ------------------------------------------------------------------------
 def holders_seen_inside(request_path: str = "/"):
     """A view that reports the live holders of its own key, as the listing reads them."""
-    from django_redis_coord.connection import get_client
-    from django_redis_coord.decorators import current_lock
-    from django_redis_coord.listing import HolderListing
+    from django_redis_coord.config.connection import get_client
+    from django_redis_coord.core.listing import HolderListing
+    from django_redis_coord.decorator.locked import current_lock
 
     held = current_lock()
     kind = "sem" if getattr(held, "limit", None) else "lock"

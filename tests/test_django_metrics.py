@@ -19,10 +19,10 @@ from prometheus_client import REGISTRY
 
 from django_redis_coord import lock, locked, semaphore
 from django_redis_coord.checks import check_settings
-from django_redis_coord.exceptions import InvalidLockArgumentType, LockNotOwnedError
+from django_redis_coord.config.metrics import configured_recorder
+from django_redis_coord.config.shortcuts import alock
+from django_redis_coord.core.exceptions import InvalidLockArgumentType, LockNotOwnedError
 from django_redis_coord.metrics import DEFAULT_TEMPLATE, feed, read_history
-from django_redis_coord.metrics.configured import configured_recorder
-from django_redis_coord.shortcuts import alock
 from tests.test_metrics import otel_sums
 
 GAUGES_MAX_AGE = 1.05

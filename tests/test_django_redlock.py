@@ -17,11 +17,11 @@ from django.urls import path
 
 from django_redis_coord import NO_EXPIRY, Lock, QuorumUnavailable, aredlock, lock_holder, locked
 from django_redis_coord.asyncio import Redlock as AsyncCoreRedlock
-from django_redis_coord.decorators import LockContended, current_lock, redlock_users
-from django_redis_coord.exceptions import InvalidLockArgument, InvalidLockArgumentType, LockNotOwnedError
-from django_redis_coord.redlock import Redlock as CoreRedlock
-from django_redis_coord.shortcuts import redlock
-from django_redis_coord.signalling import app_name
+from django_redis_coord.config.shortcuts import redlock
+from django_redis_coord.config.signalling import app_name
+from django_redis_coord.core.exceptions import InvalidLockArgument, InvalidLockArgumentType, LockNotOwnedError
+from django_redis_coord.core.redlock.sync import Redlock as CoreRedlock
+from django_redis_coord.decorator.locked import LockContended, current_lock, redlock_users
 from tests.procs import run_processes
 from tests.test_django_decorators import entered, in_thread, wait_for
 
@@ -503,7 +503,7 @@ def test_missing_masters_fail_at_decoration_and_in_the_system_check(three, redis
 
 
 def test_node_timeout_setting_is_capped_at_a_quarter_of_the_timeout(three):
-    from django_redis_coord.shortcuts import redlock
+    from django_redis_coord.config.shortcuts import redlock
 
     assert redlock("capped", timeout=10).node_timeout == 0.5
     assert redlock("capped", timeout=1).node_timeout == 0.25

@@ -16,16 +16,16 @@ from django.http import HttpResponse
 from django.test import AsyncClient, Client, RequestFactory, override_settings
 
 from django_redis_coord import locked
-from django_redis_coord.contention import is_skipped
-from django_redis_coord.decorators import current_lock
-from django_redis_coord.exceptions import (
+from django_redis_coord.config.shortcuts import arwlock, rwlock
+from django_redis_coord.core.exceptions import (
     InvalidLockArgument,
     InvalidLockArgumentType,
     LockContended,
     LockNotOwnedError,
 )
-from django_redis_coord.listing import HolderListing
-from django_redis_coord.shortcuts import arwlock, rwlock
+from django_redis_coord.core.listing import HolderListing
+from django_redis_coord.decorator.contention import is_skipped
+from django_redis_coord.decorator.locked import current_lock
 from tests.procs import run_processes
 from tests.test_django_decorators import entered, in_thread, wait_for
 

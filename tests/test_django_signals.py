@@ -10,8 +10,8 @@ import pytest
 from django.test import Client, override_settings
 
 from django_redis_coord import lock, locked, semaphore
-from django_redis_coord.exceptions import LockNotOwnedError
-from django_redis_coord.shortcuts import alock
+from django_redis_coord.config.shortcuts import alock
+from django_redis_coord.core.exceptions import LockNotOwnedError
 from django_redis_coord.signals import lock_acquired
 from tests.conftest import connect_hold_signals
 from tests.test_django_decorators import entered, in_thread, wait_for
@@ -161,7 +161,7 @@ def test_semaphore_permit_lost_from_the_watchdog_and_user_callback_still_runs(re
 def test_an_async_acquire_cancelled_while_its_signal_is_delivered_gives_the_hold_back(redis_client):
     """Cancelled (a client going away under ASGI) after the grant, while a receiver of
     lock_acquired runs: nobody would ever release that hold, so the acquire gives it back."""
-    from django_redis_coord.shortcuts import asemaphore
+    from django_redis_coord.config.shortcuts import asemaphore
 
     async def slow_receiver(sender, **kwargs):
         await asyncio.sleep(1)
@@ -198,7 +198,7 @@ def test_receivers_connected_after_the_decorator_and_after_unheard_requests_get_
     later (after decorating, after requests nobody heard, during a hold) gets the same arguments."""
     from django.http import HttpResponse
 
-    from django_redis_coord.locks import Lock as CoreLock
+    from django_redis_coord.core.lock.sync import Lock as CoreLock
 
     @locked("late:{pk}", timeout=20)
     def view(request, pk):

@@ -8,8 +8,8 @@ import pytest
 django_tasks = pytest.importorskip("django_tasks")
 
 from django_redis_coord import InvalidLockArgument, InvalidLockArgumentType, LockContended, lock, locked  # noqa: E402
-from django_redis_coord.contention import Skipped  # noqa: E402
-from django_redis_coord.tasks import TaskAlreadyEnqueued, is_skipped, unique_task  # noqa: E402
+from django_redis_coord.decorator.contention import Skipped  # noqa: E402  # noqa: E402
+from django_redis_coord.integrations.django_tasks import TaskAlreadyEnqueued, is_skipped, unique_task  # noqa: E402  # noqa: E402
 
 task = django_tasks.task
 

@@ -224,7 +224,7 @@ def run_python(block: Block, namespace: dict) -> None:
 
 def check_settings(block: Block) -> list[str]:
     """The snippet executed alone; what it defines, validated.  Returns what it checked."""
-    from django_redis_coord.conf import settings_problems
+    from django_redis_coord.config.settings import settings_problems
 
     namespace: dict = {}
     exec(compile(block.code, block.where, "exec"), namespace)
@@ -283,7 +283,7 @@ def stack():
 def _forget_redlock_users():
     """Functions a page decorates with ``@locked(redlock=True)`` must not make other modules'
     system checks report E017 (as in tests/test_django_redlock.py)."""
-    from django_redis_coord.decorators import redlock_users
+    from django_redis_coord.decorator.locked import redlock_users
 
     before = dict(redlock_users)
     yield

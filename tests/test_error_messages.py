@@ -8,7 +8,7 @@ import pytest
 
 from django_redis_coord import KeyTemplateError, Lock, locked
 from django_redis_coord.asyncio import Lock as AsyncLock
-from django_redis_coord.exceptions import LockError
+from django_redis_coord.core.exceptions import LockError
 
 
 def test_releasing_twice_names_the_lock(redis_client):

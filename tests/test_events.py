@@ -216,7 +216,7 @@ def test_events_must_have_the_methods_of_events(redis_client):
 
 
 def test_a_read_write_lock_tells_of_each_side(redis_client):
-    from django_redis_coord.rwlock import ReadWriteLock
+    from django_redis_coord.core.rwlock.sync import ReadWriteLock
 
     events = Recorder()
     lock = ReadWriteLock(redis_client, "ev:rw", timeout=10, events=events)
@@ -250,7 +250,7 @@ def test_on_lost_runs_and_the_release_says_not_owned_when_the_events_lost_raises
 
 
 def test_a_read_write_lock_is_usable_after_its_events_lost_raised(redis_client):
-    from django_redis_coord.rwlock import ReadWriteLock
+    from django_redis_coord.core.rwlock.sync import ReadWriteLock
 
     events = RaisingLoss()
     lock = ReadWriteLock(redis_client, "ev:rw-raising-lost", timeout=0.1, events=events)
@@ -301,7 +301,7 @@ def test_an_asyncio_release_cancelled_midway_is_still_told(redis_server):
 
 
 def test_a_late_loss_of_an_ended_hold_leaves_the_next_hold_alone(redis_client):
-    from django_redis_coord.watchdog import Hold, Watchdog
+    from django_redis_coord.core.watchdog import Hold, Watchdog
 
     lost_calls = []
     lock = Lock(redis_client, "ev:late-loss", timeout=5, on_lost=lost_calls.append)

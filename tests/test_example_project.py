@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from django_redis_coord.server import free_port
+from django_redis_coord.testing.server import free_port
 from tests.test_admin_browser import browser, browser_binaries, clipped, page_fits  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,7 +95,7 @@ class Demo:
         """The holders of ``name`` (without the demo's prefix), read directly: fast enough to poll."""
         import redis
 
-        from django_redis_coord.listing import HolderListing
+        from django_redis_coord.core.listing import HolderListing
 
         client = redis.Redis.from_url(self.redis_url)
         try:

@@ -11,7 +11,7 @@ fsynced at every write, the counter survives and the next fence is above it.
 from __future__ import annotations
 
 from django_redis_coord import Lock
-from django_redis_coord.keys import keys_for
+from django_redis_coord.core.keys import keys_for
 
 AHEAD_US = 1_000 * 1_000_000  # the clock stepped back by 1,000 s
 

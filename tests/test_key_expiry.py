@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 
 from django_redis_coord import Lock, Semaphore
-from django_redis_coord._base import META_RETENTION_MS
-from django_redis_coord.listing import HolderListing
+from django_redis_coord.core.listing import HolderListing
+from django_redis_coord.core.queue.rules import META_RETENTION_MS
 
 #: The registry of a slot outlives its latest entry by one to two minutes.
 REGISTRY_GRACE_MS = 120_000

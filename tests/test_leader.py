@@ -18,8 +18,8 @@ import django_redis_coord
 import django_redis_coord.asyncio
 from django_redis_coord import Leader, lock_holder
 from django_redis_coord.asyncio import Leader as AsyncLeader
-from django_redis_coord.leader import _campaigning, _resign_all
-from django_redis_coord.listing import HolderListing
+from django_redis_coord.core.leader.sync import _campaigning, _resign_all
+from django_redis_coord.core.listing import HolderListing
 from tests.procs import CTX
 from tests.safety.checkers import check_exclusion, check_fences, check_lost_updates, extract_holds
 from tests.safety.history import FAIL, OK, History, Recorder

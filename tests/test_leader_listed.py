@@ -9,8 +9,8 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from django_redis_coord import Leader
-from django_redis_coord.conf import prefixed
-from django_redis_coord.connection import get_client
+from django_redis_coord.config.connection import get_client
+from django_redis_coord.config.settings import prefixed
 
 
 def test_a_leader_on_the_configured_client_and_prefix_is_listed_with_its_role(redis_client):

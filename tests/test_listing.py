@@ -9,9 +9,9 @@ import time
 import pytest
 
 from django_redis_coord import Lock, Semaphore
-from django_redis_coord.exceptions import InvalidLockArgument, LockNotOwnedError
-from django_redis_coord.keys import keys_for
-from django_redis_coord.listing import HolderListing, holder_id, parse_holder_id
+from django_redis_coord.core.exceptions import InvalidLockArgument, LockNotOwnedError
+from django_redis_coord.core.keys import keys_for
+from django_redis_coord.core.listing import HolderListing, holder_id, parse_holder_id
 
 
 @pytest.fixture
@@ -391,7 +391,7 @@ def test_registry_entries_of_holds_that_ended_without_a_release_dropped_when_its
     score) until a grant in the same slot next sets the registry's expiry, at least once a minute
     while grants come: the registry grows with the holds of a minute or two, not with history."""
     from django_redis_coord import Lock, Semaphore
-    from django_redis_coord.keys import key_slot, registry_key
+    from django_redis_coord.core.keys import key_slot, registry_key
 
     registry = registry_key(key_slot(b"{tenant-9}"))
     for number in range(40):
@@ -490,7 +490,7 @@ def test_the_token_is_masked_wherever_a_holder_record_repeats_it(listing, redis_
                                       ("2h", 7_200_000), ("1d", 86_400_000), ("1h30m", 5_400_000),
                                       ("1.5h", 5_400_000), (" 2H ", 7_200_000), ("0", 0)])
 def test_durations(text, ms):
-    from django_redis_coord.listing import parse_duration
+    from django_redis_coord.core.listing import parse_duration
 
     assert parse_duration(text) == ms
 
@@ -498,14 +498,14 @@ def test_durations(text, ms):
 @pytest.mark.parametrize("text", ["", "-5m", "+5m", "1e3", "inf", "nan", "5 m", "m", "5x", "1h-30m", "1.h",
                                   "99999999999d", "9" * 65, "١٢"])
 def test_bad_durations_are_refused(text):
-    from django_redis_coord.listing import parse_duration
+    from django_redis_coord.core.listing import parse_duration
 
     with pytest.raises(InvalidLockArgument):
         parse_duration(text)
 
 
 def test_selection_filters_combine_and_are_checked(listing, redis_client):
-    from django_redis_coord.listing import HoldSelection
+    from django_redis_coord.core.listing import HoldSelection
 
     Lock(redis_client, "a", timeout=30, label="nightly a").acquire()
     Lock(redis_client, "b", timeout=30, label="weekly b").acquire()
@@ -529,7 +529,7 @@ def test_selection_filters_combine_and_are_checked(listing, redis_client):
 
 
 def test_force_release_holds_leaves_a_hold_that_changed_alone(listing, redis_client):
-    from django_redis_coord.listing import HoldSelection
+    from django_redis_coord.core.listing import HoldSelection
 
     first = Lock(redis_client, "moving", timeout=30, label="batch")
     first.acquire()

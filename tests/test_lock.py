@@ -23,9 +23,9 @@ from django_redis_coord import (
     LockAcquireTimeout,
     lock_holder,
 )
-from django_redis_coord._waiting_base import READ_SECONDS
-from django_redis_coord.keys import key_slot, keys_for
-from django_redis_coord.listing import HolderListing
+from django_redis_coord.core.keys import key_slot, keys_for
+from django_redis_coord.core.listing import HolderListing
+from django_redis_coord.core.waiting.rules import READ_SECONDS
 
 from .cluster import wait_until
 from .fences import assert_each_above_the_last, counter_ahead_of_the_clock
@@ -57,7 +57,7 @@ def test_every_key_hashes_to_the_slot_of_the_name(redis_client):
 
 
 def test_slot_tags_are_the_lowest_hex_number_of_their_slot_and_made_on_demand():
-    from django_redis_coord import keys
+    from django_redis_coord.core import keys
 
     for slot in (0, 1, 9999, 16383):
         tag = keys.slot_tag(slot)
@@ -65,7 +65,8 @@ def test_slot_tags_are_the_lowest_hex_number_of_their_slot_and_made_on_demand():
         assert all(key_slot(b"{%x}" % number) != slot for number in range(int(tag, 16)))
     # A fresh process pays for the tags it asks for, not for the whole table (314,737 numbers).
     tried = subprocess.run(
-        [sys.executable, "-c", "from django_redis_coord import keys; keys.slot_tag(5); print(keys._next_tag_number)"],
+        [sys.executable, "-c",
+         "from django_redis_coord.core import keys; keys.slot_tag(5); print(keys._next_tag_number)"],
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout
     assert 0 < int(tried) < 100_000
@@ -81,7 +82,7 @@ def test_the_slot_tag_search_computes_redis_cluster_slots():
 
 
 def test_a_fork_while_slot_tags_are_being_found_does_not_hang_the_child(monkeypatch):
-    from django_redis_coord import keys
+    from django_redis_coord.core import keys
 
     monkeypatch.setattr(keys, "_slot_tags", {})  # as in a process that has found no tag yet
     monkeypatch.setattr(keys, "_next_tag_number", 0)
@@ -417,7 +418,7 @@ def test_scripts_flushed_from_the_server_are_loaded_again(redis_server, redis_cl
 
 def test_a_fresh_copy_shares_the_settings_but_not_the_hold(redis_client):
     made = Lock(redis_client, "fresh", timeout=5, thread_local=False, label="made once")
-    first, second = made._fresh(), made._fresh()
+    first, second = made.fresh(), made.fresh()
     assert (first.name, first.timeout, first.label, first.keys) == (made.name, made.timeout, made.label, made.keys)
     assert first.acquire(blocking=False)
     assert not second.acquire(blocking=False)
@@ -427,7 +428,7 @@ def test_a_fresh_copy_shares_the_settings_but_not_the_hold(redis_client):
     assert second.acquire(blocking=False) and second.fence > fence
     assert first.local.token is None
     second.release()
-    threaded = Lock(redis_client, "fresh:threads", timeout=5)._fresh()  # thread_local stays per thread
+    threaded = Lock(redis_client, "fresh:threads", timeout=5).fresh()  # thread_local stays per thread
     assert threaded.acquire(blocking=False)
     seen = []
     worker = threading.Thread(target=lambda: seen.append(threaded.local.token))
@@ -441,8 +442,8 @@ def test_an_acquire_sent_again_by_a_retrying_client_is_recognised_as_its_own_gra
     """Clients on redis-py's ordinary path (cluster, subclasses) send a command again after a
     timeout, although it may have run.  A token the library made for the call tells Redis that a
     holder with it is this very call: the second send reports the grant, and never waits behind it."""
-    from django_redis_coord._arguments import new_token as make_token
-    from django_redis_coord._queued_base import OWN_TOKEN
+    from django_redis_coord.core.arguments import new_token as make_token
+    from django_redis_coord.core.queue.rules import OWN_TOKEN
 
     lock = Lock(redis_client, "resent", timeout=None)
     token = make_token()

@@ -19,7 +19,7 @@ from django.core.management.base import CommandError
 from django_redis_coord import Lock, Semaphore
 from django_redis_coord.management.commands import locks as command_module
 from django_redis_coord.management.commands.locks import HOLDER_JSON_SCHEMA
-from django_redis_coord.server import free_port
+from django_redis_coord.testing.server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -504,7 +504,7 @@ def test_text_output_escapes_control_characters(redis_client):
 
 
 def test_each_semaphore_permit_has_its_own_id(redis_client):
-    from django_redis_coord.listing import parse_holder_id
+    from django_redis_coord.core.listing import parse_holder_id
 
     pool = Semaphore(redis_client, "ids:pool", limit=3, timeout=60)
     pool.acquire()

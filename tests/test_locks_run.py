@@ -13,8 +13,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_redis_coord import lock
-from django_redis_coord.commands import EX_TEMPFAIL
-from django_redis_coord.holders import lock_holder
+from django_redis_coord.core.holders import lock_holder
+from django_redis_coord.management.singleton import EX_TEMPFAIL
 from tests.procs import manage_py
 from tests.test_singleton_commands import wait_for
 

@@ -158,7 +158,7 @@ def test_a_locked_view_that_hangs_past_max_hold_lets_the_next_caller_in(redis_cl
 
 
 def test_a_read_write_lock_hold_is_capped(redis_client):
-    from django_redis_coord.rwlock import ReadWriteLock
+    from django_redis_coord.core.rwlock.sync import ReadWriteLock
 
     lost = threading.Event()
     lock = ReadWriteLock(redis_client, "capped:rw", timeout=TIMEOUT, auto_renew=True, max_hold=1.0,

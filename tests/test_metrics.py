@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from django_redis_coord import Lock, ReadWriteLock, Semaphore
-from django_redis_coord.exceptions import LockNotOwnedError
+from django_redis_coord.core.exceptions import LockNotOwnedError
 from django_redis_coord.metrics import (
     DEFAULT_TEMPLATE,
     MAX_TEMPLATE_LENGTH,

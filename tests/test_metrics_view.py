@@ -10,7 +10,7 @@ from django.urls import include, path
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_redis_coord import lock
-from django_redis_coord.metrics import configured
+from django_redis_coord.config import metrics as configured
 from tests.test_django_metrics import coord
 
 urlpatterns = [path("", include("django_redis_coord.metrics.urls"))]

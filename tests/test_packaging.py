@@ -17,13 +17,17 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = Path(django_redis_coord.__file__).resolve().parent
 
 
-def test_the_core_imports_nothing_from_django():
+def test_the_django_free_public_paths_import_nothing_from_django():
+    # The package's root and the documented paths of the core; every module of the core package
+    # itself is imported without Django in tests/test_layout.py.
     code = (
         "import sys\n"
         "from django_redis_coord import Lock, IdentityLock, lock_holder, LockLostError\n"
         "from django_redis_coord import Semaphore, Redlock, DurableLock, optimistic, holders, redlock\n"
         "from django_redis_coord.asyncio import Lock as AsyncLock, DurableLock as AsyncDurableLock\n"
-        "import django_redis_coord.watchdog, django_redis_coord.server, django_redis_coord.testing\n"
+        "import django_redis_coord.server, django_redis_coord.testing, django_redis_coord.exceptions\n"
+        "import django_redis_coord.events, django_redis_coord.listing, django_redis_coord.durable\n"
+        "import django_redis_coord.asyncio.durable, django_redis_coord.asyncio.rwlock, django_redis_coord.rwlock\n"
         "bad = sorted(m for m in sys.modules if m == 'django' or m.startswith('django.'))\n"
         "assert not bad, bad\n"
         "print('ok')\n"
@@ -36,7 +40,7 @@ def test_the_core_imports_nothing_from_django():
 def test_every_public_name_is_importable_and_modules_are_not_shadowed():
     import django_redis_coord.holders
     import django_redis_coord.redlock
-    from django_redis_coord import shortcuts
+    from django_redis_coord.config import shortcuts
 
     for name in django_redis_coord.__all__:
         assert getattr(django_redis_coord, name) is not None, name
@@ -49,10 +53,10 @@ def test_every_public_name_is_importable_and_modules_are_not_shadowed():
 def test_exceptions_keep_their_old_homes_and_one_hierarchy():
     from redis.exceptions import ConnectionError, LockError, WatchError
 
-    from django_redis_coord import exceptions
-    from django_redis_coord.durable import ReplicationNotAcknowledged
-    from django_redis_coord.redlock import QuorumUnavailable
-    from django_redis_coord.server import RedisServerNotFound
+    from django_redis_coord.core import exceptions
+    from django_redis_coord.core.durable.sync import ReplicationNotAcknowledged
+    from django_redis_coord.core.redlock.sync import QuorumUnavailable
+    from django_redis_coord.testing.server import RedisServerNotFound
 
     assert ReplicationNotAcknowledged is exceptions.ReplicationNotAcknowledged
     assert QuorumUnavailable is exceptions.QuorumUnavailable
@@ -70,10 +74,10 @@ def test_exceptions_keep_their_old_homes_and_one_hierarchy():
 
 def test_lua_scripts_and_type_marker_are_package_data():
     assert (PACKAGE / "py.typed").exists()
-    scripts = sorted(p.name for p in (PACKAGE / "lua").glob("*.lua"))
+    scripts = sorted(p.name for p in (PACKAGE / "core" / "lua").glob("*.lua"))
     assert {"common.lua", "lock_acquire.lua", "lock_release.lua", "lock_extend.lua"} <= set(scripts)
     setup_cfg = (ROOT / "setup.cfg").read_text()
-    assert "lua/*.lua" in setup_cfg and "py.typed" in setup_cfg
+    assert "core/lua/*.lua" in setup_cfg and "py.typed" in setup_cfg
 
 
 def test_readme_opens_with_a_two_command_quick_start_that_ci_runs():

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from redis.exceptions import LockError
 
 from django_redis_coord import InvalidLockArgument, InvalidLockArgumentType, Lock, Semaphore, lock_holder
-from django_redis_coord.conf import _apply_prefix, _strip_prefix
-from django_redis_coord.exceptions import NameKindConflict
-from django_redis_coord.keys import MARKER, MAX_NAME_BYTES, key_slot, keys_for
+from django_redis_coord.config.settings import _apply_prefix, _strip_prefix
+from django_redis_coord.core.exceptions import NameKindConflict
+from django_redis_coord.core.keys import MARKER, MAX_NAME_BYTES, key_slot, keys_for
 
 REDIS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 PURE = settings(max_examples=300, deadline=None)
@@ -187,8 +187,8 @@ def test_async_primitives_refuse_a_name_held_by_the_other_kind(redis_url):
 
     import redis.asyncio
 
-    from django_redis_coord.asyncio.lock import Lock as AsyncLock
-    from django_redis_coord.asyncio.semaphore import Semaphore as AsyncSemaphore
+    from django_redis_coord.core.lock.aio import Lock as AsyncLock
+    from django_redis_coord.core.semaphore.aio import Semaphore as AsyncSemaphore
 
     async def scenario() -> None:
         client = redis.asyncio.Redis.from_url(redis_url)

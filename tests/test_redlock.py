@@ -21,9 +21,9 @@ from django_redis_coord import (
 )
 from django_redis_coord import Redlock as LazyRedlock
 from django_redis_coord.asyncio import Redlock as AsyncRedlock
-from django_redis_coord.keys import keys_for
-from django_redis_coord.redlock import QuorumUnavailable, Redlock
-from django_redis_coord.server import RedisServer
+from django_redis_coord.core.keys import keys_for
+from django_redis_coord.core.redlock.sync import QuorumUnavailable, Redlock
+from django_redis_coord.testing.server import RedisServer
 
 from .procs import run_processes
 
@@ -33,7 +33,7 @@ def patient_masters(monkeypatch):
     """The default time a master gets to answer (0.1 s, from a new connection too) is not what
     these tests are about, and a loaded CI machine can miss it: it is 1 s here.  The tests of the
     budget pass their own ``node_timeout``."""
-    from django_redis_coord import _redlock_base
+    from django_redis_coord.core.redlock import rules as _redlock_base
 
     monkeypatch.setattr(_redlock_base, "DEFAULT_NODE_TIMEOUT", 1.0)
 
@@ -605,7 +605,7 @@ def test_the_benchmark_module_runs_with_tiny_sizes(redis_servers, tmp_path):
 def test_masters_from_settings(five, masters, settings):
     from django.core.exceptions import ImproperlyConfigured
 
-    from django_redis_coord.connection import get_async_redlock_masters, get_redlock_masters
+    from django_redis_coord.config.connection import get_async_redlock_masters, get_redlock_masters
 
     settings.DJANGO_REDIS_COORD = {"URL": settings.REDIS_URL}
     with pytest.raises(ImproperlyConfigured):

@@ -24,13 +24,13 @@ from django_redis_coord import (
     NameKindConflict,
     Semaphore,
 )
-from django_redis_coord._queued_base import META_RETENTION_MS
-from django_redis_coord.asyncio.rwlock import ReadWriteLock as AsyncReadWriteLock
-from django_redis_coord.exceptions import LockUpgradeError
-from django_redis_coord.holders import rwlock_holders
-from django_redis_coord.keys import key_slot
-from django_redis_coord.rwlock import ReadWriteLock
-from django_redis_coord.watchdog import sync_watchdog
+from django_redis_coord.core.exceptions import LockUpgradeError
+from django_redis_coord.core.holders import rwlock_holders
+from django_redis_coord.core.keys import key_slot
+from django_redis_coord.core.queue.rules import META_RETENTION_MS
+from django_redis_coord.core.rwlock.aio import ReadWriteLock as AsyncReadWriteLock
+from django_redis_coord.core.rwlock.sync import ReadWriteLock
+from django_redis_coord.core.watchdog import sync_watchdog
 
 from .fences import assert_each_above_the_last, counter_ahead_of_the_clock
 from .procs import CTX
@@ -648,8 +648,8 @@ def test_async_renewal_and_a_task_that_ends_holding(async_redis, caplog):
 
 # -- what the listing reads ------------------------------------------------------------------------------
 def test_the_listing_finds_the_registry_entry_and_reads_the_readers_with_one_script(redis_client):
-    from django_redis_coord.listing import HolderListing
-    from django_redis_coord.scripts import sync_scripts
+    from django_redis_coord.core.listing import HolderListing
+    from django_redis_coord.core.scripts import sync_scripts
 
     readers = [ReadWriteLock(redis_client, "report:{7}", timeout=30, label=f"r{i}") for i in range(3)]
     for rw in readers:

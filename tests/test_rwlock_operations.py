@@ -11,10 +11,10 @@ import pytest
 from django.urls import reverse
 
 from django_redis_coord import Lock, Semaphore
-from django_redis_coord.holders import rwlock_holders, semaphore_holders
-from django_redis_coord.listing import HolderListing, holder_id
+from django_redis_coord.core.holders import rwlock_holders, semaphore_holders
+from django_redis_coord.core.listing import HolderListing, holder_id
+from django_redis_coord.core.rwlock.sync import ReadWriteLock
 from django_redis_coord.management.commands.locks import EXIT_CHANGED, EXIT_USAGE, HOLDER_JSON_SCHEMA
-from django_redis_coord.rwlock import ReadWriteLock
 from tests.test_admin import CHANGELIST, admin_users, client_for, snapshot
 from tests.test_admin_bulk import BULK, bulk_form
 from tests.test_locks_command import fails, run, validate, wait_for
@@ -228,7 +228,7 @@ def test_admin_refuses_hostile_read_write_ids_and_forms(users, redis_client):
 
 
 def test_force_releases_leave_only_keys_that_expire(redis_client):
-    from django_redis_coord._base import META_RETENTION_MS
+    from django_redis_coord.core.queue.rules import META_RETENTION_MS
     from tests.test_key_expiry import keys_without_expiry, longest_ttl
 
     endless = ReadWriteLock(redis_client, "endless", timeout=None)  # held for ever by a process that died

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from django_redis_coord.asyncio.rwlock import ReadWriteLock as AsyncReadWriteLock
-from django_redis_coord.exceptions import InvalidLockArgumentType, LockError
-from django_redis_coord.rwlock import ReadWriteLock
+from django_redis_coord.core.exceptions import InvalidLockArgumentType, LockError
+from django_redis_coord.core.rwlock.aio import ReadWriteLock as AsyncReadWriteLock
+from django_redis_coord.core.rwlock.sync import ReadWriteLock
 from tests.procs import CTX, run_processes
 
 
@@ -93,7 +93,7 @@ def test_thread_local_must_be_a_bool(redis_client):
 
 def test_a_fresh_copy_has_its_own_hold_and_its_own_sides(redis_client):
     made = ReadWriteLock(None, "copies", timeout=5, thread_local=False)
-    first, second = made._fresh(redis_client), made._fresh(redis_client)
+    first, second = made.fresh(redis_client), made.fresh(redis_client)
     assert first.read.lock is first and second.write.lock is second and made.read.lock is made
     assert first.read.acquire() and second.read.acquire()  # two readers: two objects
     assert first.read.fence != second.read.fence and redis_client.zcard("copies") == 2

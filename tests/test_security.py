@@ -23,14 +23,15 @@ import pytest
 from redis.exceptions import LockError
 
 import django_redis_coord
-from django_redis_coord import Lock, LockNotOwnedError, Semaphore, lock_holder, scripts
+from django_redis_coord import Lock, LockNotOwnedError, Semaphore, lock_holder
 from django_redis_coord.asyncio import Lock as AsyncLock
-from django_redis_coord.listing import HolderListing
-from django_redis_coord.rwlock import ReadWriteLock
-from django_redis_coord.scripts import script_text
+from django_redis_coord.core import scripts
+from django_redis_coord.core.listing import HolderListing
+from django_redis_coord.core.rwlock.sync import ReadWriteLock
+from django_redis_coord.core.scripts import script_text
 
 PACKAGE = Path(django_redis_coord.__file__).parent
-LUA = resources.files("django_redis_coord") / "lua"
+LUA = resources.files("django_redis_coord.core") / "lua"
 SCRIPT_NAMES = sorted(p.name[:-4] for p in LUA.iterdir() if p.name.endswith(".lua") and p.name != "common.lua")
 
 HOSTILE_NAMES = [

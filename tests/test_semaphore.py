@@ -21,9 +21,9 @@ from django_redis_coord import (
     Semaphore,
     SemaphoreLimitNotSet,
 )
-from django_redis_coord.holders import semaphore_holders
-from django_redis_coord.keys import key_slot, keys_for
-from django_redis_coord.watchdog import sync_watchdog
+from django_redis_coord.core.holders import semaphore_holders
+from django_redis_coord.core.keys import key_slot, keys_for
+from django_redis_coord.core.watchdog import sync_watchdog
 
 from .fences import assert_each_above_the_last, counter_ahead_of_the_clock
 from .procs import CTX, run_processes

@@ -16,8 +16,8 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from django_redis_coord import Lock, LockLostError, Semaphore
-from django_redis_coord.durable import DurableLock, ReplicationNotAcknowledged
-from django_redis_coord.server import RedisServer
+from django_redis_coord.core.durable.sync import DurableLock, ReplicationNotAcknowledged
+from django_redis_coord.testing.server import RedisServer
 
 from .cluster import LocalSentinel, wait_until
 
@@ -91,8 +91,8 @@ def test_semaphore_through_sentinel(primary):
 
 
 def test_settings_connect_through_sentinel(deployment, settings):
-    from django_redis_coord.connection import get_client
-    from django_redis_coord.shortcuts import lock
+    from django_redis_coord.config.connection import get_client
+    from django_redis_coord.config.shortcuts import lock
 
     settings.DJANGO_REDIS_COORD = {
         "SENTINEL": {"SENTINELS": deployment.sentinel_addresses, "SERVICE_NAME": SERVICE, "DB": 0},
@@ -179,7 +179,7 @@ def test_durable_lock_fails_closed_when_the_replica_is_gone(redis_servers):
 def test_asyncio_durable_lock(redis_servers):
     import asyncio
 
-    from django_redis_coord.asyncio.durable import DurableLock as AsyncDurableLock
+    from django_redis_coord.core.durable.aio import DurableLock as AsyncDurableLock
 
     primary, replica = _primary_with_replica(redis_servers)
 
@@ -206,7 +206,7 @@ def test_asyncio_durable_lock_cancelled_twice_while_confirming_gives_its_grant_b
     grant back, still gives it back (not left to its 30 s TTL)."""
     import asyncio
 
-    from django_redis_coord.asyncio.durable import DurableLock as AsyncDurableLock
+    from django_redis_coord.core.durable.aio import DurableLock as AsyncDurableLock
 
     primary, replica = _primary_with_replica(redis_servers)
 

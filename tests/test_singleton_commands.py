@@ -14,8 +14,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from django_redis_coord.commands import EX_TEMPFAIL
-from django_redis_coord.holders import lock_holder
+from django_redis_coord.core.holders import lock_holder
+from django_redis_coord.management.singleton import EX_TEMPFAIL
 
 ROOT = Path(__file__).resolve().parent.parent
 

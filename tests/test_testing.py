@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from django_redis_coord import Lock, lock
-from django_redis_coord.conf import coord_settings
+from django_redis_coord.config.settings import coord_settings
 from django_redis_coord.testing import RedisServer, find_redis_server, override_settings_for, settings_for
 
 

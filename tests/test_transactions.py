@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from django_redis_coord import InvalidLockArgument, InvalidLockArgumentType, TransactionConflict, optimistic
-from django_redis_coord.transactions import Optimistic
+from django_redis_coord.core.transactions import Optimistic
 
 from .procs import run_processes
 

@@ -1,6 +1,6 @@
-"""One rule for twins: each family keeps what its sync and asyncio halves share in
-``_<family>_base.py``, the sync half in ``<family>.py`` and the asyncio half in
-``asyncio/<family>.py``; the halves offer the same public methods with the same parameters."""
+"""One rule for twins: each family package keeps what its sync and asyncio halves share in
+``rules.py``, the sync half in ``sync.py`` and the asyncio half in ``aio.py``; the halves offer
+the same public methods with the same parameters."""
 
 from __future__ import annotations
 
@@ -11,13 +11,18 @@ from pathlib import Path
 import pytest
 
 import django_redis_coord
-from django_redis_coord import cache_fill, durable, locks, redlock, rwlock, semaphores
-from django_redis_coord.asyncio import cache_fill as async_cache_fill
-from django_redis_coord.asyncio import durable as async_durable
-from django_redis_coord.asyncio import lock as async_lock
-from django_redis_coord.asyncio import redlock as async_redlock
-from django_redis_coord.asyncio import rwlock as async_rwlock
-from django_redis_coord.asyncio import semaphore as async_semaphore
+from django_redis_coord.core.durable import aio as async_durable
+from django_redis_coord.core.durable import sync as durable
+from django_redis_coord.core.lock import aio as async_lock
+from django_redis_coord.core.lock import sync as locks
+from django_redis_coord.core.redlock import aio as async_redlock
+from django_redis_coord.core.redlock import sync as redlock
+from django_redis_coord.core.rwlock import aio as async_rwlock
+from django_redis_coord.core.rwlock import sync as rwlock
+from django_redis_coord.core.semaphore import aio as async_semaphore
+from django_redis_coord.core.semaphore import sync as semaphores
+from django_redis_coord.integrations.cache_fill import aio as async_cache_fill
+from django_redis_coord.integrations.cache_fill import sync as cache_fill
 
 PACKAGE = Path(django_redis_coord.__file__).resolve().parent
 
@@ -92,29 +97,36 @@ def test_twin_functions_take_the_same_parameters_and_the_asyncio_one_is_awaited(
     assert not inspect.iscoroutinefunction(sync) and inspect.iscoroutinefunction(asynchronous)
 
 
+FAMILY_DIRS = {
+    "lock": "core/lock", "semaphore": "core/semaphore", "redlock": "core/redlock", "durable": "core/durable",
+    "waiting": "core/waiting", "queue": "core/queue", "rwlock": "core/rwlock", "leader": "core/leader",
+    "cache_fill": "integrations/cache_fill",
+}
+ASYNC_MODULES = [PACKAGE / folder / "aio.py" for folder in FAMILY_DIRS.values()]
+
+
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
-    """The ``from ..module import names`` of an asyncio module, as (module, names)."""
+    """The ``from .x import names`` / ``from ..family.x import names`` of a module, as (module, names)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 2:
+        if isinstance(node, ast.ImportFrom) and node.level >= 1:
             found.append((node.module or "", [alias.name for alias in node.names]))
     return found
 
 
-@pytest.mark.parametrize("path", sorted((PACKAGE / "asyncio").glob("*.py")), ids=lambda path: path.name)
+@pytest.mark.parametrize("path", ASYNC_MODULES, ids=lambda path: path.parent.name)
 def test_asyncio_modules_take_nothing_private_from_a_sync_module(path):
-    twins = {"locks", "semaphores", "redlock", "durable", "waiting", "queued", "rwlock", "cache_fill"}
     for module, names in _imports(path):
-        assert module not in twins, f"{path.name} imports from the sync twin {module}: use _{module}_base"
-        if not module.startswith("_"):
+        assert module.rpartition(".")[2] != "sync" and "sync" not in names, (
+            f"{path.parent.name}/aio.py imports from a sync twin ({module}): use the family's rules.py")
+        if module.rpartition(".")[2] != "rules":
             private = [name for name in names if name.startswith("_")]
-            assert not private, f"{path.name} imports private {private} from {module}"
+            assert not private, f"{path.parent.name}/aio.py imports private {private} from {module}"
 
 
-@pytest.mark.parametrize("family", ["lock", "semaphore", "redlock", "durable", "waiting", "queued", "rwlock",
-                                    "cache_fill"])
+@pytest.mark.parametrize("family", sorted(FAMILY_DIRS))
 def test_each_family_has_a_base_a_sync_and_an_asyncio_module(family):
-    sync = {"lock": "locks", "semaphore": "semaphores"}.get(family, family)
-    assert (PACKAGE / f"_{family}_base.py").exists()
-    assert (PACKAGE / f"{sync}.py").exists()
-    assert (PACKAGE / "asyncio" / f"{family}.py").exists()
+    folder = PACKAGE / FAMILY_DIRS[family]
+    assert (folder / "rules.py").exists()
+    assert (folder / "sync.py").exists()
+    assert (folder / "aio.py").exists()

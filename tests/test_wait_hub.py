@@ -23,7 +23,7 @@ import redis.asyncio
 from django_redis_coord import Lock, Semaphore
 from django_redis_coord.asyncio import Lock as AsyncLock
 from django_redis_coord.asyncio import Semaphore as AsyncSemaphore
-from django_redis_coord.exceptions import ConnectionPoolTooSmall
+from django_redis_coord.core.exceptions import ConnectionPoolTooSmall
 
 #: Connections given over to waiting may be at most this many (the issue's bound).
 MAX_WAITING_CONNECTIONS = 4
@@ -209,7 +209,7 @@ def test_1000_asyncio_tasks_are_served_in_order_on_one_waiting_connection(redis_
 def _readers_of_grants(url: str, name: str, rounds: int, flavour: str) -> dict[str, Any]:
     """One contending process with one waiter at a time: for each grant message handed to a
     waiter, whether the thread (asyncio: the task) that read it was the waiting one."""
-    from django_redis_coord import _waiting_base
+    from django_redis_coord.core.waiting import rules as _waiting_base
 
     handed: list[bool] = []
     owner: dict[str, Any] = {}
@@ -323,10 +323,10 @@ def test_a_pool_too_small_for_the_waiting_connection_gets_a_clear_error(redis_cl
 
 
 def test_an_idle_hub_gives_its_connection_back(redis_servers, monkeypatch):
-    from django_redis_coord import _waiting_base
+    from django_redis_coord.core.waiting import rules as _waiting_base
 
     monkeypatch.setattr(_waiting_base, "IDLE_SECONDS", 0.3)
-    monkeypatch.setattr("django_redis_coord.waiting.IDLE_SECONDS", 0.3)
+    monkeypatch.setattr("django_redis_coord.core.waiting.sync.IDLE_SECONDS", 0.3)
     (server,) = redis_servers(1)
     client = server.client()
     holder = Lock(client, "hot", timeout=0.2)
@@ -341,9 +341,9 @@ def test_an_idle_hub_gives_its_connection_back(redis_servers, monkeypatch):
 def _after_one_wait(redis_servers: Any, monkeypatch: Any) -> tuple[Any, redis.Redis, Any]:
     """A private server, a client whose one blocking acquire waited (for a 0.2 s TTL) and so
     subscribed its hub, and that hub, which idles out after 0.3 s."""
-    from django_redis_coord import waiting
+    from django_redis_coord.core.waiting import sync as waiting
 
-    monkeypatch.setattr("django_redis_coord.waiting.IDLE_SECONDS", 0.3)
+    monkeypatch.setattr("django_redis_coord.core.waiting.sync.IDLE_SECONDS", 0.3)
     (server,) = redis_servers(1)
     client = server.client()
     holder = Lock(client, "hot", timeout=0.2)
@@ -569,7 +569,7 @@ def test_a_grant_announced_for_an_earlier_call_is_not_taken_after_it_ended(redis
     """The announcement of a grant reaches the waiter late (its waiting connection stalls) after
     that grant ended and another client took the lock, and after the waiter's refresh queued it
     again: the waiter must not take the stale grant (both would hold the lock), but wait its turn."""
-    from django_redis_coord import waiting
+    from django_redis_coord.core.waiting import sync as waiting
 
     (server,) = redis_servers(1)
     client = server.client(max_connections=100)  # a bounded gate (redis-py before 8: 2**31 connections)
@@ -640,7 +640,7 @@ def test_an_exception_a_signal_raises_while_the_waiter_reads_reaches_the_caller(
     handler raises there (Celery's ``SoftTimeLimitExceeded``, an alarm-based timeout) ends the
     acquire as it would anywhere else, and is not taken for a dropped connection; the waiter
     leaves the queue and the hub serves the next one."""
-    from django_redis_coord import waiting
+    from django_redis_coord.core.waiting import sync as waiting
 
     holder = Lock(redis_client, "signalled", timeout=30)
     assert holder.acquire(blocking=False)
@@ -685,9 +685,9 @@ def test_a_waiter_that_comes_while_the_idle_closer_looks_is_handed_the_reading(r
     found the reading taken meanwhile is handed it when the closer lets go (the closer sees it
     and keeps the connection), so it takes its grant from the release's message, not from its
     refresh 30 s later."""
-    from django_redis_coord import waiting
+    from django_redis_coord.core.waiting import sync as waiting
 
-    monkeypatch.setattr("django_redis_coord.waiting.IDLE_SECONDS", 0.3)
+    monkeypatch.setattr("django_redis_coord.core.waiting.sync.IDLE_SECONDS", 0.3)
     (server,) = redis_servers(1)
     client = server.client()
     hub = waiting.hub_for(client)
@@ -725,7 +725,7 @@ def test_a_waiter_interrupted_while_it_subscribes_is_not_kept(redis_servers):
     """The first waiter of a hub reads until its subscription is confirmed: an exception a signal
     handler raises there ends the acquire and takes the waiter off the hub (a waiter kept there
     would be handed the reading and never read, and the hub would never idle)."""
-    from django_redis_coord import waiting
+    from django_redis_coord.core.waiting import sync as waiting
 
     (server,) = redis_servers(1)
     client = server.client()

@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from django_redis_coord import Lock
-from django_redis_coord._waiting_base import READ_SECONDS
-from django_redis_coord.keys import keys_for
+from django_redis_coord.core.keys import keys_for
+from django_redis_coord.core.waiting.rules import READ_SECONDS
 
 from .procs import CTX
 
@@ -160,7 +160,7 @@ def _handed_over(redis_client, name: str, **kwargs) -> Lock:
 
 def _claimed(owner) -> bool:
     """Whether the watchdog is done with ``owner``'s holds (a provisional hand-off's claim went out)."""
-    from django_redis_coord.watchdog import sync_watchdog
+    from django_redis_coord.core.watchdog import sync_watchdog
 
     dog = sync_watchdog()
     return not dog._arriving and all(hold.owner is not owner for hold in list(dog._holds.values()))
@@ -186,7 +186,7 @@ def test_the_claim_of_a_provisional_hand_off_keeps_a_ttl_its_holder_replaced(red
 
 
 def test_a_claim_due_after_the_watchdogs_next_look_is_taken_in_without_waking_it(redis_client):
-    from django_redis_coord.watchdog import LOOK_EVERY, sync_watchdog
+    from django_redis_coord.core.watchdog import LOOK_EVERY, sync_watchdog
 
     lost = []
     # The default lease (2 s): the claim is due a lease/2 = LOOK_EVERY after the grant, so the
@@ -205,7 +205,7 @@ def test_a_claim_due_after_the_watchdogs_next_look_is_taken_in_without_waking_it
 
 
 def test_a_queued_claim_of_a_hold_released_before_the_next_look_is_dropped(redis_client):
-    from django_redis_coord.watchdog import LOOK_EVERY, sync_watchdog
+    from django_redis_coord.core.watchdog import LOOK_EVERY, sync_watchdog
 
     lost = []
     waiter = _handed_over(redis_client, "claim-dropped", on_lost=lost.append)

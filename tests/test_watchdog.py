@@ -10,7 +10,7 @@ import pytest
 from redis.exceptions import LockNotOwnedError
 
 from django_redis_coord import Lock, LockLostError
-from django_redis_coord.watchdog import sync_watchdog
+from django_redis_coord.core.watchdog import sync_watchdog
 
 
 def _wait_for(predicate, timeout: float = 10.0) -> None:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from ..holders import async_lock_holder, async_rwlock_holders, async_semaphore_holders
-from .durable import DurableLock
-from .leader import Leader
-from .lock import Lock
-from .redlock import Redlock
-from .rwlock import ReadWriteLock
-from .semaphore import Semaphore
+from ..core.durable.aio import DurableLock
+from ..core.holders import async_lock_holder, async_rwlock_holders, async_semaphore_holders
+from ..core.leader.aio import Leader
+from ..core.lock.aio import Lock
+from ..core.redlock.aio import Redlock
+from ..core.rwlock.aio import ReadWriteLock
+from ..core.semaphore.aio import Semaphore
 
 __all__ = [
     "DurableLock", "Leader", "Lock", "ReadWriteLock", "Redlock", "Semaphore", "async_lock_holder",

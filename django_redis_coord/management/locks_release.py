@@ -14,9 +14,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ..holders import KINDS, HolderInfo, format_ms
-from ..listing import HolderListing, HoldSelection
-from ..terminal import holders_table, printable, quoted
+from ..core.holders import KINDS, HolderInfo, format_ms
+from ..core.listing import HolderListing, HoldSelection
+from .terminal import holders_table, printable, quoted
 
 __all__ = ["ReleaseAction", "EXIT_USAGE", "EXIT_NOT_HELD", "EXIT_NOT_CONFIRMED", "EXIT_CHANGED"]
 

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any, Optional
 
-from ..events import Events
+from ..core.events import Events
 from ._background import Periodic
 
 __all__ = [

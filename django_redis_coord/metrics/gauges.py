@@ -18,7 +18,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from ..listing import HolderListing
+from ..core.listing import HolderListing
 from ._recording import failures
 
 __all__ = ["HolderGauges", "KindFigures", "KINDS"]

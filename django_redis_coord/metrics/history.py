@@ -26,7 +26,7 @@ import time
 import weakref
 from typing import Any, Optional
 
-from ..scripts import queue_script, sync_scripts
+from ..core.scripts import queue_script, sync_scripts
 from ._background import Periodic
 from ._recording import BUCKETS, OTHER_TEMPLATE, Recorder, failures, feed
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .._arguments import as_bytes
+from ..core.arguments import as_bytes
 from ._recording import BUCKETS
 from .history import FIELDS, history_key
 

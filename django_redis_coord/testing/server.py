@@ -23,7 +23,7 @@ from importlib import util as importlib_util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..exceptions import RedisServerNotFound
+from ..core.exceptions import RedisServerNotFound
 
 if TYPE_CHECKING:
     import redis

@@ -30,8 +30,8 @@ from typing import Any, Optional
 import redis
 
 from django_redis_coord import LockLostError, LockNotOwnedError
-from django_redis_coord.holders import rwlock_holders
-from django_redis_coord.rwlock import ReadWriteLock
+from django_redis_coord.core.holders import rwlock_holders
+from django_redis_coord.core.rwlock.sync import ReadWriteLock
 
 from .checkers import (
     CheckResult,

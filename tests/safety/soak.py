@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from django_redis_coord.server import RedisServer
+from django_redis_coord.testing.server import RedisServer
 
 from .proxy import Proxy
 from .workloads import (

@@ -35,7 +35,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from django_redis_coord import Lock, LockLostError, LockNotOwnedError, Semaphore, StaleFenceError
-from django_redis_coord.fencing import fenced_get, fenced_set
+from django_redis_coord.integrations.fencing import fenced_get, fenced_set
 
 from .checkers import Report, check_lock_history, check_semaphore_history
 from .history import History, Recorder

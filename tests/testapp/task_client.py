@@ -22,7 +22,7 @@ def main() -> None:
     parser.add_argument("--pair", action="store_true")
     options = parser.parse_args()
     django.setup()
-    from django_redis_coord.tasks import TaskAlreadyEnqueued
+    from django_redis_coord.integrations.django_tasks import TaskAlreadyEnqueued
     from tests.testapp import tasks
 
     task = getattr(tasks, options.task)

@@ -15,8 +15,8 @@ except ImportError:
     from django_tasks import task
 
 from django_redis_coord import locked
-from django_redis_coord.connection import get_async_client, get_client
-from django_redis_coord.tasks import unique_task
+from django_redis_coord.config.connection import get_async_client, get_client
+from django_redis_coord.integrations.django_tasks import unique_task
 
 GATE_WAIT = 600
 GATE_STEP = 1

@@ -19,7 +19,7 @@ from django.utils.decorators import method_decorator
 from django.views import View
 
 from django_redis_coord import locked
-from django_redis_coord.decorators import current_lock
+from django_redis_coord.decorator.locked import current_lock
 
 from .models import Account
 

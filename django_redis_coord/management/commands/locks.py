@@ -34,18 +34,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from django_redis_coord.commands import (
-    EX_TEMPFAIL,
-    ExclusiveRun,
-    parsed_command,
-    positive_seconds_argument,
-    seconds_argument,
-)
-from django_redis_coord.conf import SETTING_NAME, coord_settings
-from django_redis_coord.connection import describe_connection, get_client
-from django_redis_coord.exceptions import InvalidLockArgument
-from django_redis_coord.holders import KINDS, HolderInfo
-from django_redis_coord.listing import HolderListing
 from django_redis_coord.management.locks_release import (
     EXIT_CHANGED,
     EXIT_NOT_CONFIRMED,
@@ -54,7 +42,14 @@ from django_redis_coord.management.locks_release import (
     ReleaseAction,
     add_release_arguments,
 )
-from django_redis_coord.terminal import holder_details, holders_table, quoted, waiters_table
+
+from ...config.connection import describe_connection, get_client
+from ...config.settings import SETTING_NAME, coord_settings
+from ...core.exceptions import InvalidLockArgument
+from ...core.holders import KINDS, HolderInfo
+from ...core.listing import HolderListing
+from ..singleton import EX_TEMPFAIL, ExclusiveRun, parsed_command, positive_seconds_argument, seconds_argument
+from ..terminal import holder_details, holders_table, quoted, waiters_table
 
 #: Exit statuses (also documented in docs/operations.md); ``run``: the command's own, or 75.
 EXIT_UNREACHABLE = 3

@@ -8,7 +8,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_redis_coord.connection import get_client
+from django_redis_coord.config.connection import get_client
 from tests.testapp.gate import wait_for_gate
 
 

@@ -1,8 +1,8 @@
 """A singleton command for tests/test_singleton_commands.py: records its start in Redis
 (``started:<name>``), then waits for ``gate:<name>`` (at most ``--for`` seconds)."""
 
-from django_redis_coord.commands import SingletonCommand
-from django_redis_coord.connection import get_client
+from django_redis_coord.config.connection import get_client
+from django_redis_coord.management.singleton import SingletonCommand
 from tests.testapp.gate import wait_for_gate
 
 

@@ -1,0 +1,64 @@
+"""The ``DJANGO_REDIS_COORD`` setting's name, keys and defaults, and the shape of a problem found
+in it (read by :mod:`~django_redis_coord.conf`, checked by :mod:`~django_redis_coord.config.validation`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Optional
+
+__all__ = ["SETTING_NAME", "DEFAULTS", "REDIS_CACHE_BACKENDS", "URL_SCHEMES", "DEFAULT_CLIENT_OPTIONS", "Problem"]
+
+SETTING_NAME = "DJANGO_REDIS_COORD"
+
+#: Every key of ``DJANGO_REDIS_COORD`` with its default value.
+DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {
+        # Where Redis is: at most one of CACHE_ALIAS, URL, SENTINEL (CLUSTER goes with URL or
+        # its own STARTUP_NODES).  With none of them, the "default" cache is used when it is a
+        # Redis cache.
+        "CACHE_ALIAS": None,
+        "URL": None,
+        "CLIENT_OPTIONS": MappingProxyType({}),
+        "SENTINEL": None,
+        "CLUSTER": None,
+        # Prepended to every name as "<KEY_PREFIX>:<name>".
+        "KEY_PREFIX": "",
+        # Lock lifetime in seconds for the factories and @locked ("never", NO_EXPIRY: no expiry).
+        "DEFAULT_TIMEOUT": 60,
+        # Renew holds with the watchdog by default.
+        "AUTO_RENEW": False,
+        # Answer of @locked when the key is taken, and when Redis cannot be reached.
+        "CONTENTION_STATUS": 409,
+        "CONTENTION_HANDLER": None,
+        "UNAVAILABLE_STATUS": 503,
+        # Run the view without the lock when Redis cannot be reached (logged).
+        "FAIL_OPEN": False,
+        # Independent masters for Redlock: {"MASTERS": ["redis://a:6379/0", ...]}.
+        "REDLOCK": None,
+        # Metrics exporters: any of "prometheus", "otel", "history" (docs/metrics.md).
+        "METRICS": (),
+    }
+)
+
+#: Cache backends a connection can be taken from.
+REDIS_CACHE_BACKENDS = {
+    "django_redis.cache.RedisCache": "django-redis",
+    "django.core.cache.backends.redis.RedisCache": "django",
+}
+
+URL_SCHEMES = ("redis", "rediss", "unix")
+
+
+
+#: Client options applied under ``CLIENT_OPTIONS`` for the URL, Sentinel and Cluster sources.
+DEFAULT_CLIENT_OPTIONS: Mapping[str, Any] = MappingProxyType({"socket_connect_timeout": 2.0, "socket_timeout": 5.0})
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the settings: a system-check id (``django_redis_coord.E0xx``)."""
+
+    id: str
+    msg: str
+    hint: Optional[str] = None

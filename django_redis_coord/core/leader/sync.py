@@ -1,0 +1,201 @@
+"""Leader election (sync): one of N processes leads, the others wait in line to take over.
+
+A :class:`Leader` is a :class:`~django_redis_coord.Lock` held for as long as its holder leads:
+
+* ``campaign()`` starts a background campaign (a thread) that waits in the lock's FIFO queue; the
+  hold it gets is renewed by the watchdog (``auto_renew``) every ``lease / 3``;
+* each hold is a **term**, numbered by the hold's fence (strictly growing): pass it to what the
+  leader writes, so that a resource can refuse a deposed leader (see ``fenced_set``);
+* when the hold ends without a resign (the watchdog's loss signal: renewals did not come back
+  before the local deadline, or the key was taken over) ``on_revoked(term)`` fires and the
+  campaign waits in line again, unless ``recampaign=False``;
+* ``resign()`` (also at interpreter exit, and at the end of a ``with`` block) runs
+  ``on_revoked(term)``, then releases: the lock goes at once to the next contender in line.
+
+The asyncio twin is :class:`django_redis_coord.asyncio.Leader`; docs/leaders.md has the guarantees
+and a recipe.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import weakref
+from types import TracebackType
+from typing import Any, Optional, Union
+
+from ..arguments import Number, check_number
+from ..exceptions import LockError
+from ..lock.sync import Lock
+from .rules import CAMPAIGN_ROUND, RETRY_PAUSE, LeaderBase, LeaderHold, logger
+
+__all__ = ["Leader"]
+
+
+class _LeaderLock(LeaderHold, Lock):
+    """The lock a leader holds (its holder record says ``"role": "leader"``)."""
+
+
+#: Leaders campaigning in this process: resigned at interpreter exit.
+_campaigning: weakref.WeakSet[Leader] = weakref.WeakSet()
+
+
+@atexit.register
+def _resign_all() -> None:
+    """At interpreter exit, every campaigning leader resigns: its successor takes over at once
+    instead of after the lease."""
+    for leader in list(_campaigning):
+        try:
+            leader.resign()
+        except Exception:  # Redis may be gone by now: the lease ends the term anyway
+            logger.warning("Leader %r could not resign at exit; its lease ends its term", leader.name,
+                           exc_info=True)
+
+
+class Leader(LeaderBase):
+    """Leader election among processes: ``campaign()``, ``is_leader``, ``term``, ``resign()``.
+
+    ``Leader(client, name, lease=10.0, *, label=None, on_elected=None, on_revoked=None,
+    recampaign=True, waiter_lease=2.0)``: ``lease`` is the TTL of the leader's hold (renewed every
+    ``lease / 3``; a dead leader is replaced within it); ``on_elected(term)`` runs on the campaign
+    thread once elected, ``on_revoked(term)`` once per term when it ends (on the watchdog's callback
+    worker for a loss, on the resigning thread for a resign); ``label`` is shown to operators
+    (``leader: <label>``).  ``with Leader(...) as leader:`` campaigns in the background and resigns
+    at the end of the block.
+    """
+
+    lock: _LeaderLock
+
+    def _new_campaign_state(self) -> None:
+        self._control = threading.RLock()  # campaign(), resign() and the callbacks, one at a time
+        self._thread: Optional[threading.Thread] = None
+        self._elected = threading.Event()  # set from on_elected's return to the term's end
+        self._term_over = threading.Event()
+
+    def _make_lock(self, client: Any, name: Union[str, bytes], **options: Any) -> _LeaderLock:
+        return _LeaderLock(client, name, **options)
+
+    # -- public API ----------------------------------------------------------------------------
+    def campaign(self, blocking: bool = True, blocking_timeout: Optional[Number] = None) -> bool:
+        """Start campaigning (unless already), and with ``blocking`` wait until elected.
+
+        Returns :attr:`is_leader`: True once elected and ``on_elected`` returned; False when not
+        ``blocking`` and not leader yet, or when ``blocking_timeout`` seconds passed first.  The
+        campaign goes on in the background either way, until :meth:`resign`.
+        """
+        check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=self.name)
+        self._start()
+        if blocking:
+            self._elected.wait(blocking_timeout)
+        return self.is_leader
+
+    def resign(self) -> None:
+        """Stop campaigning; if leading, run ``on_revoked(term)`` and release, which hands the
+        lead to the next contender in line at once.  Returns once the campaign thread stopped
+        (within :data:`~django_redis_coord.core.leader.rules.CAMPAIGN_ROUND` seconds and a round trip
+        when it was waiting in line)."""
+        with self._control:
+            with self._mutex:
+                self._stopping = True
+            _campaigning.discard(self)
+            term = self._end_term()
+            self._elected.clear()
+            if term is not None:
+                self._revoked(term)
+                self._give_back()
+            self._term_over.set()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(CAMPAIGN_ROUND + self.lease)
+
+    def __enter__(self) -> Leader:
+        self.campaign(blocking=False)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        self.resign()
+
+    # -- the campaign ----------------------------------------------------------------------------
+    def _start(self) -> None:
+        """Start the campaign thread, unless it runs (waiting first for one a resign stops)."""
+        while True:
+            with self._control:
+                thread = self._thread
+                if thread is None or not thread.is_alive():
+                    with self._mutex:
+                        self._stopping = False
+                    self._thread = threading.Thread(target=self._campaign, name=f"dcoord-leader {self.name!r}",
+                                                    daemon=True)
+                    _campaigning.add(self)
+                    self._thread.start()
+                    return
+                if not self._stopping or thread is threading.current_thread():
+                    # Running, or a callback on the campaign thread resigned and campaigns again:
+                    # that thread goes on (it looks at _stopping before each round).
+                    with self._mutex:
+                        self._stopping = False
+                    _campaigning.add(self)
+                    return
+            thread.join(CAMPAIGN_ROUND + self.lease)  # a resign stops it within a round
+
+    def _campaign(self) -> None:
+        """Wait in line, lead until the term ends, and again (``recampaign``) until resigned."""
+        while not self._stopping:
+            self._term_over.clear()
+            try:
+                granted = self.lock.acquire(blocking=True, blocking_timeout=CAMPAIGN_ROUND)
+            except Exception:  # Redis unreachable for longer than a waiter rides out
+                logger.warning("Campaign of leader %r failed; trying again in %s s", self.name, RETRY_PAUSE,
+                               exc_info=True)
+                self._term_over.wait(RETRY_PAUSE)  # a resign cuts it short
+                continue
+            if not granted:
+                continue
+            # Under _control: a resign, or the loss signal, waits for on_elected to return, so
+            # that on_revoked(term) never runs before on_elected(term).
+            with self._control:
+                term = self._begin_term()
+                if term is None:  # resigned meanwhile (give it back), or already lost (campaign again)
+                    if self._stopping:
+                        self._give_back()
+                    continue
+                try:
+                    if self.on_elected is not None:
+                        self.on_elected(term)
+                except Exception:
+                    self._failed("on_elected", term)
+                if self.is_leader and self.term == term:
+                    self._elected.set()
+            self._term_over.wait()
+            if not self.recampaign:
+                break
+
+    def _lost(self, lock: Any) -> None:
+        """The watchdog's loss signal (on its callback worker): end the term, run ``on_revoked``,
+        then let the campaign go on."""
+        with self._control:
+            term = self._end_term()
+            if term is None:  # the term already ended (a resign)
+                return
+            self._elected.clear()
+            self._revoked(term)
+            self._term_over.set()
+
+    def _revoked(self, term: int) -> None:
+        try:
+            if self.on_revoked is not None:
+                self.on_revoked(term)
+        except Exception:
+            self._failed("on_revoked", term)
+
+    def _give_back(self) -> None:
+        """Release the hold (it may be gone already: then there is nothing to give back)."""
+        try:
+            self.lock.release()
+        except LockError:
+            pass

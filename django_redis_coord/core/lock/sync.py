@@ -1,0 +1,151 @@
+"""The fenced Redis lock (sync), a drop-in superset of :class:`redis.lock.Lock`.
+
+* Acquire, release, extend and reacquire are one Lua script each (one round trip).
+* Every grant carries a fence token (``lock.fence``) that is strictly greater than any fence
+  issued before for the same name, even after the server restarted without persistence.
+* A blocking ``acquire`` never polls: it joins a FIFO queue and sleeps until the releasing
+  script, which grants the lock to the queue head server-side, announces the grant to it (all the
+  waiters of a process share one connection: see :mod:`django_redis_coord.core.waiting.sync`).  A waiter
+  also looks again when the holder's TTL runs out, so a crashed holder is replaced promptly.
+* Optional watchdog renewal, an explicit loss signal and reentrancy.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional, Union
+
+from ..arguments import Number, as_bytes, check_number, encode_token, new_token, to_ms
+from ..events import held_time
+from ..exceptions import LockError, LockLostError, LockNotOwnedError
+from ..holds import SharedHold, ThreadHold, refuse_forked
+from ..queue.sync import QueuedPrimitive
+from .rules import LockBase, WithBlock
+
+__all__ = ["Lock"]
+
+#: A subclass's ``with`` block gives that subclass (a DurableLock's gives a DurableLock).
+
+
+class Lock(WithBlock, QueuedPrimitive, LockBase):
+    """A distributed lock with fencing tokens, FIFO waiting and an explicit loss signal.
+
+    Takes redis-py's arguments (``timeout=None`` means no expiry, ``sleep`` is accepted for
+    compatibility: waiting does not poll) plus, keyword-only: ``label`` (shown to operators),
+    ``auto_renew`` (watchdog renewal at ``timeout / 3``), ``on_lost`` (called with the lock when
+    a hold is found lost), ``reentrant`` and ``waiter_lease``.
+    """
+
+    def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
+        super().__init__(redis, name, *args, **kwargs)
+        self.local = self._new_local()
+
+    def _new_local(self) -> Any:
+        return ThreadHold() if self.thread_local else SharedHold()
+
+    # -- local state (per thread unless thread_local=False) --------------------------------
+    def _state(self) -> Any:
+        """This thread's hold: token, fence, deadline, count, lost (the watchdog updates it)."""
+        return self.local.hold
+
+    # -- public API ----------------------------------------------------------------------------
+    def acquire(
+        self,
+        sleep: Optional[Number] = None,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[Number] = None,
+        token: Optional[Union[str, bytes]] = None,
+    ) -> bool:
+        """Acquire the lock; returns True once held, False when ``blocking`` is off or time ran out.
+
+        A blocking call queues in FIFO order and is woken by the releasing holder, or when the
+        holder's TTL ends, or at ``blocking_timeout`` (honoured on the client's monotonic clock).
+        """
+        started = time.monotonic()
+        blocking, stop_at = self.acquire_arguments(sleep, blocking, blocking_timeout)
+        if self.reenter(token):
+            return True
+        own = token is None  # made here for this call: Redis can tell a resend of it (see _take)
+        token = new_token() if token is None else encode_token(token, self.name)
+        taken = self._take(token, blocking, stop_at, own)
+        if taken is None:
+            self._tell_contended(started)
+            return False
+        self._tell_acquired(self._own(token, *taken), started, self.release)
+        return True
+
+    def locked(self) -> bool:
+        """True when anyone holds the lock."""
+        return self.redis.get(self.name) is not None
+
+    def owned(self) -> bool:
+        """True when the lock is held with this thread's token (checked in Redis)."""
+        token = self._state().token
+        if token is None:
+            return False
+        return as_bytes(self.redis.get(self.name)) == token
+
+    def release(self) -> None:
+        """Release the lock (the outermost hold, for a reentrant lock); raises if not held."""
+        local = self._state()
+        token = local.token
+        if token is None:
+            raise LockError(f"Cannot release an unlocked lock: {self.name!r}", lock_name=self.name)
+        refuse_forked(local, self.name)
+        if self.reentrant and getattr(local, "count", 1) > 1:
+            local.count -= 1
+            return
+        lost = getattr(local, "lost", False)
+        fence, held = getattr(local, "fence", None), held_time(local)
+        if getattr(local, "watched", False):
+            self._watchdog().unregister(self, local)
+        # Keep the token until Redis answered: a connection error must leave a way to retry.
+        try:
+            self.do_release(token)
+        except LockNotOwnedError:
+            if self._still_holding(local, token, fence):
+                self._forget_hold(local)
+                self._mark_lost(local)  # found here before the watchdog did: on_lost still fires once
+            raise
+        if self._still_holding(local, token, fence):
+            self._forget_hold(local)
+        if lost:
+            raise LockLostError("The lock was lost before it was released", lock_name=self.name)
+        self._tell_released(fence, held)
+
+    def do_release(self, token: bytes) -> None:
+        script = self.scripts.get(self.redis, "lock_release")
+        reply = script(self.release_keys(), self.release_args(token), client=self.redis)
+        if int(reply) != 1:
+            raise LockNotOwnedError("Cannot release a lock that's no longer owned", lock_name=self.name)
+
+    def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
+        """Add ``additional_time`` seconds to the remaining TTL (or set it, with ``replace_ttl``)."""
+        check_number("additional_time", additional_time, allow_none=False, positive=True, lock_name=self.name)
+        local = self._state()
+        if local.token is None:
+            raise LockError("Cannot extend an unlocked lock", lock_name=self.name)
+        refuse_forked(local, self.name)
+        self.check_extendable("extend")
+        return self._extend_hold(local, to_ms(additional_time), "replace" if replace_ttl else "add")
+
+    def do_extend(self, token: bytes, ms: int, mode: str) -> int:
+        script = self.scripts.get(self.redis, "lock_extend")
+        pttl = int(script(self.extend_keys(), self.extend_args(token, ms, mode), client=self.redis))
+        if pttl == -2:
+            raise LockNotOwnedError("Cannot extend a lock that's no longer owned", lock_name=self.name)
+        if pttl == -3:
+            raise LockError("Cannot extend a lock with no timeout", lock_name=self.name)
+        return pttl
+
+    def reacquire(self) -> bool:
+        """Reset the TTL to ``timeout``."""
+        local = self._state()
+        if local.token is None:
+            raise LockError("Cannot reacquire an unlocked lock", lock_name=self.name)
+        refuse_forked(local, self.name)
+        self.check_extendable("reacquire")
+        return self._extend_hold(local, self._ttl_ms, "replace")
+
+    def do_reacquire(self) -> bool:
+        return self.reacquire()

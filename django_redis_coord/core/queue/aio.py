@@ -1,0 +1,215 @@
+"""The asyncio side of a queued primitive (a lock, a semaphore), over ``redis.asyncio``: the twin
+of :mod:`django_redis_coord.core.queue.sync`, with the same names and shape.  A hold (or a semaphore's
+anonymous permits) belongs to the asyncio *task* that took it (:class:`TaskLocal`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from contextlib import nullcontext
+from types import SimpleNamespace
+from typing import Any, Optional
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .. import watchdog as _watchdog
+from ..concurrency import in_background, run_to_completion
+from ..grants import OUTAGE_ERRORS, Grant, Outage
+from ..scripts import async_scripts
+from ..waiting import aio as waiting
+from .rules import NO_REPLY, QueuedBase
+
+__all__ = ["QueuedPrimitive", "TaskLocal"]
+
+
+def _cancels() -> int:
+    """How many cancellations of the current task are pending (``Task.cancelling()``, Python
+    3.11+; 0 before)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling() if cancelling is not None else 0
+
+
+def _cancel_swallowed(before: int) -> None:
+    """Raise the ``CancelledError`` of a cancellation requested since ``before`` (see
+    :func:`_cancels`) that nothing raised: Python 3.11's ``asyncio.wait_for``, which redis-py sends
+    and reads through, swallows one that comes as its call completes.  The task still counts it."""
+    if _cancels() > before:
+        raise asyncio.CancelledError
+
+
+class TaskLocal:
+    """Attribute storage private to the current asyncio task (or to the thread outside a loop)."""
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_by_task", weakref.WeakKeyDictionary())
+        object.__setattr__(self, "_outside", SimpleNamespace(token=None))
+
+    def _space(self) -> SimpleNamespace:
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:
+            task = None
+        if task is None:
+            return object.__getattribute__(self, "_outside")
+        by_task = object.__getattribute__(self, "_by_task")
+        space = by_task.get(task)
+        if space is None:
+            space = by_task[task] = SimpleNamespace(token=None)
+        return space
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._space(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._space(), name, value)
+
+    def __delattr__(self, name: str) -> None:
+        delattr(self._space(), name)
+
+    def space(self) -> SimpleNamespace:
+        """The namespace of the current task (what the watchdog keeps a reference to)."""
+        return self._space()
+
+
+class QueuedPrimitive(QueuedBase):
+    """The asyncio side of a queued primitive; see :class:`django_redis_coord.core.queue.sync.QueuedPrimitive`."""
+
+    scripts = async_scripts
+    _report_loss = QueuedBase._atell_lost
+
+    def _watchdog(self) -> Any:
+        return _watchdog.async_watchdog()
+
+    @staticmethod
+    def _worker() -> str:
+        """Who is acquiring, for the holder metadata: the current task's name."""
+        task = asyncio.current_task()
+        return task.get_name() if task is not None else "asyncio"
+
+    def _after_loss(self, result: Any) -> None:
+        if asyncio.iscoroutine(result):
+            in_background(result)
+
+    async def _take(self, token: bytes, blocking: bool, stop_at: Optional[float],
+                    own: bool = False) -> Optional[tuple[Grant, float]]:
+        """Try once and, when ``blocking``, wait in line until ``stop_at``; see the sync twin."""
+        worker = self._worker()
+        cancels = _cancels()
+        if not blocking:
+            sent_at = time.monotonic()
+            return self.taken(await self._attempt(token, self.acquire_mode(0, own), worker, cancels, None), sent_at)
+        hub = waiting.hub_for(self.redis)
+        if not self._contended:
+            async with hub.gate_for(self.redis):  # bounds the calls of the loop's waiters (see waiting)
+                sent_at = time.monotonic()
+                grant = await self._attempt(token, self.acquire_mode(0, own), worker, cancels, None)
+            if grant.acquired:
+                return grant, sent_at
+        waiter = await hub.register(self.redis, self.refresh_interval)
+        try:
+            sent_at = time.monotonic()
+            grant = await self._attempt(token, self.acquire_mode(1, own), worker, cancels, waiter)
+            self._contended = not grant.acquired
+            if not grant.acquired:
+                try:
+                    grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at, own, waiter, cancels)
+                except BaseException:
+                    # Cancelled or failed while queued: leave the queue (and return a hold just
+                    # handed over) even though this task is being cancelled.
+                    await run_to_completion(self._abandon(token, worker, waiter))
+                    raise
+        finally:
+            hub.unregister(waiter)
+        return self.taken(grant, sent_at)
+
+    async def _attempt(self, token: bytes, enqueue: int, worker: str, cancels: int,
+                       waiter: Optional[waiting.AsyncWaiter]) -> Grant:
+        """One acquire call; see the sync twin.  A cancellation undoes what the call may have done."""
+        try:
+            if waiter is None:
+                grant = await self.do_acquire(token, enqueue, worker)
+            else:
+                async with waiter.gate:
+                    grant = await self.do_acquire(token, enqueue, worker, waiter.reply_to())
+            _cancel_swallowed(cancels)
+        except (asyncio.CancelledError, RedisConnectionError, RedisTimeoutError):
+            await run_to_completion(self._abandon(token, worker, waiter))
+            raise
+        return grant
+
+    async def _wait(
+        self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float,
+        own: bool, waiter: waiting.AsyncWaiter, cancels: int,
+    ) -> tuple[Grant, float]:
+        """Wait in the queue until handed the hold, the holder expires or ``stop_at`` passes; see
+        the sync twin."""
+        queued_at = sent_at
+        outage = Outage()
+        while True:
+            if stop_at is not None and time.monotonic() >= stop_at:
+                async with waiter.gate:
+                    called_at = time.monotonic()
+                    return await self.do_cancel(token, worker), called_at
+            budget = self.wait_budget(grant, stop_at)
+            message = await waiter.wait(self.refresh_interval if budget is None
+                                        else min(budget, self.refresh_interval))
+            _cancel_swallowed(cancels)
+            if message:
+                grant = self.woken_grant(message)
+                if grant.acquired:
+                    return grant, queued_at
+                continue  # told of a new holder's expiry: wait until then
+            async with waiter.gate:
+                called_at = time.monotonic()
+                if stop_at is not None and called_at >= stop_at:
+                    return await self.do_cancel(token, worker), called_at  # no refresh on the way out
+                try:
+                    grant = await self.do_acquire(token, self.acquire_mode(2, own), worker, waiter.reply_to())
+                except OUTAGE_ERRORS:
+                    grant = outage.began(called_at)  # raises once the outage lasted too long
+                    continue
+            outage.ended()
+            _cancel_swallowed(cancels)  # a cancelled waiter must not take a grant (the caller gives it back)
+            if grant.acquired:  # the reply's TTL is what was left when this call ran
+                return grant, called_at
+            queued_at = called_at  # a hand-off announced from now on came after this call ran
+
+    async def _abandon(self, token: bytes, worker: str, waiter: Optional[waiting.AsyncWaiter] = None) -> None:
+        """Best effort after an interrupted wait: leave the queue, give back a hold just handed over."""
+        try:
+            async with waiter.gate if waiter is not None else nullcontext():
+                granted = (await self.do_cancel(token, worker)).acquired
+            if granted:
+                await self.do_release(token)
+        except Exception:  # the original error matters more; the waiter lease bounds the rest
+            pass
+
+    async def _extend_hold(self, hold: Any, ms: int, mode: str) -> bool:
+        """Change the expiry of ``hold`` (its ``token`` and local ``deadline``) in Redis."""
+        sent_at = time.monotonic()
+        hold.deadline = self.deadline_for(sent_at, await self.do_extend(hold.token, ms, mode))
+        if getattr(hold, "watched", False):  # a shorter deadline must not wait for the loop's next look
+            self._watchdog().look_again()
+        return True
+
+    async def do_acquire(self, token: bytes, enqueue: int, worker: str,
+                         reply_to: tuple[bytes, Any] = NO_REPLY) -> Grant:
+        script = self.scripts.get(self.redis, self.acquire_script)
+        reply = await script(self.acquire_keys(), self.acquire_args(token, enqueue, worker, reply_to),
+                             client=self.redis)
+        return self.grant_from_reply(reply)
+
+    async def do_cancel(self, token: bytes, worker: str) -> Grant:
+        script = self.scripts.get(self.redis, self.cancel_script)
+        reply = await script(self.acquire_keys(), self.acquire_args(token, 2, worker), client=self.redis)
+        return Grant.from_reply(reply)
+
+    async def do_release(self, token: bytes) -> Any:
+        raise NotImplementedError
+
+    async def do_extend(self, token: bytes, ms: int, mode: str) -> int:
+        raise NotImplementedError

@@ -1,0 +1,353 @@
+"""What the queued primitives (locks and semaphores, sync and asyncio) share: settings, key
+layout, the arguments and replies of their scripts, the rules of waiting in line.
+
+Nothing in here talks to Redis; the sync and asyncio twins (:mod:`django_redis_coord.core.queue.sync`,
+:mod:`django_redis_coord.core.queue.aio`) do, each in its own ``do_*`` methods.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Optional, Union
+
+from ..arguments import Number, check_max_hold, check_number, drift, to_ms
+from ..events import Events
+from ..exceptions import InvalidLockArgument, InvalidLockArgumentType, LockError, NameKindConflict
+from ..grants import Grant
+from ..holds import capped_ms, first_time
+from ..keys import KeySet, cacheable, encode_name, keys_for
+from ..reporting import Reporting, check_events, report_loss
+from ..scripts import queue_script
+
+__all__ = ["QueuedBase", "DEFAULT_WAITER_LEASE", "META_RETENTION_MS", "NO_REPLY", "OWN_TOKEN"]
+
+#: How long a queued waiter stays in the queue without refreshing its place (ms).  A waiter that
+#: dies is skipped once this lapses; a live one refreshes three times per lease.
+DEFAULT_WAITER_LEASE = 2.0
+#: How long the fence counter and holder metadata outlive the last hold of a name (ms).
+META_RETENTION_MS = 24 * 3600 * 1000
+
+_HOSTNAME = socket.gethostname()
+_INFO_CACHE: dict[tuple, str] = {}
+#: The ``reply_to`` of an acquire that does not wait (see :meth:`QueuedBase.acquire_args`).
+NO_REPLY = (b"", 0)
+#: Added to an acquire's mode when the library made the token for that very call (see lock_acquire.lua).
+OWN_TOKEN = 4
+
+
+class QueuedBase(Reporting):
+    """What every queued primitive (a lock, a semaphore) shares: settings, keys, the arguments
+    of its scripts, the rules of waiting in line and the watchdog's view of a hold.
+
+    A subclass names its scripts and the kind of its keys; the sync and asyncio twins that talk
+    to Redis (``QueuedPrimitive`` in :mod:`django_redis_coord.core.queue.sync` and
+    :mod:`django_redis_coord.core.queue.aio`) add the waiting loop on top.
+    """
+
+    kind = "lock"
+    #: What one hold is called in messages.
+    noun = "lock"
+    #: The kind part of the side keys (see :func:`django_redis_coord.core.keys.keys_for`).
+    key_kind = b"lock"
+    #: The registry of Lua scripts for this flavour of client (sync or asyncio).
+    scripts: Any = None
+    acquire_script = "lock_acquire"
+    cancel_script = "lock_cancel"
+    extend_script = "lock_extend"
+    #: Arguments the release and extend scripts take after the common ones.
+    retention_args: tuple = (META_RETENTION_MS,)
+    #: Arguments the acquire scripts take after :attr:`acquire_setting`.
+    acquire_tail: tuple = ()
+    #: The 9th argument of the acquire scripts (a lock: metadata retention; a semaphore: its limit).
+    acquire_setting: Any = ""
+    #: The view the holder info names (``@locked`` sets the view's dotted path).
+    view: Optional[str] = None
+    #: More fields of the holder record, shown to operators as ``HolderInfo.extra``: what the
+    #: hold is for (a leader's ``role``, a task's name and key, ...).  JSON values; ``host``,
+    #: ``pid``, ``thread``, ``label`` and ``view`` are the primitive's own and cannot be replaced.
+    holder_fields: Optional[Mapping[str, Any]] = None
+    #: A hint: whether this primitive's last blocking acquire found it taken.  While it is, a
+    #: blocking acquire registers and queues in one call (a try first would cost a contended
+    #: acquire one more script call); else it tries first and sets up no waiting when granted.
+    _contended = False
+
+    def __init__(
+        self,
+        redis: Any,
+        name: Union[str, bytes],
+        timeout: Optional[Number],
+        blocking: bool,
+        blocking_timeout: Optional[Number],
+        *,
+        label: Optional[str],
+        auto_renew: bool,
+        on_lost: Optional[Callable[[Any], Any]],
+        raise_on_release_error: bool,
+        waiter_lease: Number,
+        events: Optional[Events] = None,
+        max_hold: Optional[Number] = None,
+    ) -> None:
+        raw = encode_name(name)
+        check_number("timeout", timeout, allow_none=True, positive=True, lock_name=name)
+        self.check_settings(name, timeout)
+        check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=name)
+        check_number("waiter_lease", waiter_lease, allow_none=False, positive=True, lock_name=name)
+        if not isinstance(auto_renew, bool):
+            raise InvalidLockArgumentType("auto_renew must be True or False", lock_name=name)
+        if auto_renew and timeout is None:
+            raise InvalidLockArgument("auto_renew needs a timeout to renew", lock_name=name)
+        check_max_hold(max_hold, timeout, auto_renew, name)
+        if on_lost is not None and not callable(on_lost):
+            raise InvalidLockArgumentType("on_lost must be a callable (called with the lock) or None", lock_name=name)
+        if label is not None and not isinstance(label, str):
+            raise InvalidLockArgumentType("label must be a str", lock_name=name)
+        self.redis = redis
+        self.name: Any = name
+        self.timeout = timeout
+        self.blocking = blocking
+        self.blocking_timeout = blocking_timeout
+        self.label = label
+        self.auto_renew = auto_renew
+        self.on_lost = on_lost
+        self.max_hold = max_hold
+        self.events = check_events(events, name)
+        self.raise_on_release_error = raise_on_release_error
+        self.waiter_lease = waiter_lease
+        self.keys: KeySet = keys_for(raw, self.key_kind)
+        self.member = self.key_kind + b":" + raw
+        self._ttl_ms = to_ms(timeout) if timeout is not None else 0
+        self._lease_ms = to_ms(waiter_lease)
+        self._info_head = {"host": _HOSTNAME, "label": label} if label else {"host": _HOSTNAME}
+
+    def check_settings(self, name: object, timeout: Optional[Number]) -> None:
+        """Refuse the settings only this kind of primitive has (before the common ones)."""
+
+    #: The hold state of a lock-like primitive (see :meth:`_new_local`), set by each flavour.
+    local: Any
+
+    def _new_local(self) -> Any:
+        """Empty hold state of this flavour: per thread, per task or shared (``thread_local``)."""
+        raise NotImplementedError
+
+    def fresh(self, redis: Any = None) -> Any:
+        """A primitive with this one's settings and no hold of its own, on ``redis`` (default: this
+        one's client).
+
+        For callers that make one lock per use of the same name (``@locked`` makes one per
+        request): the arguments were checked and the keys computed when this one was made, so the
+        copy costs a fraction of a new construction.  Only the hold state is new.
+        """
+        twin = object.__new__(type(self))
+        vars(twin).update(vars(self))
+        if redis is not None:
+            twin.redis = redis
+        twin.local = twin._new_local()
+        return twin
+
+    # -- arguments of the scripts ------------------------------------------------------------
+    @staticmethod
+    def acquire_mode(enqueue: int, own: bool) -> int:
+        """The mode argument of an acquire script: ``enqueue`` (see :meth:`acquire_args`), plus
+        :data:`OWN_TOKEN` when the library made the token for this very call."""
+        return enqueue + OWN_TOKEN if own else enqueue
+
+    def holder_info(self, worker: str) -> str:
+        """Holder metadata sent with each acquire (JSON); cached per label, view, process and worker
+        (short ones only)."""
+        key = (self.label, self.view, os.getpid(), worker)
+        if self.holder_fields:  # not cached: one label may come with other fields (another task's key)
+            head = {**self._info_head, "view": self.view} if self.view else self._info_head
+            return json.dumps({**self.holder_fields, **head, "pid": key[2], "thread": worker})
+        info = _INFO_CACHE.get(key)
+        if info is None:
+            if len(_INFO_CACHE) > 4096:
+                _INFO_CACHE.clear()
+            head = {**self._info_head, "view": self.view} if self.view else self._info_head
+            info = json.dumps({**head, "pid": key[2], "thread": worker})
+            if cacheable(self.label) and cacheable(self.view) and cacheable(worker):  # see keys.CACHED_NAME_MAX
+                _INFO_CACHE[key] = info
+        return info
+
+    def acquire_keys(self) -> tuple:
+        k = self.keys
+        return (k.name, k.meta, k.queue, k.waiters, k.registry)
+
+    def acquire_args(self, token: bytes, enqueue: int, worker: str,
+                     reply_to: tuple[bytes, Any] = NO_REPLY) -> tuple:
+        """``enqueue``: 0 try only, 1 queue when busy, 2 queue and clean up an earlier attempt (plus
+        :data:`OWN_TOKEN`, see :meth:`acquire_mode`).  ``reply_to``: where a queued caller is told
+        of its grant, its process's channel and its number there (see :mod:`.waiting`)."""
+        return (
+            token,
+            self._ttl_ms,
+            enqueue,
+            self._lease_ms,
+            self.holder_info(worker),
+            self.member,
+            reply_to[0],
+            reply_to[1],
+            self.acquire_setting,
+            *self.acquire_tail,
+        )
+
+    def release_keys(self) -> tuple:
+        k = self.keys
+        return (k.name, k.meta, k.queue, k.waiters, k.registry)
+
+    def release_args(self, token: bytes) -> tuple:
+        return (token, self.member, *self.retention_args)
+
+    def extend_keys(self) -> tuple:
+        k = self.keys
+        return (k.name, k.meta, k.registry)
+
+    def extend_args(self, token: bytes, ms: int, mode: str) -> tuple:
+        return (token, ms, mode, self.member, *self.retention_args)
+
+    def inspect_keys(self) -> tuple:
+        k = self.keys
+        return (k.name, k.meta, k.queue)
+
+    # -- replies of the scripts --------------------------------------------------------------
+    def grant_from_reply(self, reply: Any) -> Grant:
+        """The outcome of an acquire script; a refusal (negative status) raises its error."""
+        grant = Grant.from_reply(reply)
+        if not grant.acquired and int(reply[0]) < 0:
+            raise self.refusal(int(reply[0]))
+        return grant
+
+    def refusal(self, status: int) -> Exception:
+        """The error for a refused acquire: -2, the name holds another kind of value."""
+        return NameKindConflict(
+            f"{self.name!r} is in use by another kind of primitive (or Redis value): a {self.kind} "
+            "cannot use it; nothing was written",
+            lock_name=self.name,
+        )
+
+    # -- watchdog protocol -------------------------------------------------------------------
+    @property
+    def renew_ttl_ms(self) -> int:
+        """What the watchdog resets the TTL to on each renewal."""
+        return self._ttl_ms
+
+    def queue_renewal(self, pipe: Any, token: bytes, claim: bool = False, hold: Any = None) -> None:
+        """Add a renewal of the hold ``token`` to a pipeline (used by the watchdog).  ``claim``: the
+        claim of a provisional hand-off's full TTL, which leaves a hold its holder extended (or
+        reset) since its grant as it is (a renewal resets it).  With ``max_hold``, the TTL asked
+        for ends the hold (its state ``hold``) that long after it began."""
+        script = self.scripts.get(self.redis, self.extend_script)
+        mode = "claim" if claim else "replace" if self._ttl_ms else "persist"
+        ms = capped_ms(self._ttl_ms, hold, self.max_hold)
+        queue_script(pipe, script, self.extend_keys(), self.extend_args(token, ms, mode))
+
+    def check_extendable(self, action: str) -> None:
+        """Refuse to extend (or reacquire) a hold that has no timeout."""
+        if self.timeout is None:
+            raise LockError(f"Cannot {action} a {self.noun} with no timeout", lock_name=self.name)
+
+    def deadline_for(self, sent_at: float, pttl_ms: int) -> Optional[float]:
+        """Monotonic instant after which this hold may have ended: measured from the send instant."""
+        if pttl_ms < 0:
+            return None
+        ttl = pttl_ms / 1000.0
+        return sent_at + ttl - drift(ttl)
+
+    def _watchdog(self) -> Any:
+        """The renewal loop of this flavour (a thread, or a task of the running loop)."""
+        raise NotImplementedError
+
+    def _watch(self, local: Any, token: bytes, provisional: bool) -> None:
+        """Hand a new hold to the watchdog when it needs one: renewal, or the claim of a hold
+        handed over provisionally (two waiter leases), unless the hold ends first."""
+        local.watched = self.auto_renew or provisional
+        if self.auto_renew:
+            first_in = min(self.renew_ttl_ms / 3000.0, self.waiter_lease / 2) if provisional else None
+            self._watchdog().register(self, local, token, first_in)
+        elif provisional:
+            self._watchdog().register(self, local, token, self.waiter_lease / 2, once=True)
+
+    def _lost_subject(self, local: Any) -> Any:
+        """What ``on_lost`` is called with when the hold ``local`` is lost."""
+        raise NotImplementedError
+
+    def _after_loss(self, result: Any) -> None:
+        """What happens to the value ``on_lost`` returned (the asyncio flavour runs a coroutine)."""
+
+    def _report_loss(self, hold: Any) -> None:
+        """Tell ``events`` of the loss of ``hold`` (each flavour: see :mod:`._reporting`)."""
+        raise NotImplementedError
+
+    def _mark_lost(self, local: Any) -> None:
+        """Called by the watchdog when a hold could not be renewed in time (and by a release that
+        found the hold gone): ``events.lost`` and ``on_lost`` run once per hold, whichever thread
+        gets here first."""
+        if not first_time(local, "lost"):
+            return
+        report_loss(self, local)  # on_lost runs even when the events object raised
+        callback = self.on_lost
+        if callback is not None:
+            self._after_loss(callback(self._lost_subject(local)))
+
+    # -- waiting ------------------------------------------------------------------------------
+    def taken(self, grant: Grant, sent_at: float) -> Optional[tuple[Grant, float]]:
+        """The outcome of ``_take``: the grant and its send instant, or ``None`` when refused (what
+        the refusal said is kept: see :meth:`_note_refusal`)."""
+        if grant.acquired:
+            return grant, sent_at
+        self._note_refusal(grant.pttl, grant.limit)
+        return None
+
+    def wait_args(self, blocking: Optional[bool], blocking_timeout: Optional[Number]) -> tuple[bool, Optional[float]]:
+        """Resolve ``blocking`` and the monotonic instant a blocking acquire gives up at."""
+        if blocking is None:
+            blocking = self.blocking
+        if blocking_timeout is None:
+            blocking_timeout = self.blocking_timeout
+        check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=self.name)
+        stop_at = time.monotonic() + blocking_timeout if blocking and blocking_timeout is not None else None
+        return bool(blocking), stop_at
+
+    @property
+    def refresh_interval(self) -> float:
+        """How often a queued waiter refreshes its place: a third of its lease, and at least four
+        times per timeout so that a handed-off hold's local deadline stays close to its TTL."""
+        interval = self.waiter_lease / 3.0
+        if self.timeout is not None:
+            interval = min(interval, max(0.01, self.timeout / 4.0))
+        return interval
+
+    @staticmethod
+    def wait_budget(grant: Grant, stop_at: Optional[float]) -> Optional[float]:
+        """Seconds until a waiter must look again by itself: the holder's expiry or its own deadline.
+
+        ``None`` means only the periodic refresh applies (holder without expiry, no deadline).
+        """
+        candidates = []
+        if grant.pttl >= 0:
+            candidates.append(grant.pttl / 1000.0)
+        elif grant.pttl == -2:
+            candidates.append(0.0)
+        if stop_at is not None:
+            candidates.append(max(0.0, stop_at - time.monotonic()))
+        return min(candidates) if candidates else None
+
+    @staticmethod
+    def parse_wake(payload: Any) -> tuple[int, bool]:
+        """A wake message is ``"<fence> <provisional>"``."""
+        fence, provisional = payload.split(b" " if isinstance(payload, bytes) else " ")
+        return int(fence), provisional in (b"1", "1")
+
+    def woken_grant(self, payload: Any) -> Grant:
+        """The grant a wake message announces: the full TTL, or two waiter leases when provisional.
+
+        Or, for ``"expires <ms>"``, no grant: the hold changed hands and the new holder's TTL ends
+        in ``ms``, sooner than this waiter would look again by itself (``pttl`` of the result)."""
+        if payload[:8] in (b"expires ", "expires "):
+            return Grant(False, pttl=int(payload[8:]))
+        fence, provisional = self.parse_wake(payload)
+        pttl = 2 * self._lease_ms if provisional else (self._ttl_ms or -1)
+        return Grant(True, fence, pttl, provisional)

@@ -1,0 +1,169 @@
+"""The sync side of a queued primitive (a lock, a semaphore): one acquire attempt, and the wait
+in line after it.  :mod:`django_redis_coord.core.queue.aio` is its asyncio twin (same names and
+shape); what they share is in :mod:`django_redis_coord.core.queue.rules`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import nullcontext
+from typing import Any, Optional
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .. import watchdog as _watchdog
+from ..grants import OUTAGE_ERRORS, Grant, Outage
+from ..scripts import sync_scripts
+from ..waiting import sync as waiting
+from .rules import NO_REPLY, QueuedBase
+
+__all__ = ["QueuedPrimitive"]
+
+
+class QueuedPrimitive(QueuedBase):
+    """The sync side of a queued primitive: one acquire attempt, and the wait in line after it.
+
+    Subclasses name their scripts (see :class:`~django_redis_coord.core.queue.rules.QueuedBase`); the asyncio
+    twin in :mod:`django_redis_coord.core.lock.aio` has the same names and shape.
+    """
+
+    scripts = sync_scripts
+    _report_loss = QueuedBase._tell_lost
+
+    def _watchdog(self) -> Any:
+        return _watchdog.sync_watchdog()
+
+    @staticmethod
+    def _worker() -> str:
+        """Who is acquiring, for the holder metadata: the current thread's name."""
+        return threading.current_thread().name
+
+    def _take(self, token: bytes, blocking: bool, stop_at: Optional[float],
+              own: bool = False) -> Optional[tuple[Grant, float]]:
+        """Try once and, when ``blocking``, wait in line until ``stop_at``.
+
+        Returns the grant and the instant its hold is measured from, or ``None`` when not granted.
+        The first attempt only tries (it writes nothing when refused), so an uncontended acquire
+        sets up no waiting.  A refused blocking call then registers with the process's waiting hub
+        (see :mod:`~django_redis_coord.core.waiting.sync`) before the attempt that joins the queue, so that no
+        announcement of its grant can be missed.  While the primitive's last blocking acquire found
+        it taken (:attr:`~django_redis_coord.core.queue.rules.QueuedBase._contended`), the try is skipped:
+        it registers and queues in one call.
+        """
+        worker = self._worker()
+        if not blocking:
+            sent_at = time.monotonic()
+            return self.taken(self._attempt(token, self.acquire_mode(0, own), worker, None), sent_at)
+        hub = waiting.hub_for(self.redis)
+        if not self._contended:
+            with hub.gate_for(self.redis):  # bounds the calls of the process's waiters (see waiting)
+                sent_at = time.monotonic()
+                grant = self._attempt(token, self.acquire_mode(0, own), worker, None)
+            if grant.acquired:
+                return grant, sent_at
+        waiter = hub.register(self.redis, self.refresh_interval)
+        try:
+            sent_at = time.monotonic()
+            grant = self._attempt(token, self.acquire_mode(1, own), worker, waiter)
+            self._contended = not grant.acquired
+            if not grant.acquired:
+                try:
+                    grant, sent_at = self._wait(token, worker, grant, stop_at, sent_at, own, waiter)
+                except BaseException:
+                    self._abandon(token, worker, waiter)
+                    raise
+        finally:
+            hub.unregister(waiter)
+        return self.taken(grant, sent_at)
+
+    def _attempt(self, token: bytes, enqueue: int, worker: str, waiter: Optional[waiting.Waiter]) -> Grant:
+        """One acquire call.  Interrupted, or no reply read (a timeout, a connection lost), it may
+        have reached Redis and granted (or queued) this token: that is undone, best effort when
+        Redis cannot be reached (the TTL and the waiter lease bound it)."""
+        try:
+            if waiter is None:
+                return self.do_acquire(token, enqueue, worker)
+            with waiter.gate:
+                return self.do_acquire(token, enqueue, worker, waiter.reply_to())
+        except BaseException as exc:
+            if not isinstance(exc, Exception) or isinstance(exc, (RedisConnectionError, RedisTimeoutError)):
+                self._abandon(token, worker, waiter)
+            raise
+
+    def _wait(
+        self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float,
+        own: bool, waiter: waiting.Waiter,
+    ) -> tuple[Grant, float]:
+        """Wait in the queue until handed the hold, the holder expires or ``stop_at`` passes.
+
+        A hand-off can happen any time after the last queueing call reached Redis (even before
+        this thread sleeps), so a hold announced by a message is measured from that call's send
+        instant; a hold a call's reply reports (a refresh, a give-up) from that call's, since the
+        reply gives the time that was left when it ran.
+        Every call goes through the hub's gate (see :attr:`~django_redis_coord.core.waiting.sync.Waiter.gate`).
+        A refresh that cannot reach Redis (a failover, a restart) is tried again at the next one,
+        for up to :data:`~django_redis_coord.core.grants.OUTAGE_GRACE` seconds in a row.
+        """
+        queued_at = sent_at
+        outage = Outage()
+        while True:
+            if stop_at is not None and time.monotonic() >= stop_at:
+                with waiter.gate:
+                    called_at = time.monotonic()
+                    return self.do_cancel(token, worker), called_at
+            budget = self.wait_budget(grant, stop_at)
+            message = waiter.wait(self.refresh_interval if budget is None else min(budget, self.refresh_interval))
+            if message:
+                grant = self.woken_grant(message)
+                if grant.acquired:
+                    return grant, queued_at
+                continue  # told of a new holder's expiry: wait until then
+            with waiter.gate:
+                called_at = time.monotonic()
+                if stop_at is not None and called_at >= stop_at:
+                    return self.do_cancel(token, worker), called_at  # no refresh on the way out
+                try:
+                    grant = self.do_acquire(token, self.acquire_mode(2, own), worker, waiter.reply_to())
+                except OUTAGE_ERRORS:
+                    grant = outage.began(called_at)  # raises once the outage lasted too long
+                    continue
+            outage.ended()
+            if grant.acquired:  # the reply's TTL is what was left when this call ran
+                return grant, called_at
+            queued_at = called_at  # a hand-off announced from now on came after this call ran
+
+    def _abandon(self, token: bytes, worker: str, waiter: Optional[waiting.Waiter] = None) -> None:
+        """Best effort after an interrupted wait: leave the queue, give back a hold just handed over."""
+        try:
+            with waiter.gate if waiter is not None else nullcontext():
+                granted = self.do_cancel(token, worker).acquired
+            if granted:
+                self.do_release(token)
+        except Exception:  # the original error matters more; the waiter lease bounds the rest
+            pass
+
+    def _extend_hold(self, hold: Any, ms: int, mode: str) -> bool:
+        """Change the expiry of ``hold`` (its ``token`` and local ``deadline``) in Redis."""
+        sent_at = time.monotonic()
+        hold.deadline = self.deadline_for(sent_at, self.do_extend(hold.token, ms, mode))
+        if getattr(hold, "watched", False):  # a shorter deadline must not wait for the loop's next look
+            self._watchdog().look_again()
+        return True
+
+    def do_acquire(self, token: bytes, enqueue: int, worker: str, reply_to: tuple[bytes, Any] = NO_REPLY) -> Grant:
+        script = self.scripts.get(self.redis, self.acquire_script)
+        reply = script(self.acquire_keys(), self.acquire_args(token, enqueue, worker, reply_to), client=self.redis)
+        return self.grant_from_reply(reply)
+
+    def do_cancel(self, token: bytes, worker: str) -> Grant:
+        script = self.scripts.get(self.redis, self.cancel_script)
+        reply = script(self.acquire_keys(), self.acquire_args(token, 2, worker), client=self.redis)
+        return Grant.from_reply(reply)
+
+    def do_release(self, token: bytes) -> Any:
+        raise NotImplementedError
+
+    def do_extend(self, token: bytes, ms: int, mode: str) -> int:
+        raise NotImplementedError

@@ -1,0 +1,157 @@
+"""How a primitive calls its ``events`` object (see :mod:`django_redis_coord.events`): the one
+place the sync and asyncio locks, semaphores and Redlocks tell of a hold's start and end.
+
+A hold record (a lock's per-thread state, a permit, a Redlock's hold) gets ``started`` when it is
+granted; a refused acquire leaves what the refusal said in :meth:`Reporting._note_refusal`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Optional
+
+from .concurrency import in_background, run_to_completion
+from .events import Events, held_time
+from .exceptions import InvalidLockArgumentType
+from .holds import first_time
+
+__all__ = ["Reporting", "check_events", "report_loss"]
+
+logger = logging.getLogger("django_redis_coord")
+
+_METHODS = ("acquired", "contended", "released", "lost", "aacquired", "acontended", "areleased", "alost")
+
+
+def check_events(events: object, name: object) -> Optional[Events]:
+    """``events`` when it is None or has every method of :class:`~django_redis_coord.events.Events`."""
+    if events is not None and not all(callable(getattr(events, method, None)) for method in _METHODS):
+        raise InvalidLockArgumentType(
+            "events must be a django_redis_coord.events.Events (or have all its methods)", lock_name=name
+        )
+    return events  # type: ignore[return-value]
+
+
+def report_loss(primitive: Any, hold: Any) -> None:
+    """Tell ``primitive``'s events of the loss of ``hold``; what they raise is logged, not raised:
+    the loss's other consequences (``on_lost``, the release's own error) must not depend on it."""
+    try:
+        primitive._report_loss(hold)
+    except Exception:
+        logger.exception("events.lost of %r raised", primitive.name)
+
+
+class Reporting:
+    """Mixed into every primitive: the calls to its ``events`` (nothing when it has none)."""
+
+    events: Optional[Events] = None
+    name: Any
+
+    @staticmethod
+    def _began(hold: Any) -> None:
+        """A new hold: when it started (for ``held_time``); its loss not told yet."""
+        hold.started = time.monotonic()
+        hold.loss_reported = False
+
+    # -- refusals -------------------------------------------------------------------------------
+    def _state(self) -> Any:
+        raise NotImplementedError
+
+    @property
+    def refused_pttl(self) -> Optional[int]:
+        """After a refused acquire by this thread (task): the holder's remaining time in ms as the
+        refusal said (``-1``: no expiry; a Redlock: until the other holder's quorum ends, else its
+        lease as an upper bound), else ``None``."""
+        return self._refusal()[0]
+
+    def _note_refusal(self, pttl: Optional[int], limit: Optional[int] = None) -> None:
+        """Keep what the last refused acquire said (a semaphore keeps it on the object)."""
+        self._state().refusal = (pttl, limit)
+
+    def _refusal(self) -> tuple[Optional[int], Optional[int]]:
+        """What :meth:`_note_refusal` kept: the holder's remaining ms and the limit in force."""
+        return getattr(self._state(), "refusal", (None, None))
+
+    def _event_subject(self, hold: Any) -> Any:
+        """What ``events`` is told about for ``hold``: the primitive (a read-write lock: its side)."""
+        return self
+
+    # -- sync --------------------------------------------------------------------------------------
+    def _tell_contended(self, started: float, subject: Any = None) -> None:
+        if self.events is not None:
+            pttl, limit = self._refusal()
+            self.events.contended(self if subject is None else subject, wait_time=time.monotonic() - started,
+                                  pttl=pttl, limit=limit)
+
+    def _tell_acquired(self, hold: Any, started: float, give_back: Callable[[], Any]) -> None:
+        """After a new hold: tell it; when that raises, give the hold back and re-raise."""
+        if self.events is None:
+            return
+        try:
+            self.events.acquired(self._event_subject(hold), fence=hold.fence, wait_time=hold.started - started)
+        except BaseException:
+            try:
+                give_back()
+            except Exception:  # the receiver's error matters more; the TTL bounds the hold
+                pass
+            raise
+
+    def _tell_released(self, fence: Optional[int], held: Optional[float], subject: Any = None) -> None:
+        if self.events is not None:
+            self.events.released(self if subject is None else subject, fence=fence, held_time=held)
+
+    def _tell_lost(self, hold: Any) -> None:
+        """Once per hold (from ``_mark_lost``, or a release that found it gone): the sync
+        flavour calls ``lost`` in this thread."""
+        if self.events is not None and first_time(hold, "loss_reported"):
+            self.events.lost(self._event_subject(hold), fence=getattr(hold, "fence", None), held_time=held_time(hold))
+
+    # -- asyncio -----------------------------------------------------------------------------------
+    async def _atell_contended(self, started: float, subject: Any = None) -> None:
+        if self.events is not None:
+            pttl, limit = self._refusal()
+            await self.events.acontended(self if subject is None else subject, wait_time=time.monotonic() - started,
+                                         pttl=pttl, limit=limit)
+
+    async def _atell_acquired(self, hold: Any, started: float, give_back: Callable[[], Awaitable[Any]]) -> None:
+        """The asyncio :meth:`_tell_acquired`: the hold is given back even when cancelled meanwhile."""
+        if self.events is None:
+            return
+        try:
+            await self.events.aacquired(self._event_subject(hold), fence=hold.fence, wait_time=hold.started - started)
+        except BaseException:
+            try:
+                await run_to_completion(give_back())
+            except Exception:
+                pass
+            raise
+
+    async def _atell_released(self, fence: Optional[int], held: Optional[float], subject: Any = None) -> None:
+        if self.events is not None:
+            await self.events.areleased(self if subject is None else subject, fence=fence, held_time=held)
+
+    async def _atell_lost_now(self, hold: Any) -> None:
+        """A release found the hold gone: its caller awaits the loss's receivers (once per hold;
+        what they raise is logged, as in :func:`report_loss`)."""
+        if self.events is not None and first_time(hold, "loss_reported"):
+            try:
+                await self.events.alost(self._event_subject(hold), fence=getattr(hold, "fence", None),
+                                        held_time=held_time(hold))
+            except Exception:
+                logger.exception("events.alost of %r raised", self.name)
+
+    async def _release_told(self, call: Awaitable[Any], fence: Optional[int], held: Optional[float],
+                            subject: Any = None, when: Optional[Callable[[Any], bool]] = None) -> Any:
+        """``call`` (a release), then ``released`` told when ``when(its result)`` (default: always):
+        one coroutine, so that a release finished after its task was cancelled is told too."""
+        result = await call
+        if when is None or when(result):
+            await self._atell_released(fence, held, subject)
+        return result
+
+    def _atell_lost(self, hold: Any) -> None:
+        """The asyncio flavour's loss comes from the watchdog task or a release: scheduled."""
+        if self.events is not None and first_time(hold, "loss_reported"):
+            in_background(self.events.alost(self._event_subject(hold), fence=getattr(hold, "fence", None),
+                                            held_time=held_time(hold)))

@@ -1,0 +1,1 @@
+"""The read-write lock and its asyncio twin (rules, sync, aio)."""

@@ -1,0 +1,1 @@
+"""The counting semaphore and its asyncio twin (rules, sync, aio)."""

@@ -1,0 +1,1 @@
+"""Waking waiters: one pub/sub connection per client shared by every waiter (rules, sync, aio)."""

@@ -1,0 +1,1 @@
+"""``@locked``: the decorator, its key templates, its options, and what it answers when the key is taken."""

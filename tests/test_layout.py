@@ -1,0 +1,232 @@
+"""The package's layout keeps its rules: a Django-free core, no import loop, no documented
+re-export module used from inside, no private attribute of another module's objects.
+
+Everything here is read from the files themselves (every module of the package, walked), so a new
+module is checked without being listed; see docs/architecture.md for the layout and its rules."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import django_redis_coord
+
+PACKAGE = Path(django_redis_coord.__file__).resolve().parent
+NAME = "django_redis_coord"
+CORE = f"{NAME}.core"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def is_package(module: str) -> bool:
+    return MODULES[module].name == "__init__.py"
+
+
+def in_core(module: str) -> bool:
+    return module == CORE or module.startswith(CORE + ".")
+
+
+def imports_of(module: str) -> list[tuple[str, ast.AST]]:
+    """The modules of the package that ``module`` imports, at module level or inside a function
+    (relative imports resolved; ``from package import submodule`` is the submodule)."""
+    found = []
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                if not is_package(module):
+                    base.pop()
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                submodule = f"{target}.{alias.name}"
+                found.append((submodule if submodule in MODULES else target, node))
+    return [(target, node) for target, node in found if target in MODULES and target != module]
+
+
+GRAPH = {module: sorted({target for target, _ in imports_of(module)}) for module in MODULES}
+
+
+def is_documented_path(module: str) -> bool:
+    """A thin module that keeps a documented import path working: its docstring says so."""
+    doc = ast.get_docstring(ast.parse(MODULES[module].read_text())) or ""
+    return doc.startswith("The documented path")
+
+
+DOCUMENTED_PATHS = sorted(module for module in MODULES if is_documented_path(module))
+
+
+def test_every_module_of_the_core_imports_without_django():
+    """A process where importing ``django`` fails imports every module under ``core/``."""
+    core = sorted(module for module in MODULES if in_core(module))
+    code = textwrap.dedent(
+        f"""
+        import importlib, sys
+
+        class NoDjango:
+            def find_spec(self, name, path=None, target=None):
+                if name == "django" or name.startswith("django."):
+                    raise ImportError(f"the core imported {{name}}")
+                return None
+
+        sys.meta_path.insert(0, NoDjango())
+        sys.path.insert(0, {str(PACKAGE.parent)!r})  # this copy of the package, whatever is installed
+        for module in {core!r}:
+            importlib.import_module(module)
+        print(len({core!r}))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) == len(core) > 40
+
+
+def find_cycle(graph: dict[str, list[str]]) -> list[str]:
+    """One import loop of ``graph`` (a list of modules, the first repeated at the end), or []."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str]:
+        state[module] = 1
+        path.append(module)
+        for target in graph[module]:
+            if state.get(target) == 1:
+                return path[path.index(target):] + [target]
+            if target not in state:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[module] = 2
+        return []
+
+    for module in graph:
+        if module not in state:
+            cycle = visit(module)
+            if cycle:
+                return cycle
+    return []
+
+
+def test_find_cycle_finds_a_loop_and_only_a_loop():
+    assert find_cycle({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": ["b", "c"], "b": ["c"], "c": []}) == []
+
+
+def test_no_import_loop_in_the_package():
+    """Lazy (function-level) imports count: a loop of them is a loop of concerns."""
+    print("\n".join(f"{module} -> {', '.join(targets)}" for module, targets in GRAPH.items() if targets))
+    assert sum(map(len, GRAPH.values())) > 100  # the graph was read
+    cycle = find_cycle(GRAPH)
+    assert not cycle, " -> ".join(cycle)
+
+
+def test_the_core_imports_nothing_outside_the_core():
+    outside = [(module, target) for module in MODULES if in_core(module)
+               for target in GRAPH[module] if not in_core(target)]
+    assert not outside, outside
+
+
+def test_no_module_of_the_package_imports_a_documented_path():
+    """The documented paths re-export their real homes; the package itself imports the homes.
+
+    The package's root serves the documented modules ``holders``, ``redlock`` and ``rwlock`` as its
+    attributes (``django_redis_coord.redlock``): that is the documented path itself."""
+    assert f"{NAME}.decorators" in DOCUMENTED_PATHS and f"{NAME}.exceptions" in DOCUMENTED_PATHS
+    served = {f"{NAME}.{name}" for name in django_redis_coord._MODULES}
+    found = [(module, target) for module in MODULES for target in GRAPH[module]
+             if target in DOCUMENTED_PATHS and not (module == NAME and target in served)]
+    assert not found, found
+
+
+def test_documented_paths_are_thin():
+    """Nothing but imports from the real home, ``__all__``, and a ``__getattr__`` serving a name."""
+    for module in DOCUMENTED_PATHS:
+        for node in ast.parse(MODULES[module].read_text()).body[1:]:
+            kinds = (ast.ImportFrom, ast.Import, ast.Assign, ast.AnnAssign)
+            thin = isinstance(node, kinds) or (isinstance(node, ast.FunctionDef) and node.name == "__getattr__")
+            assert thin, f"{module}: {ast.dump(node)[:80]}"
+
+
+#: Underscore names of other objects that are public API: Django's model ``_meta`` and
+#: ``_base_manager`` (documented: "Model _meta API"), and namedtuple's ``_replace``.
+PUBLIC_UNDERSCORE = {"_meta", "_base_manager", "_replace"}
+
+#: Private attributes read across objects that stay within one concern, each named here; the
+#: list may shrink, never grow.  (module, the text of the object, attribute)
+KNOWN = {
+    # a read-write lock's read and write holds run their lock's steps (the lock is another class)
+    *{(f"{NAME}.core.rwlock.{side}", "self.lock", attribute) for side in ("sync", "aio")
+      for attribute in ("_held", "_extend_hold")},
+    # the asyncio lock's hold callback, a module function, reads the lock it was registered for
+    (f"{NAME}.core.lock.aio", "lock", "_watchdog"),
+    # the watchdog and the loss report call back into the primitive that registered with them
+    (f"{NAME}.core.watchdog", "hold.owner", "_mark_lost"),
+    (f"{NAME}.core.reporting", "primitive", "_report_loss"),
+    # @locked's release adapter copies a hold from an asyncio lock to its sync twin, as its
+    # docstring says: a public ``sync_twin()`` on the core locks would remove it
+    *{(f"{NAME}.decorator.release", f"_holder({side})", "_state") for side in ("source", "target", "primitive")},
+    (f"{NAME}.decorator.release", "source", "_fences"),
+    (f"{NAME}.decorator.release", "target", "_fences"),
+}
+
+
+def private_accesses(module: str) -> set[tuple[str, str, str]]:
+    """``x._name`` where ``x`` is not ``self``, ``cls``, ``super()``, a class of the module or a
+    base class of one (a method calling its base class's method by name), and ``_name`` is not the
+    module's own (a method or function it defines, an attribute it assigns)."""
+    tree = ast.parse(MODULES[module].read_text())
+    defined = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+    classes = {node.name for node in defined}
+    classes |= {base.id for node in defined for base in node.bases if isinstance(base, ast.Name)}
+    own = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    own |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)}
+    found = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+            continue
+        owner = node.value
+        if isinstance(owner, ast.Name) and owner.id in {"self", "cls", *classes}:
+            continue
+        if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "super":
+            continue
+        if node.attr in PUBLIC_UNDERSCORE or node.attr in own:
+            continue
+        found.add((module, ast.unparse(owner), node.attr))
+    return found
+
+
+def test_no_private_attribute_of_another_module_s_objects():
+    found = set().union(*(private_accesses(module) for module in MODULES))
+    assert not found - KNOWN, sorted(found - KNOWN)
+    assert not KNOWN - found, f"no longer read, take them off KNOWN: {sorted(KNOWN - found)}"
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("import x\nx._y()\n", {("m", "x", "_y")}),
+    ("def f(made):\n    return made._fresh(1)\n", {("m", "made", "_fresh")}),
+    ("class A(B):\n    def f(self, o):\n        return self._a, A._b, B._d, super()._c, o._meta\n", set()),
+    ("def _own(o):\n    o._mine = 1\n    return o._own, o._mine, o._theirs\n", {("m", "o", "_theirs")}),
+])
+def test_private_accesses_sees_what_it_should(source, expected, tmp_path, monkeypatch):
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    monkeypatch.setitem(MODULES, "m", path)
+    assert private_accesses("m") == expected
