@@ -16,10 +16,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from . import waiting
 from . import watchdog as _watchdog
 from ._grants import OUTAGE_ERRORS, Grant, Outage
+from ._holds import SharedHold, ThreadHold
+from ._lock_base import LockBase
 from ._queued_base import NO_REPLY, QueuedBase
 from .scripts import sync_scripts
 
-__all__ = ["QueuedPrimitive"]
+__all__ = ["LockHeldPerThread", "QueuedPrimitive"]
 
 
 class QueuedPrimitive(QueuedBase):
@@ -167,3 +169,21 @@ class QueuedPrimitive(QueuedBase):
 
     def do_extend(self, token: bytes, ms: int, mode: str) -> int:
         raise NotImplementedError
+
+
+class LockHeldPerThread(QueuedPrimitive, LockBase):
+    """Where a sync lock keeps its hold: per thread (``thread_local``, the default), or one hold for
+    every thread.  The asyncio twin is :class:`django_redis_coord.asyncio.queued.LockHeldPerTask`;
+    the lock's body, the same on both sides, is generated (docs/twins.md)."""
+
+    def _new_local(self) -> Any:
+        return ThreadHold() if self.thread_local else SharedHold()
+
+    def _state(self) -> Any:
+        """This thread's hold: token, fence, deadline, count, lost (the watchdog updates it)."""
+        return self.local.hold
+
+    def _detach(self, local: Any) -> None:
+        """Take the hold ``local`` out of the watchdog (before it is released)."""
+        if getattr(local, "watched", False):
+            self._watchdog().unregister(self, local)

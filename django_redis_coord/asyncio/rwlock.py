@@ -29,8 +29,7 @@ from .._rwlock_base import READ, WRITE, RWHoldBase, RWLockBase
 from .._tasks import run_to_completion
 from ..events import held_time
 from ..holders import HolderInfo
-from .lock import _ended_holding
-from .queued import QueuedPrimitive, TaskLocal
+from .queued import QueuedPrimitive, TaskLocal, _ended_holding
 
 __all__ = ["ReadWriteLock", "RWHold"]
 
