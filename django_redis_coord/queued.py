@@ -19,9 +19,10 @@ from ._grants import OUTAGE_ERRORS, Grant, Outage
 from ._holds import SharedHold, ThreadHold
 from ._lock_base import LockBase
 from ._queued_base import NO_REPLY, QueuedBase
+from ._semaphore_base import SemaphoreBase
 from .scripts import sync_scripts
 
-__all__ = ["LockHeldPerThread", "QueuedPrimitive"]
+__all__ = ["LockHeldPerThread", "QueuedPrimitive", "SemaphoreHeldPerThread"]
 
 
 class QueuedPrimitive(QueuedBase):
@@ -187,3 +188,20 @@ class LockHeldPerThread(QueuedPrimitive, LockBase):
         """Take the hold ``local`` out of the watchdog (before it is released)."""
         if getattr(local, "watched", False):
             self._watchdog().unregister(self, local)
+
+
+class _ThreadStacks(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[bytes] = []
+
+
+class SemaphoreHeldPerThread(QueuedPrimitive, SemaphoreBase):
+    """Where a sync semaphore keeps the permits taken without an identity: per thread.  The
+    asyncio twin is :class:`django_redis_coord.asyncio.queued.SemaphoreHeldPerTask`; the
+    semaphore's body, the same on both sides, is generated (docs/twins.md)."""
+
+    def _new_local(self) -> Any:
+        return _ThreadStacks()
+
+    def _stack(self) -> list[bytes]:
+        return self.local.stack

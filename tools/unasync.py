@@ -22,6 +22,7 @@ PACKAGE = "django_redis_coord"
 #: (asyncio source, generated sync file), relative to the repository's root.
 TWINS = [
     (f"{PACKAGE}/asyncio/lock.py", f"{PACKAGE}/locks.py"),
+    (f"{PACKAGE}/asyncio/semaphore.py", f"{PACKAGE}/semaphores.py"),
 ]
 
 #: Word-bounded replacements, applied in this order to every line of a source.
@@ -31,13 +32,16 @@ SUBS = [
     ("await ", ""),
     # A call that must finish even when its task is cancelled: a sync call cannot be cancelled.
     (r"run_to_completion\((.*)\)$", r"\1"),
+    ("__aenter__", "__enter__"),
+    ("__aexit__", "__exit__"),
     (r"from collections\.abc import Awaitable\n", ""),
-    (r"Awaitable\[None\]", "None"),
+    (r"Awaitable\[(\w+)\]", r"\1"),
     (r"from \.\._tasks import run_to_completion\n", ""),
     # The package's sync and asyncio names.
     (r"from \.\.", "from ."),
     ("AsyncWithBlock", "WithBlock"),
     ("LockHeldPerTask", "LockHeldPerThread"),
+    ("SemaphoreHeldPerTask", "SemaphoreHeldPerThread"),
     (r"_atell_(\w+)", r"_tell_\1"),
 ]
 

@@ -21,11 +21,12 @@ from .. import watchdog as _watchdog
 from .._grants import OUTAGE_ERRORS, Grant, Outage
 from .._lock_base import LockBase
 from .._queued_base import NO_REPLY, QueuedBase
+from .._semaphore_base import SemaphoreBase
 from .._tasks import in_background, run_to_completion
 from ..scripts import async_scripts
 from . import waiting
 
-__all__ = ["LockHeldPerTask", "QueuedPrimitive", "TaskLocal"]
+__all__ = ["LockHeldPerTask", "QueuedPrimitive", "SemaphoreHeldPerTask", "TaskLocal"]
 
 logger = logging.getLogger("django_redis_coord")
 
@@ -273,3 +274,19 @@ class LockHeldPerTask(QueuedPrimitive, LockBase):
         if task_end is not None:
             local.task_end = None
             task_end[0].remove_done_callback(task_end[1])
+
+
+class SemaphoreHeldPerTask(QueuedPrimitive, SemaphoreBase):
+    """Where an asyncio semaphore keeps the permits taken without an identity: per task.  The
+    sync twin is :class:`django_redis_coord.queued.SemaphoreHeldPerThread`; the semaphore's body,
+    the same on both sides, is generated (docs/twins.md)."""
+
+    def _new_local(self) -> Any:
+        return TaskLocal()
+
+    def _stack(self) -> list[bytes]:
+        space = self.local.space()
+        stack = getattr(space, "stack", None)
+        if stack is None:
+            stack = space.stack = []
+        return stack
