@@ -19,10 +19,11 @@ from ._grants import OUTAGE_ERRORS, Grant, Outage
 from ._holds import SharedHold, ThreadHold
 from ._lock_base import LockBase
 from ._queued_base import NO_REPLY, QueuedBase
+from ._rwlock_base import RWLockBase
 from ._semaphore_base import SemaphoreBase
 from .scripts import sync_scripts
 
-__all__ = ["LockHeldPerThread", "QueuedPrimitive", "SemaphoreHeldPerThread"]
+__all__ = ["LockHeldPerThread", "QueuedPrimitive", "RWLockHeldPerThread", "SemaphoreHeldPerThread"]
 
 
 class QueuedPrimitive(QueuedBase):
@@ -188,6 +189,28 @@ class LockHeldPerThread(QueuedPrimitive, LockBase):
         """Take the hold ``local`` out of the watchdog (before it is released)."""
         if getattr(local, "watched", False):
             self._watchdog().unregister(self, local)
+
+
+class _SharedRWHolds(SharedHold):
+    initial = {"mode": None, "reads": 0, "writes": 0}
+
+
+class _ThreadRWHolds(ThreadHold):
+    initial = _SharedRWHolds.initial
+
+
+class RWLockHeldPerThread(QueuedPrimitive, RWLockBase):
+    """Where a sync read-write lock keeps its hold: per thread (``thread_local``), or one hold for
+    every thread.  The asyncio twin is :class:`django_redis_coord.asyncio.queued.RWLockHeldPerTask`."""
+
+    def _new_local(self) -> Any:
+        return _ThreadRWHolds() if self.thread_local else _SharedRWHolds()
+
+    def _state(self) -> Any:
+        return self.local.hold
+
+    #: Before a release: stop renewing the hold (nothing else ties it to its thread).
+    _detach = RWLockBase._stop_watching
 
 
 class _ThreadStacks(threading.local):

@@ -23,6 +23,7 @@ PACKAGE = "django_redis_coord"
 TWINS = [
     (f"{PACKAGE}/asyncio/lock.py", f"{PACKAGE}/locks.py"),
     (f"{PACKAGE}/asyncio/semaphore.py", f"{PACKAGE}/semaphores.py"),
+    (f"{PACKAGE}/asyncio/rwlock.py", f"{PACKAGE}/rwlock.py"),
 ]
 
 #: Word-bounded replacements, applied in this order to every line of a source.
@@ -42,6 +43,7 @@ SUBS = [
     ("AsyncWithBlock", "WithBlock"),
     ("LockHeldPerTask", "LockHeldPerThread"),
     ("SemaphoreHeldPerTask", "SemaphoreHeldPerThread"),
+    ("RWLockHeldPerTask", "RWLockHeldPerThread"),
     (r"_atell_(\w+)", r"_tell_\1"),
 ]
 

@@ -21,12 +21,13 @@ from .. import watchdog as _watchdog
 from .._grants import OUTAGE_ERRORS, Grant, Outage
 from .._lock_base import LockBase
 from .._queued_base import NO_REPLY, QueuedBase
+from .._rwlock_base import RWLockBase
 from .._semaphore_base import SemaphoreBase
 from .._tasks import in_background, run_to_completion
 from ..scripts import async_scripts
 from . import waiting
 
-__all__ = ["LockHeldPerTask", "QueuedPrimitive", "SemaphoreHeldPerTask", "TaskLocal"]
+__all__ = ["LockHeldPerTask", "QueuedPrimitive", "RWLockHeldPerTask", "SemaphoreHeldPerTask", "TaskLocal"]
 
 logger = logging.getLogger("django_redis_coord")
 
@@ -241,6 +242,23 @@ def _ended_holding(lock_ref: Any, hold: Any, token: bytes, task: asyncio.Future)
     )
 
 
+def _end_with_task(primitive: Any, hold: Any, token: bytes) -> None:
+    """When ``hold`` belongs to the current task only, watch that task's end (see
+    :func:`_ended_holding`); :func:`_off_task_end` undoes it at release."""
+    task = asyncio.current_task() if isinstance(primitive.local, TaskLocal) else None
+    if task is not None:  # a hold of this task only: nobody else can release it
+        callback = functools.partial(_ended_holding, weakref.ref(primitive), hold, token)
+        task.add_done_callback(callback)
+        hold.task_end = (task, callback)  # removed on release (a long-lived task acquires many times)
+
+
+def _off_task_end(hold: Any) -> None:
+    task_end = getattr(hold, "task_end", None)
+    if task_end is not None:
+        hold.task_end = None
+        task_end[0].remove_done_callback(task_end[1])
+
+
 class LockHeldPerTask(QueuedPrimitive, LockBase):
     """Where an asyncio lock keeps its hold: per task (``thread_local``, the default), or one hold
     for every task.  The sync twin is :class:`django_redis_coord.queued.LockHeldPerThread`; the
@@ -259,21 +277,37 @@ class LockHeldPerTask(QueuedPrimitive, LockBase):
 
     def _own(self, token: bytes, grant: Grant, sent_at: float) -> Any:
         hold = super()._own(token, grant, sent_at)
-        task = asyncio.current_task() if isinstance(self.local, TaskLocal) else None
-        if task is not None:  # a hold of this task only: nobody else can release it
-            callback = functools.partial(_ended_holding, weakref.ref(self), hold, token)
-            task.add_done_callback(callback)
-            hold.task_end = (task, callback)  # removed on release (a long-lived task acquires many times)
+        _end_with_task(self, hold, token)
         return hold
 
     def _detach(self, local: Any) -> None:
         """Take the hold ``local`` out of the watchdog and off its task's end (before it is released)."""
         if getattr(local, "watched", False):
             self._watchdog().unregister(self, local)
-        task_end = getattr(local, "task_end", None)
-        if task_end is not None:
-            local.task_end = None
-            task_end[0].remove_done_callback(task_end[1])
+        _off_task_end(local)
+
+
+class RWLockHeldPerTask(QueuedPrimitive, RWLockBase):
+    """Where an asyncio read-write lock keeps its hold: per task (``thread_local``), or one hold
+    for every task, watched as :class:`LockHeldPerTask` watches a lock's.  The sync twin is
+    :class:`django_redis_coord.queued.RWLockHeldPerThread`."""
+
+    def _new_local(self) -> Any:
+        return TaskLocal() if self.thread_local else SimpleNamespace(token=None)
+
+    def _state(self) -> Any:
+        local = self.local
+        return local.space() if isinstance(local, TaskLocal) else local
+
+    def _own(self, mode: str, token: bytes, grant: Grant, sent_at: float) -> Any:
+        hold = super()._own(mode, token, grant, sent_at)
+        _end_with_task(self, hold, token)
+        return hold
+
+    def _detach(self, local: Any) -> None:
+        """Stop renewing the hold ``local`` and take it off its task's end (before it is released)."""
+        self._stop_watching(local)
+        _off_task_end(local)
 
 
 class SemaphoreHeldPerTask(QueuedPrimitive, SemaphoreBase):
