@@ -38,7 +38,8 @@ SUBS = [
     (r"from collections\.abc import Awaitable\n", ""),
     (r"Awaitable\[(\w+)\]", r"\1"),
     (r"from \.\._tasks import run_to_completion\n", ""),
-    # The package's sync and asyncio names.
+    # The package's sync and asyncio names.  The asyncio half sits one package below the sync one
+    # (``asyncio/lock.py`` beside ``locks.py``): its ``from ..x`` is the sync half's ``from .x``.
     (r"from \.\.", "from ."),
     ("AsyncWithBlock", "WithBlock"),
     ("LockHeldPerTask", "LockHeldPerThread"),
