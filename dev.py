@@ -4,7 +4,8 @@
     python3 dev.py demo    # example project on its own redis-server, http://127.0.0.1:8000/
     python3 dev.py test    # the whole suite, then the core tests on other servers and clients (CI)
     python3 dev.py bench   # the benchmarks (writes benchmarks/results/)
-    python3 dev.py lint    # ruff + mypy
+    python3 dev.py lint    # the twin check, ruff + mypy
+    python3 dev.py twins   # regenerate the sync twins from their asyncio sources (--check: fail on drift)
 
 Each command first makes ``.venv`` (if missing) and installs the project with its ``dev`` extras
 into it (again only when setup.cfg or pyproject.toml changed).  Needs only Python 3.10+.
@@ -46,7 +47,8 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PYTHON = VENV / ("Scripts" if os.name == "nt" else "bin") / "python"
 OLDEST = ROOT / ".venv-oldest"  # the oldest redis-py setup.cfg accepts, for the core tests
-COMMANDS = ("demo", "test", "bench", "lint")
+COMMANDS = ("demo", "test", "bench", "lint", "twins")
+TWINS = ROOT / "tools" / "unasync.py"  # the generator of the sync twins (docs/twins.md)
 BROWSER_TEST = "test_admin_browser"
 
 
@@ -307,6 +309,8 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 2
     command, rest = argv[0], argv[1:]
+    if command == "twins":  # the standard library is all it needs
+        return run(str(TWINS), *rest, python=Path(sys.executable))
     ensure_venv()
     if command == "test":
         return test(rest)
@@ -314,7 +318,8 @@ def main(argv: list[str]) -> int:
         return replace_with(str(ROOT / "example_project" / "run_demo.py"), *rest)
     if command == "bench":
         return replace_with(str(ROOT / "benchmarks" / "run.py"), *rest)
-    status = run("-m", "ruff", "check", "django_redis_coord", "tests", "benchmarks")
+    status = run(str(TWINS), "--check")
+    status = run("-m", "ruff", "check", "django_redis_coord", "tests", "benchmarks", "tools") or status
     return status or run("-m", "mypy")
 
 

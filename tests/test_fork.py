@@ -85,3 +85,35 @@ def test_a_with_block_carried_into_a_fork_raises_in_the_child_and_leaves_the_hol
         process.join(30)
         assert lock.owned()
     assert not lock.locked()
+
+
+def _async_in_child(lock, calls: list[str], queue) -> None:
+    """As :func:`_in_child`, for an asyncio lock: each call awaited in an event loop of the child."""
+    import asyncio
+
+    for call in calls:
+        try:
+            asyncio.run(getattr(lock, call)(*((5,) if call == "extend" else ())))
+            queue.put((call, None, ""))
+        except Exception as exc:
+            queue.put((call, type(exc).__name__, str(exc)))
+
+
+def test_a_forked_child_cannot_end_or_renew_the_parents_asyncio_hold(redis_server, redis_client):
+    import asyncio
+
+    from django_redis_coord.asyncio import Lock as AsyncLock
+
+    client = redis_server.async_client()
+    lock = AsyncLock(client, "fork-async", timeout=5, thread_local=False)  # the hold outlives the task
+    assert asyncio.run(lock.acquire(blocking=False))
+    queue = CTX.Queue()
+    child = CTX.Process(target=_async_in_child, args=(lock, ["release", "extend", "reacquire"], queue))
+    child.start()
+    results = [queue.get(timeout=30) for _ in range(3)]
+    child.join(30)
+    for call, error, message in results:
+        assert error == "LockForkedError", (call, error, message)
+        assert "'fork-async'" in message and f"process {os.getpid()}" in message
+    assert redis_client.pttl("fork-async") > 4000  # neither released nor extended by the child
+    assert lock.fence is not None

@@ -175,8 +175,6 @@ KNOWN = {
     # a read-write lock's read and write holds run their lock's steps (the lock is another class)
     *{(f"{NAME}.core.rwlock.{side}", "self.lock", attribute) for side in ("sync", "aio")
       for attribute in ("_held", "_extend_hold")},
-    # the asyncio lock's hold callback, a module function, reads the lock it was registered for
-    (f"{NAME}.core.lock.aio", "lock", "_watchdog"),
     # the watchdog and the loss report call back into the primitive that registered with them
     (f"{NAME}.core.watchdog", "hold.owner", "_mark_lost"),
     (f"{NAME}.core.reporting", "primitive", "_report_loss"),

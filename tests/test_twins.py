@@ -1,11 +1,15 @@
 """One rule for twins: each family package keeps what its sync and asyncio halves share in
 ``rules.py``, the sync half in ``sync.py`` and the asyncio half in ``aio.py``; the halves offer
-the same public methods with the same parameters."""
+the same public methods with the same parameters.  Where the sync half is generated from the
+asyncio one (tools/unasync.py, docs/twins.md), the generated file is what its source gives, and
+the check says so when it is not."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import inspect
+import shutil
 from pathlib import Path
 
 import pytest
@@ -25,6 +29,7 @@ from django_redis_coord.integrations.cache_fill import aio as async_cache_fill
 from django_redis_coord.integrations.cache_fill import sync as cache_fill
 
 PACKAGE = Path(django_redis_coord.__file__).resolve().parent
+ROOT = PACKAGE.parent
 
 FAMILIES = {
     "Lock": (locks.Lock, async_lock.Lock),
@@ -130,3 +135,62 @@ def test_each_family_has_a_base_a_sync_and_an_asyncio_module(family):
     assert (folder / "rules.py").exists()
     assert (folder / "sync.py").exists()
     assert (folder / "aio.py").exists()
+
+
+def _generator():
+    """tools/unasync.py, imported from the checkout (it is no module of the package)."""
+    spec = importlib.util.spec_from_file_location("unasync", ROOT / "tools" / "unasync.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def copy_of_the_twins(tmp_path, monkeypatch):
+    """The generator, pointed at a copy of every generated twin and its source under ``tmp_path``."""
+    unasync = _generator()
+    for source, target in unasync.TWINS:
+        for path in (source, target):
+            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ROOT / path, tmp_path / path)
+    monkeypatch.setattr(unasync, "ROOT", tmp_path)
+    return unasync
+
+
+def test_each_generated_twin_is_what_its_source_gives(capsys):
+    unasync = _generator()
+    assert unasync.TWINS
+    assert unasync.main(["--check"]) == 0, capsys.readouterr().err
+    for source, target in unasync.TWINS:
+        text = (ROOT / target).read_text()
+        assert text.startswith(f"# Generated from {source} by `python3 dev.py twins`")
+        assert "async def" not in text and "await " not in text
+
+
+def test_the_check_fails_on_a_generated_twin_edited_by_hand(copy_of_the_twins, capsys):
+    source, target = copy_of_the_twins.TWINS[0]
+    path = copy_of_the_twins.ROOT / target
+    path.write_text(path.read_text().replace("return True", "return False", 1))
+    assert copy_of_the_twins.main(["--check"]) == 1
+    assert f"{target} differs from what {source} gives" in capsys.readouterr().err
+    assert copy_of_the_twins.main([]) == 0  # regenerated: the check passes again
+    assert copy_of_the_twins.main(["--check"]) == 0
+
+
+def test_the_check_fails_on_a_source_changed_without_regenerating(copy_of_the_twins, capsys):
+    source, target = copy_of_the_twins.TWINS[0]
+    path = copy_of_the_twins.ROOT / source
+    path.write_text(path.read_text() + "\n\nasync def added() -> None:\n    await something()\n")
+    assert copy_of_the_twins.main(["--check"]) == 1
+    assert f"{target} differs from what {source} gives" in capsys.readouterr().err
+    copy_of_the_twins.main([])
+    assert "def added() -> None:\n    something()" in (copy_of_the_twins.ROOT / target).read_text()
+
+
+def test_the_check_fails_on_a_substitution_no_source_uses(copy_of_the_twins, capsys, monkeypatch):
+    monkeypatch.setattr(copy_of_the_twins, "_COMPILED",
+                        [*copy_of_the_twins._COMPILED, (copy_of_the_twins._compile("NoSuchName"), "Other")])
+    monkeypatch.setattr(copy_of_the_twins, "SUBS", [*copy_of_the_twins.SUBS, ("NoSuchName", "Other")])
+    assert copy_of_the_twins.main(["--check"]) == 1
+    assert "'NoSuchName' -> 'Other' changes no source" in capsys.readouterr().err

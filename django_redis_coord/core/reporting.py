@@ -107,6 +107,11 @@ class Reporting:
         if self.events is not None and first_time(hold, "loss_reported"):
             self.events.lost(self._event_subject(hold), fence=getattr(hold, "fence", None), held_time=held_time(hold))
 
+    def _tell_lost_now(self, hold: Any) -> None:
+        """A release found the hold gone: tell its loss in this thread (once per hold; what the
+        receivers raise is logged, as in :func:`report_loss`)."""
+        report_loss(self, hold)
+
     # -- asyncio -----------------------------------------------------------------------------------
     async def _atell_contended(self, started: float, subject: Any = None) -> None:
         if self.events is not None:

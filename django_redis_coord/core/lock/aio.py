@@ -1,79 +1,59 @@
-"""The asyncio twin of :class:`django_redis_coord.core.lock.sync.Lock`, over ``redis.asyncio``.
+"""The fenced Redis lock, a drop-in superset of redis-py's ``Lock`` (``redis.lock.Lock`` and
+``redis.asyncio.lock.Lock``): :class:`django_redis_coord.core.lock.sync.Lock` over a sync client,
+:class:`django_redis_coord.core.lock.aio.Lock` over a ``redis.asyncio`` one, with the same names,
+arguments and behaviour.  The sync module is generated from the asyncio one (docs/twins.md).
 
-Same names, arguments and behaviour.  One difference from redis-py's asyncio lock: the hold is
-kept per *task* (not per thread), so two tasks sharing one instance never release or extend each
-other's hold.  Pass ``thread_local=False`` to share one hold between tasks deliberately.
+* Acquire, release, extend and reacquire are one Lua script each (one round trip).
+* Every grant carries a fence token (``lock.fence``) that is strictly greater than any fence
+  issued before for the same name, even after the server restarted without persistence.
+* A blocking ``acquire`` never polls: it joins a FIFO queue and sleeps until the releasing
+  script, which grants the lock to the queue head server-side, announces the grant to it (all the
+  waiters of a process share one connection: see :mod:`django_redis_coord.core.waiting.sync`).  A waiter
+  also looks again when the holder's TTL runs out, so a crashed holder is replaced promptly.
+* Optional watchdog renewal, an explicit loss signal and reentrancy.
+
+A hold belongs to the thread (sync) or the asyncio task that took it, so two threads or tasks
+sharing one instance never release or extend each other's hold (redis-py's asyncio lock keeps it
+per thread); ``thread_local=False`` shares one hold deliberately.  In asyncio, a release once
+asked completes even if its task is cancelled meanwhile, and a task that ends still holding is
+reported (see :mod:`django_redis_coord.core.queue.aio`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import logging
 import time
-import weakref
 from collections.abc import Awaitable
-from types import SimpleNamespace
 from typing import Any, Optional, Union
 
 from ..arguments import Number, as_bytes, check_number, encode_token, new_token, to_ms
 from ..concurrency import run_to_completion
 from ..events import held_time
-from ..exceptions import LockError, LockLostError, LockNotOwnedError
-from ..grants import Grant
-from ..queue.aio import QueuedPrimitive, TaskLocal
-from .rules import AsyncWithBlock, LockBase
+from ..exceptions import (
+    LockError,
+    LockLostError,
+    LockNotOwnedError,
+)
+from ..holds import refuse_forked
+from ..queue.aio import LockHeldPerTask
+from .rules import AsyncWithBlock
 
 __all__ = ["Lock"]
 
-#: A subclass's ``with`` block gives that subclass (a DurableLock's gives a DurableLock).
 
-logger = logging.getLogger("django_redis_coord")
+class Lock(AsyncWithBlock, LockHeldPerTask):
+    """A distributed lock with fencing tokens, FIFO waiting and an explicit loss signal.
 
-
-def ended_holding(lock_ref: Any, hold: Any, token: bytes, task: asyncio.Future) -> None:
-    """A task that took a hold of its own ended without releasing it: nothing can release it any
-    more.  Say so, and stop renewing it, so that its TTL ends it."""
-    if getattr(hold, "token", None) != token:
-        return
-    lock = lock_ref()
-    if lock is None:
-        return
-    renewed = getattr(hold, "watched", False)
-    if renewed:
-        lock._watchdog().unregister(lock, hold)
-    logger.warning(
-        "The task that acquired lock %r ended without releasing it: no other task can release it, so it "
-        "ends with its TTL%s.  Release it in the task that acquired it (asyncio.wait_for() runs the "
-        "acquire in a task of its own before Python 3.12), or pass thread_local=False.",
-        lock.name,
-        " (its renewal was stopped)" if renewed else " (it has none: it stays held)" if lock.timeout is None else "",
-    )
-
-
-class Lock(AsyncWithBlock, QueuedPrimitive, LockBase):
-    """Asyncio distributed lock with fencing tokens, FIFO waiting and an explicit loss signal."""
+    Takes redis-py's arguments (``timeout=None`` means no expiry, ``sleep`` is accepted for
+    compatibility: waiting does not poll) plus, keyword-only: ``label`` (shown to operators),
+    ``auto_renew`` (watchdog renewal at ``timeout / 3``), ``on_lost`` (called with the lock when
+    a hold is found lost), ``reentrant`` and ``waiter_lease``.
+    """
 
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
-        self.local: Any = self._new_local()
+        self.local = self._new_local()
 
-    def _new_local(self) -> Any:
-        return TaskLocal() if self.thread_local else SimpleNamespace(token=None)
-
-    def _state(self) -> Any:
-        local = self.local
-        return local.space() if isinstance(local, TaskLocal) else local
-
-    def _own(self, token: bytes, grant: Grant, sent_at: float) -> Any:
-        hold = super()._own(token, grant, sent_at)
-        task = asyncio.current_task() if isinstance(self.local, TaskLocal) else None
-        if task is not None:  # a hold of this task only: nobody else can release it
-            callback = functools.partial(ended_holding, weakref.ref(self), hold, token)
-            task.add_done_callback(callback)
-            hold.task_end = (task, callback)  # removed on release (a long-lived task acquires many times)
-        return hold
-
+    # -- public API ----------------------------------------------------------------------------
     async def acquire(
         self,
         sleep: Optional[Number] = None,
@@ -81,7 +61,11 @@ class Lock(AsyncWithBlock, QueuedPrimitive, LockBase):
         blocking_timeout: Optional[Number] = None,
         token: Optional[Union[str, bytes]] = None,
     ) -> bool:
-        """Acquire the lock; see :meth:`django_redis_coord.core.lock.sync.Lock.acquire`."""
+        """Acquire the lock; returns True once held, False when ``blocking`` is off or time ran out.
+
+        A blocking call queues in FIFO order and is woken by the releasing holder, or when the
+        holder's TTL ends, or at ``blocking_timeout`` (honoured on the client's monotonic clock).
+        """
         started = time.monotonic()
         blocking, stop_at = self.acquire_arguments(sleep, blocking, blocking_timeout)
         if self.reenter(token):
@@ -96,47 +80,49 @@ class Lock(AsyncWithBlock, QueuedPrimitive, LockBase):
         return True
 
     async def locked(self) -> bool:
+        """True when anyone holds the lock."""
         return await self.redis.get(self.name) is not None
 
     async def owned(self) -> bool:
+        """True when the lock is held with this thread's (task's) token (checked in Redis)."""
         token = self._state().token
         if token is None:
             return False
         return as_bytes(await self.redis.get(self.name)) == token
 
     async def release(self) -> None:
+        """Release the lock (the outermost hold, for a reentrant lock); raises if not held."""
         local = self._state()
         token = local.token
         if token is None:
             raise LockError(f"Cannot release an unlocked lock: {self.name!r}", lock_name=self.name)
+        refuse_forked(local, self.name)
         if self.reentrant and getattr(local, "count", 1) > 1:
             local.count -= 1
             return
         lost = getattr(local, "lost", False)
         fence, held = getattr(local, "fence", None), held_time(local)
-        # Once asked, the release completes (and is told) even if this task is cancelled meanwhile
-        # (a client going away under ASGI): otherwise the lock would stay held, renewed by nobody.
-        await run_to_completion(self._release_told(self._release_call(), fence, held, when=lambda _: not lost))
+        self._detach(local)
+        # In asyncio, once asked, the release completes (and is told) even if its task is cancelled
+        # meanwhile (a client going away under ASGI): otherwise the lock would stay held, renewed by nobody.
+        await run_to_completion(self._release_hold(local, token, fence, held, tell=not lost))
         if lost:
             raise LockLostError("The lock was lost before it was released", lock_name=self.name)
 
     def _release_call(self) -> Awaitable[None]:
-        """Stop renewing this task's hold and return the call that releases it; that call needs
-        nothing from the task, so it can finish in another one (see :func:`run_to_completion`)."""
+        """Stop renewing this hold and return the call that releases it, untold: the give-back of a
+        grant whose ``acquired`` receiver raised.  In asyncio that call needs nothing from the task,
+        so it can finish in another one (see :func:`~django_redis_coord.core.concurrency.run_to_completion`)."""
         local = self._state()
         self._detach(local)
         return self._release_hold(local, local.token, getattr(local, "fence", None))
 
-    def _detach(self, local: Any) -> None:
-        """Take the hold ``local`` out of the watchdog and off its task's end (before it is released)."""
-        if getattr(local, "watched", False):
-            self._watchdog().unregister(self, local)
-        task_end = getattr(local, "task_end", None)
-        if task_end is not None:
-            local.task_end = None
-            task_end[0].remove_done_callback(task_end[1])
-
-    async def _release_hold(self, local: Any, token: bytes, fence: Optional[int] = None) -> None:
+    async def _release_hold(
+        self, local: Any, token: bytes, fence: Optional[int], held: Optional[float] = None, tell: bool = False
+    ) -> None:
+        """Release the hold ``local`` and, with ``tell``, tell ``released``: one call, so that (in
+        asyncio) a release finished after its task was cancelled is told too.  The token is kept until Redis
+        answered: a connection error must leave a way to retry."""
         try:
             await self.do_release(token)
         except LockNotOwnedError:
@@ -147,6 +133,8 @@ class Lock(AsyncWithBlock, QueuedPrimitive, LockBase):
             raise
         if self._still_holding(local, token, fence):
             self._forget_hold(local)
+        if tell:
+            await self._atell_released(fence, held)
 
     async def do_release(self, token: bytes) -> None:
         script = self.scripts.get(self.redis, "lock_release")
@@ -155,10 +143,12 @@ class Lock(AsyncWithBlock, QueuedPrimitive, LockBase):
             raise LockNotOwnedError("Cannot release a lock that's no longer owned", lock_name=self.name)
 
     async def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
+        """Add ``additional_time`` seconds to the remaining TTL (or set it, with ``replace_ttl``)."""
         check_number("additional_time", additional_time, allow_none=False, positive=True, lock_name=self.name)
         local = self._state()
         if local.token is None:
             raise LockError("Cannot extend an unlocked lock", lock_name=self.name)
+        refuse_forked(local, self.name)
         self.check_extendable("extend")
         return await self._extend_hold(local, to_ms(additional_time), "replace" if replace_ttl else "add")
 
@@ -172,9 +162,11 @@ class Lock(AsyncWithBlock, QueuedPrimitive, LockBase):
         return pttl
 
     async def reacquire(self) -> bool:
+        """Reset the TTL to ``timeout``."""
         local = self._state()
         if local.token is None:
             raise LockError("Cannot reacquire an unlocked lock", lock_name=self.name)
+        refuse_forked(local, self.name)
         self.check_extendable("reacquire")
         return await self._extend_hold(local, self._ttl_ms, "replace")
 

@@ -1,4 +1,8 @@
-"""The fenced Redis lock (sync), a drop-in superset of :class:`redis.lock.Lock`.
+# Generated from django_redis_coord/core/lock/aio.py by `python3 dev.py twins`: edit that file, not this one.
+"""The fenced Redis lock, a drop-in superset of redis-py's ``Lock`` (``redis.lock.Lock`` and
+``redis.asyncio.lock.Lock``): :class:`django_redis_coord.core.lock.sync.Lock` over a sync client,
+:class:`django_redis_coord.core.lock.aio.Lock` over a ``redis.asyncio`` one, with the same names,
+arguments and behaviour.  The sync module is generated from the asyncio one (docs/twins.md).
 
 * Acquire, release, extend and reacquire are one Lua script each (one round trip).
 * Every grant carries a fence token (``lock.fence``) that is strictly greater than any fence
@@ -8,6 +12,12 @@
   waiters of a process share one connection: see :mod:`django_redis_coord.core.waiting.sync`).  A waiter
   also looks again when the holder's TTL runs out, so a crashed holder is replaced promptly.
 * Optional watchdog renewal, an explicit loss signal and reentrancy.
+
+A hold belongs to the thread (sync) or the asyncio task that took it, so two threads or tasks
+sharing one instance never release or extend each other's hold (redis-py's asyncio lock keeps it
+per thread); ``thread_local=False`` shares one hold deliberately.  In asyncio, a release once
+asked completes even if its task is cancelled meanwhile, and a task that ends still holding is
+reported (see :mod:`django_redis_coord.core.queue.aio`).
 """
 
 from __future__ import annotations
@@ -17,17 +27,19 @@ from typing import Any, Optional, Union
 
 from ..arguments import Number, as_bytes, check_number, encode_token, new_token, to_ms
 from ..events import held_time
-from ..exceptions import LockError, LockLostError, LockNotOwnedError
-from ..holds import SharedHold, ThreadHold, refuse_forked
-from ..queue.sync import QueuedPrimitive
-from .rules import LockBase, WithBlock
+from ..exceptions import (
+    LockError,
+    LockLostError,
+    LockNotOwnedError,
+)
+from ..holds import refuse_forked
+from ..queue.sync import LockHeldPerThread
+from .rules import WithBlock
 
 __all__ = ["Lock"]
 
-#: A subclass's ``with`` block gives that subclass (a DurableLock's gives a DurableLock).
 
-
-class Lock(WithBlock, QueuedPrimitive, LockBase):
+class Lock(WithBlock, LockHeldPerThread):
     """A distributed lock with fencing tokens, FIFO waiting and an explicit loss signal.
 
     Takes redis-py's arguments (``timeout=None`` means no expiry, ``sleep`` is accepted for
@@ -39,14 +51,6 @@ class Lock(WithBlock, QueuedPrimitive, LockBase):
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
         self.local = self._new_local()
-
-    def _new_local(self) -> Any:
-        return ThreadHold() if self.thread_local else SharedHold()
-
-    # -- local state (per thread unless thread_local=False) --------------------------------
-    def _state(self) -> Any:
-        """This thread's hold: token, fence, deadline, count, lost (the watchdog updates it)."""
-        return self.local.hold
 
     # -- public API ----------------------------------------------------------------------------
     def acquire(
@@ -71,7 +75,7 @@ class Lock(WithBlock, QueuedPrimitive, LockBase):
         if taken is None:
             self._tell_contended(started)
             return False
-        self._tell_acquired(self._own(token, *taken), started, self.release)
+        self._tell_acquired(self._own(token, *taken), started, self._release_call)
         return True
 
     def locked(self) -> bool:
@@ -79,7 +83,7 @@ class Lock(WithBlock, QueuedPrimitive, LockBase):
         return self.redis.get(self.name) is not None
 
     def owned(self) -> bool:
-        """True when the lock is held with this thread's token (checked in Redis)."""
+        """True when the lock is held with this thread's (task's) token (checked in Redis)."""
         token = self._state().token
         if token is None:
             return False
@@ -97,21 +101,39 @@ class Lock(WithBlock, QueuedPrimitive, LockBase):
             return
         lost = getattr(local, "lost", False)
         fence, held = getattr(local, "fence", None), held_time(local)
-        if getattr(local, "watched", False):
-            self._watchdog().unregister(self, local)
-        # Keep the token until Redis answered: a connection error must leave a way to retry.
+        self._detach(local)
+        # In asyncio, once asked, the release completes (and is told) even if its task is cancelled
+        # meanwhile (a client going away under ASGI): otherwise the lock would stay held, renewed by nobody.
+        self._release_hold(local, token, fence, held, tell=not lost)
+        if lost:
+            raise LockLostError("The lock was lost before it was released", lock_name=self.name)
+
+    def _release_call(self) -> None:
+        """Stop renewing this hold and return the call that releases it, untold: the give-back of a
+        grant whose ``acquired`` receiver raised.  In asyncio that call needs nothing from the task,
+        so it can finish in another one (see :func:`~django_redis_coord.core.concurrency.run_to_completion`)."""
+        local = self._state()
+        self._detach(local)
+        return self._release_hold(local, local.token, getattr(local, "fence", None))
+
+    def _release_hold(
+        self, local: Any, token: bytes, fence: Optional[int], held: Optional[float] = None, tell: bool = False
+    ) -> None:
+        """Release the hold ``local`` and, with ``tell``, tell ``released``: one call, so that (in
+        asyncio) a release finished after its task was cancelled is told too.  The token is kept until Redis
+        answered: a connection error must leave a way to retry."""
         try:
             self.do_release(token)
         except LockNotOwnedError:
             if self._still_holding(local, token, fence):
                 self._forget_hold(local)
+                self._tell_lost_now(local)
                 self._mark_lost(local)  # found here before the watchdog did: on_lost still fires once
             raise
         if self._still_holding(local, token, fence):
             self._forget_hold(local)
-        if lost:
-            raise LockLostError("The lock was lost before it was released", lock_name=self.name)
-        self._tell_released(fence, held)
+        if tell:
+            self._tell_released(fence, held)
 
     def do_release(self, token: bytes) -> None:
         script = self.scripts.get(self.redis, "lock_release")

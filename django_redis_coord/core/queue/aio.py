@@ -6,6 +6,8 @@ anonymous permits) belongs to the asyncio *task* that took it (:class:`TaskLocal
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import time
 import weakref
 from contextlib import nullcontext
@@ -18,11 +20,16 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from .. import watchdog as _watchdog
 from ..concurrency import in_background, run_to_completion
 from ..grants import OUTAGE_ERRORS, Grant, Outage
+from ..lock.rules import LockBase
+from ..rwlock.rules import RWLockBase
 from ..scripts import async_scripts
+from ..semaphore.rules import SemaphoreBase
 from ..waiting import aio as waiting
 from .rules import NO_REPLY, QueuedBase
 
-__all__ = ["QueuedPrimitive", "TaskLocal"]
+__all__ = ["LockHeldPerTask", "QueuedPrimitive", "RWLockHeldPerTask", "SemaphoreHeldPerTask", "TaskLocal"]
+
+logger = logging.getLogger("django_redis_coord")
 
 
 def _cancels() -> int:
@@ -213,3 +220,107 @@ class QueuedPrimitive(QueuedBase):
 
     async def do_extend(self, token: bytes, ms: int, mode: str) -> int:
         raise NotImplementedError
+
+
+def _ended_holding(lock_ref: Any, hold: Any, token: bytes, task: asyncio.Future) -> None:
+    """A task that took a hold of its own ended without releasing it: nothing can release it any
+    more.  Say so, and stop renewing it, so that its TTL ends it."""
+    if getattr(hold, "token", None) != token:
+        return
+    lock = lock_ref()
+    if lock is None:
+        return
+    renewed = getattr(hold, "watched", False)
+    if renewed:
+        lock._watchdog().unregister(lock, hold)
+    logger.warning(
+        "The task that acquired lock %r ended without releasing it: no other task can release it, so it "
+        "ends with its TTL%s.  Release it in the task that acquired it (asyncio.wait_for() runs the "
+        "acquire in a task of its own before Python 3.12), or pass thread_local=False.",
+        lock.name,
+        " (its renewal was stopped)" if renewed else " (it has none: it stays held)" if lock.timeout is None else "",
+    )
+
+
+def _end_with_task(primitive: Any, hold: Any, token: bytes) -> None:
+    """When ``hold`` belongs to the current task only, watch that task's end (see
+    :func:`_ended_holding`); :func:`_off_task_end` undoes it at release."""
+    task = asyncio.current_task() if isinstance(primitive.local, TaskLocal) else None
+    if task is not None:  # a hold of this task only: nobody else can release it
+        callback = functools.partial(_ended_holding, weakref.ref(primitive), hold, token)
+        task.add_done_callback(callback)
+        hold.task_end = (task, callback)  # removed on release (a long-lived task acquires many times)
+
+
+def _off_task_end(hold: Any) -> None:
+    task_end = getattr(hold, "task_end", None)
+    if task_end is not None:
+        hold.task_end = None
+        task_end[0].remove_done_callback(task_end[1])
+
+
+class LockHeldPerTask(QueuedPrimitive, LockBase):
+    """Where an asyncio lock keeps its hold: per task (``thread_local``, the default), or one hold
+    for every task.  The sync twin is :class:`django_redis_coord.core.queue.sync.LockHeldPerThread`; the
+    lock's body, the same on both sides, is generated (docs/twins.md).
+
+    A hold of one task only is watched: when that task ends without releasing it, nobody can
+    release it any more; a warning says so, and its renewal stops, so that its TTL ends it.
+    """
+
+    def _new_local(self) -> Any:
+        return TaskLocal() if self.thread_local else SimpleNamespace(token=None)
+
+    def _state(self) -> Any:
+        local = self.local
+        return local.space() if isinstance(local, TaskLocal) else local
+
+    def _own(self, token: bytes, grant: Grant, sent_at: float) -> Any:
+        hold = super()._own(token, grant, sent_at)
+        _end_with_task(self, hold, token)
+        return hold
+
+    def _detach(self, local: Any) -> None:
+        """Take the hold ``local`` out of the watchdog and off its task's end (before it is released)."""
+        if getattr(local, "watched", False):
+            self._watchdog().unregister(self, local)
+        _off_task_end(local)
+
+
+class RWLockHeldPerTask(QueuedPrimitive, RWLockBase):
+    """Where an asyncio read-write lock keeps its hold: per task (``thread_local``), or one hold
+    for every task, watched as :class:`LockHeldPerTask` watches a lock's.  The sync twin is
+    :class:`django_redis_coord.core.queue.sync.RWLockHeldPerThread`."""
+
+    def _new_local(self) -> Any:
+        return TaskLocal() if self.thread_local else SimpleNamespace(token=None)
+
+    def _state(self) -> Any:
+        local = self.local
+        return local.space() if isinstance(local, TaskLocal) else local
+
+    def _own(self, mode: str, token: bytes, grant: Grant, sent_at: float) -> Any:
+        hold = super()._own(mode, token, grant, sent_at)
+        _end_with_task(self, hold, token)
+        return hold
+
+    def _detach(self, local: Any) -> None:
+        """Stop renewing the hold ``local`` and take it off its task's end (before it is released)."""
+        self._stop_watching(local)
+        _off_task_end(local)
+
+
+class SemaphoreHeldPerTask(QueuedPrimitive, SemaphoreBase):
+    """Where an asyncio semaphore keeps the permits taken without an identity: per task.  The
+    sync twin is :class:`django_redis_coord.core.queue.sync.SemaphoreHeldPerThread`; the semaphore's body,
+    the same on both sides, is generated (docs/twins.md)."""
+
+    def _new_local(self) -> Any:
+        return TaskLocal()
+
+    def _stack(self) -> list[bytes]:
+        space = self.local.space()
+        stack = getattr(space, "stack", None)
+        if stack is None:
+            stack = space.stack = []
+        return stack

@@ -15,11 +15,15 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import watchdog as _watchdog
 from ..grants import OUTAGE_ERRORS, Grant, Outage
+from ..holds import SharedHold, ThreadHold
+from ..lock.rules import LockBase
+from ..rwlock.rules import RWLockBase
 from ..scripts import sync_scripts
+from ..semaphore.rules import SemaphoreBase
 from ..waiting import sync as waiting
 from .rules import NO_REPLY, QueuedBase
 
-__all__ = ["QueuedPrimitive"]
+__all__ = ["LockHeldPerThread", "QueuedPrimitive", "RWLockHeldPerThread", "SemaphoreHeldPerThread"]
 
 
 class QueuedPrimitive(QueuedBase):
@@ -167,3 +171,60 @@ class QueuedPrimitive(QueuedBase):
 
     def do_extend(self, token: bytes, ms: int, mode: str) -> int:
         raise NotImplementedError
+
+
+class LockHeldPerThread(QueuedPrimitive, LockBase):
+    """Where a sync lock keeps its hold: per thread (``thread_local``, the default), or one hold for
+    every thread.  The asyncio twin is :class:`django_redis_coord.core.queue.aio.LockHeldPerTask`;
+    the lock's body, the same on both sides, is generated (docs/twins.md)."""
+
+    def _new_local(self) -> Any:
+        return ThreadHold() if self.thread_local else SharedHold()
+
+    def _state(self) -> Any:
+        """This thread's hold: token, fence, deadline, count, lost (the watchdog updates it)."""
+        return self.local.hold
+
+    def _detach(self, local: Any) -> None:
+        """Take the hold ``local`` out of the watchdog (before it is released)."""
+        if getattr(local, "watched", False):
+            self._watchdog().unregister(self, local)
+
+
+class _SharedRWHolds(SharedHold):
+    initial = {"mode": None, "reads": 0, "writes": 0}
+
+
+class _ThreadRWHolds(ThreadHold):
+    initial = _SharedRWHolds.initial
+
+
+class RWLockHeldPerThread(QueuedPrimitive, RWLockBase):
+    """Where a sync read-write lock keeps its hold: per thread (``thread_local``), or one hold for
+    every thread.  The asyncio twin is :class:`django_redis_coord.core.queue.aio.RWLockHeldPerTask`."""
+
+    def _new_local(self) -> Any:
+        return _ThreadRWHolds() if self.thread_local else _SharedRWHolds()
+
+    def _state(self) -> Any:
+        return self.local.hold
+
+    #: Before a release: stop renewing the hold (nothing else ties it to its thread).
+    _detach = RWLockBase._stop_watching
+
+
+class _ThreadStacks(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[bytes] = []
+
+
+class SemaphoreHeldPerThread(QueuedPrimitive, SemaphoreBase):
+    """Where a sync semaphore keeps the permits taken without an identity: per thread.  The
+    asyncio twin is :class:`django_redis_coord.core.queue.aio.SemaphoreHeldPerTask`; the
+    semaphore's body, the same on both sides, is generated (docs/twins.md)."""
+
+    def _new_local(self) -> Any:
+        return _ThreadStacks()
+
+    def _stack(self) -> list[bytes]:
+        return self.local.stack

@@ -1,106 +1,141 @@
-"""The asyncio twin of :class:`django_redis_coord.rwlock.ReadWriteLock`, over ``redis.asyncio``.
+"""A fenced, FIFO read-write lock on Redis: many readers or one writer, served in order.
 
-Same names, arguments and behaviour, with ``await``.  A hold belongs to the asyncio *task* that
-acquired it (re-entry is per task, and two tasks sharing one instance never release each other's
-hold), unless ``thread_local=False`` shares the object's one hold between tasks and threads::
+:class:`django_redis_coord.core.rwlock.sync.ReadWriteLock` over a sync client,
+:class:`django_redis_coord.core.rwlock.aio.ReadWriteLock` over a ``redis.asyncio`` one (same names,
+arguments and behaviour, with ``await``); the sync module is generated from the asyncio one
+(docs/twins.md).
 
-    >>> rw = ReadWriteLock(client, "catalog", timeout=30)                 # doctest: +SKIP
-    >>> async with rw.read:                                               # doctest: +SKIP
-    ...     await show(catalog, fence=rw.read.fence)
+::
 
-A release, once called, completes even if its task is cancelled meanwhile; a task that ends still
-holding is reported with a warning and its renewal stops, as for the asyncio ``Lock``.
+    >>> from redis import Redis
+    >>> from django_redis_coord.rwlock import ReadWriteLock
+    >>> rw = ReadWriteLock(Redis(), "catalog", timeout=30)
+    >>> with rw.read:                    # shared with other readers          # doctest: +SKIP
+    ...     show(catalog, fence=rw.read.fence)
+    >>> with rw.write:                   # alone                              # doctest: +SKIP
+    ...     rebuild(catalog, fence=rw.write.fence)
+
+* **FIFO across modes.**  One queue serves both modes in arrival order: the readers at its head
+  are granted together, a writer once every hold before it has ended.  A reader that arrives while
+  a writer waits queues behind that writer, so a writer waits at most for the readers that held
+  when it queued, and neither mode starves.
+* **Fenced.**  Every grant, read or write, takes a fence from the name's counter: a write's fence is
+  greater than the fence of every grant made before it.
+* **Leases on server time**, watchdog renewal (``auto_renew``), the loss signal (``on_lost``),
+  waiting without polling (the process's waiting connection), a crashed holder's hold ending with
+  its TTL and a crashed waiter skipped after its lease: as for :class:`~django_redis_coord.Lock`
+  and :class:`~django_redis_coord.Semaphore`, whose machinery this lock shares.
+* **Re-entry per thread** (per asyncio task in asyncio): a read inside a read, a read inside a
+  write and a write inside a write join the hold the thread has; a write inside a read raises
+  :class:`~django_redis_coord.exceptions.LockUpgradeError` at once (it would wait for itself).
+  ``thread_local=False`` shares the object's one hold between threads (a thread may release the
+  hold another took) and takes one hold at a time, without re-entry.
+
+``lock.read`` and ``lock.write`` have redis-py's ``Lock`` methods (``acquire``, ``release``,
+``locked``, ``owned``, ``extend``, ``reacquire``, ``with``); what the twins share is in
+:mod:`django_redis_coord.core.rwlock.rules`.  In asyncio, a release once asked completes even if its
+task is cancelled meanwhile, and a task that ends still holding is reported, as for the ``Lock``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import time
-import weakref
 from collections.abc import Awaitable
-from types import SimpleNamespace
 from typing import Any, Optional, Union
 
 from ..arguments import Number, check_number, to_ms
 from ..concurrency import run_to_completion
 from ..events import held_time
-from ..grants import Grant
 from ..holders import HolderInfo
-from ..lock.aio import ended_holding
 from ..lock.rules import AsyncWithBlock
-from ..queue.aio import QueuedPrimitive, TaskLocal
-from .rules import READ, WRITE, RWHoldBase, RWLockBase
+from ..queue.aio import RWLockHeldPerTask
+from .rules import READ, WRITE, RWHoldBase
 
 __all__ = ["ReadWriteLock", "RWHold"]
 
 
 class RWHold(AsyncWithBlock, RWHoldBase):
-    """The read or write side of an asyncio :class:`ReadWriteLock`; see
-    :class:`django_redis_coord.rwlock.RWHold`."""
+    """The read (``lock.read``) or write (``lock.write``) side of a :class:`ReadWriteLock`, with
+    redis-py's ``Lock`` methods.  A hold belongs to the thread (task) that acquired it (to the lock
+    object, with ``thread_local=False``: any thread or task may release it)."""
 
     lock: ReadWriteLock
 
     async def acquire(self, blocking: Optional[bool] = None, blocking_timeout: Optional[Number] = None) -> bool:
+        """Acquire this mode; True once held, False when ``blocking`` is off or time ran out.
+
+        A blocking call queues in FIFO order (across both modes) and is woken when it is its turn,
+        or when a hold it waits for reaches its TTL, or at ``blocking_timeout`` (on the client's
+        monotonic clock).  Re-entry rules: see :class:`ReadWriteLock`."""
         return await self.lock._acquire_mode(self.mode, blocking, blocking_timeout)
 
     async def release(self) -> None:
+        """Release this thread's (task's) hold of this mode (its outermost hold ends it in Redis); raises
+        ``LockError`` when it has none, ``LockNotOwnedError`` when it had already ended."""
         await self.lock._release_mode(self.mode)
 
     async def locked(self) -> bool:
+        """True when anyone holds this lock in this mode."""
         return self.lock.holders_of(self.mode, self.lock.live_holders(await self.lock.do_inspect("full")))
 
     async def owned(self) -> bool:
+        """True when this thread's (task's) hold of this mode is live in Redis."""
         local = self.lock.holding(self.mode)
         return local is not None and local.token in self.lock.live_holders(await self.lock.do_inspect("full"))
 
     async def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
+        """Add ``additional_time`` seconds to the hold's remaining TTL (or set it, with ``replace_ttl``)."""
         check_number("additional_time", additional_time, allow_none=False, positive=True, lock_name=self.name)
         local = self.lock._held(self.mode, "extend")
         return await self.lock._extend_hold(local, to_ms(additional_time), "replace" if replace_ttl else "add")
 
     async def reacquire(self) -> bool:
+        """Reset the hold's TTL to ``timeout``."""
         local = self.lock._held(self.mode, "reacquire")
         return await self.lock._extend_hold(local, self.lock.renew_ttl_ms, "replace")
 
 
-class ReadWriteLock(QueuedPrimitive, RWLockBase):
-    """Asyncio fenced, FIFO read-write lock; see :class:`django_redis_coord.rwlock.ReadWriteLock`."""
+class ReadWriteLock(RWLockHeldPerTask):
+    """A fenced, FIFO read-write lock: ``lock.read`` is shared by readers, ``lock.write`` is held alone.
+
+    ``ReadWriteLock(redis, name, timeout=None, *, blocking=True, blocking_timeout=None,
+    raise_on_release_error=True, label=None, auto_renew=False, on_lost=None, waiter_lease=2.0,
+    events=None, max_hold=None, thread_local=True)``
+
+    * ``timeout``: the TTL of each hold in seconds (``None``: holds never expire; give one, with
+      ``auto_renew=True`` for long work, so that a crashed holder's hold ends).
+    * ``blocking`` / ``blocking_timeout``: defaults of both holds' ``acquire`` and ``with`` blocks.
+    * ``on_lost(hold)``: called once with ``lock.read`` or ``lock.write`` when a hold is found lost.
+    * ``thread_local=False``: one hold at a time, shared by every thread or task (see
+      :class:`~django_redis_coord.core.rwlock.rules.RWLockBase`).
+    """
 
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
-        self.local: Any = self._new_local()
+        self.local = self._new_local()
+        #: The read side: shared with the other readers.
         self.read = RWHold(self, READ)
+        #: The write side: held alone.
         self.write = RWHold(self, WRITE)
 
-    def _new_local(self) -> Any:
-        return TaskLocal() if self.thread_local else SimpleNamespace(token=None)
-
-    def _state(self) -> Any:
-        local = self.local
-        return local.space() if isinstance(local, TaskLocal) else local
-
-    def hold(self, mode: str) -> RWHold:
-        return self.read if self.check_mode(mode) == READ else self.write
-
     async def locked(self) -> bool:
+        """True when anyone holds this lock, in either mode."""
         return int((await self.do_inspect("count"))[2]) > 0
 
     async def holders(self) -> list[HolderInfo]:
+        """Every live hold (its readers, or its writer) with its holder's metadata, in fence order;
+        ``extra["mode"]`` says ``"read"`` or ``"write"``."""
         return self.info_list(self.keys.name, await self.do_inspect("full"))
 
     # -- what the holds call -----------------------------------------------------------------------
-    def _own(self, mode: str, token: bytes, grant: Grant, sent_at: float) -> Any:
-        local = super()._own(mode, token, grant, sent_at)
-        task = asyncio.current_task() if isinstance(self.local, TaskLocal) else None
-        if task is not None:  # a hold of this task only: nobody else can release it
-            callback = functools.partial(ended_holding, weakref.ref(self), local, token)
-            task.add_done_callback(callback)
-            local.task_end = (task, callback)  # removed on release (a long-lived task acquires many times)
-        return local
+    def hold(self, mode: str) -> RWHold:
+        """``lock.read`` or ``lock.write`` by the name of the mode (``"read"`` or ``"write"``)."""
+        return self.read if self.check_mode(mode) == READ else self.write
 
-    async def _acquire_mode(self, mode: str, blocking: Optional[bool] = None,
-                            blocking_timeout: Optional[Number] = None) -> bool:
+    async def _acquire_mode(
+        self, mode: str, blocking: Optional[bool] = None, blocking_timeout: Optional[Number] = None
+    ) -> bool:
+        """Acquire ``mode`` (``"read"`` or ``"write"``) for the current thread (task): see :meth:`RWHold.acquire`."""
         started = time.monotonic()
         blocking, stop_at = self.wait_args(blocking, blocking_timeout)
         if self.reenter(mode):
@@ -120,28 +155,32 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
         return True
 
     async def _release_mode(self, mode: str) -> None:
+        """Release the current thread's (task's) hold of ``mode``: see :meth:`RWHold.release`."""
         local = self._release_start(mode)
         if local is None:
             return
-        fence, held = local.fence, held_time(local)
-        # Once asked, the release completes (and is told) even if this task is cancelled meanwhile.
-        await run_to_completion(self._release_told(self._release_call(local), fence, held, self.hold(mode)))
+        self._detach(local)
+        # In asyncio, once asked, the release completes (and is told) even if its task is cancelled
+        # meanwhile (a client going away under ASGI).
+        await run_to_completion(self._release_hold(local, local.token, getattr(local, "lost", False), self.hold(mode)))
 
     def _release_call(self, local: Any) -> Awaitable[None]:
-        """Stop renewing the hold ``local`` and return the call that releases it; that call needs
-        nothing from the task, so it can finish in another one (see :func:`run_to_completion`)."""
-        self._stop_watching(local)
-        task_end = getattr(local, "task_end", None)
-        if task_end is not None:
-            local.task_end = None
-            task_end[0].remove_done_callback(task_end[1])
+        """Stop renewing the hold ``local`` and return the call that releases it, untold: the
+        give-back of a grant whose ``acquired`` receiver raised.  In asyncio that call needs nothing
+        from the task, so it can finish in another one (see :meth:`_release_mode`)."""
+        self._detach(local)
         return self._release_hold(local, local.token, getattr(local, "lost", False))
 
-    async def _release_hold(self, local: Any, token: bytes, lost: bool) -> None:
+    async def _release_hold(self, local: Any, token: bytes, lost: bool, told: Optional[RWHold] = None) -> None:
+        """Release the hold ``local`` and tell ``released`` of the side ``told`` (``None``: untold):
+        one call, so that (in asyncio) a release finished after its task was cancelled is told too."""
+        fence, held = local.fence, held_time(local)
         released = await self.do_release(token)
         if not released:
-            await self._atell_lost_now(local)  # before _mark_lost (in _release_done): awaited here
+            await self._atell_lost_now(local)  # told here, so _mark_lost (in _release_done) tells nothing more
         self._release_done(local, token, released, lost)
+        if told is not None:
+            await self._atell_released(fence, held, told)
 
     # -- the only methods talking to Redis -----------------------------------------------------
     async def do_release(self, token: bytes) -> bool:
@@ -150,8 +189,8 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
 
     async def do_extend(self, token: bytes, ms: int, mode: str) -> int:
         script = self.scripts.get(self.redis, self.extend_script)
-        return self.checked_pttl(int(await script(self.extend_keys(), self.extend_args(token, ms, mode),
-                                                  client=self.redis)))
+        pttl = int(await script(self.extend_keys(), self.extend_args(token, ms, mode), client=self.redis))
+        return self.checked_pttl(pttl)
 
     async def do_inspect(self, mode: str) -> Any:
         script = self.scripts.get(self.redis, "sem_inspect")

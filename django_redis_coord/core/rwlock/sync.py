@@ -1,4 +1,10 @@
-"""A fenced, FIFO read-write lock on Redis (sync): many readers or one writer, served in order.
+# Generated from django_redis_coord/core/rwlock/aio.py by `python3 dev.py twins`: edit that file, not this one.
+"""A fenced, FIFO read-write lock on Redis: many readers or one writer, served in order.
+
+:class:`django_redis_coord.core.rwlock.sync.ReadWriteLock` over a sync client,
+:class:`django_redis_coord.core.rwlock.aio.ReadWriteLock` over a ``redis.asyncio`` one (same names,
+arguments and behaviour, with ``await``); the sync module is generated from the asyncio one
+(docs/twins.md).
 
 ::
 
@@ -20,15 +26,16 @@
   waiting without polling (the process's waiting connection), a crashed holder's hold ending with
   its TTL and a crashed waiter skipped after its lease: as for :class:`~django_redis_coord.Lock`
   and :class:`~django_redis_coord.Semaphore`, whose machinery this lock shares.
-* **Re-entry per thread** (per asyncio task for the twin): a read inside a read, a read inside a
+* **Re-entry per thread** (per asyncio task in asyncio): a read inside a read, a read inside a
   write and a write inside a write join the hold the thread has; a write inside a read raises
   :class:`~django_redis_coord.exceptions.LockUpgradeError` at once (it would wait for itself).
   ``thread_local=False`` shares the object's one hold between threads (a thread may release the
   hold another took) and takes one hold at a time, without re-entry.
 
 ``lock.read`` and ``lock.write`` have redis-py's ``Lock`` methods (``acquire``, ``release``,
-``locked``, ``owned``, ``extend``, ``reacquire``, ``with``).  The asyncio twin is
-:mod:`django_redis_coord.asyncio.rwlock`; what they share is in :mod:`._rwlock_base`.
+``locked``, ``owned``, ``extend``, ``reacquire``, ``with``); what the twins share is in
+:mod:`django_redis_coord.core.rwlock.rules`.  In asyncio, a release once asked completes even if its
+task is cancelled meanwhile, and a task that ends still holding is reported, as for the ``Lock``.
 """
 
 from __future__ import annotations
@@ -39,26 +46,17 @@ from typing import Any, Optional, Union
 from ..arguments import Number, check_number, to_ms
 from ..events import held_time
 from ..holders import HolderInfo
-from ..holds import SharedHold, ThreadHold
 from ..lock.rules import WithBlock
-from ..queue.sync import QueuedPrimitive
-from .rules import READ, WRITE, RWHoldBase, RWLockBase
+from ..queue.sync import RWLockHeldPerThread
+from .rules import READ, WRITE, RWHoldBase
 
 __all__ = ["ReadWriteLock", "RWHold"]
 
 
-class _SharedHolds(SharedHold):
-    initial = {"mode": None, "reads": 0, "writes": 0}
-
-
-class _ThreadHolds(ThreadHold):
-    initial = _SharedHolds.initial
-
-
 class RWHold(WithBlock, RWHoldBase):
     """The read (``lock.read``) or write (``lock.write``) side of a :class:`ReadWriteLock`, with
-    redis-py's ``Lock`` methods.  A hold belongs to the thread that acquired it (to the lock
-    object, with ``thread_local=False``: any thread may release it)."""
+    redis-py's ``Lock`` methods.  A hold belongs to the thread (task) that acquired it (to the lock
+    object, with ``thread_local=False``: any thread or task may release it)."""
 
     lock: ReadWriteLock
 
@@ -71,7 +69,7 @@ class RWHold(WithBlock, RWHoldBase):
         return self.lock._acquire_mode(self.mode, blocking, blocking_timeout)
 
     def release(self) -> None:
-        """Release this thread's hold of this mode (its outermost hold ends it in Redis); raises
+        """Release this thread's (task's) hold of this mode (its outermost hold ends it in Redis); raises
         ``LockError`` when it has none, ``LockNotOwnedError`` when it had already ended."""
         self.lock._release_mode(self.mode)
 
@@ -80,7 +78,7 @@ class RWHold(WithBlock, RWHoldBase):
         return self.lock.holders_of(self.mode, self.lock.live_holders(self.lock.do_inspect("full")))
 
     def owned(self) -> bool:
-        """True when this thread's hold of this mode is live in Redis."""
+        """True when this thread's (task's) hold of this mode is live in Redis."""
         local = self.lock.holding(self.mode)
         return local is not None and local.token in self.lock.live_holders(self.lock.do_inspect("full"))
 
@@ -96,7 +94,7 @@ class RWHold(WithBlock, RWHoldBase):
         return self.lock._extend_hold(local, self.lock.renew_ttl_ms, "replace")
 
 
-class ReadWriteLock(QueuedPrimitive, RWLockBase):
+class ReadWriteLock(RWLockHeldPerThread):
     """A fenced, FIFO read-write lock: ``lock.read`` is shared by readers, ``lock.write`` is held alone.
 
     ``ReadWriteLock(redis, name, timeout=None, *, blocking=True, blocking_timeout=None,
@@ -107,7 +105,8 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
       ``auto_renew=True`` for long work, so that a crashed holder's hold ends).
     * ``blocking`` / ``blocking_timeout``: defaults of both holds' ``acquire`` and ``with`` blocks.
     * ``on_lost(hold)``: called once with ``lock.read`` or ``lock.write`` when a hold is found lost.
-    * ``thread_local=False``: one hold at a time, shared by every thread (see :class:`RWLockBase`).
+    * ``thread_local=False``: one hold at a time, shared by every thread or task (see
+      :class:`~django_redis_coord.core.rwlock.rules.RWLockBase`).
     """
 
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
@@ -118,15 +117,9 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
         #: The write side: held alone.
         self.write = RWHold(self, WRITE)
 
-    def _new_local(self) -> Any:
-        return _ThreadHolds() if self.thread_local else _SharedHolds()
-
-    def _state(self) -> Any:
-        return self.local.hold
-
     def locked(self) -> bool:
         """True when anyone holds this lock, in either mode."""
-        return int(self.do_inspect("count")[2]) > 0
+        return int((self.do_inspect("count"))[2]) > 0
 
     def holders(self) -> list[HolderInfo]:
         """Every live hold (its readers, or its writer) with its holder's metadata, in fence order;
@@ -138,9 +131,10 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
         """``lock.read`` or ``lock.write`` by the name of the mode (``"read"`` or ``"write"``)."""
         return self.read if self.check_mode(mode) == READ else self.write
 
-    def _acquire_mode(self, mode: str, blocking: Optional[bool] = None,
-                      blocking_timeout: Optional[Number] = None) -> bool:
-        """Acquire ``mode`` (``"read"`` or ``"write"``) for the current thread: see :meth:`RWHold.acquire`."""
+    def _acquire_mode(
+        self, mode: str, blocking: Optional[bool] = None, blocking_timeout: Optional[Number] = None
+    ) -> bool:
+        """Acquire ``mode`` (``"read"`` or ``"write"``) for the current thread (task): see :meth:`RWHold.acquire`."""
         started = time.monotonic()
         blocking, stop_at = self.wait_args(blocking, blocking_timeout)
         if self.reenter(mode):
@@ -155,20 +149,37 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
         if taken is None:
             self._tell_contended(started, self.hold(mode))
             return False
-        self._tell_acquired(self._own(mode, token, *taken), started, lambda: self._release_mode(mode))
+        hold = self._own(mode, token, *taken)
+        self._tell_acquired(hold, started, lambda: self._release_call(hold))
         return True
 
     def _release_mode(self, mode: str) -> None:
-        """Release the current thread's hold of ``mode``: see :meth:`RWHold.release`."""
+        """Release the current thread's (task's) hold of ``mode``: see :meth:`RWHold.release`."""
         local = self._release_start(mode)
         if local is None:
             return
-        token, lost = local.token, getattr(local, "lost", False)
+        self._detach(local)
+        # In asyncio, once asked, the release completes (and is told) even if its task is cancelled
+        # meanwhile (a client going away under ASGI).
+        self._release_hold(local, local.token, getattr(local, "lost", False), self.hold(mode))
+
+    def _release_call(self, local: Any) -> None:
+        """Stop renewing the hold ``local`` and return the call that releases it, untold: the
+        give-back of a grant whose ``acquired`` receiver raised.  In asyncio that call needs nothing
+        from the task, so it can finish in another one (see :meth:`_release_mode`)."""
+        self._detach(local)
+        return self._release_hold(local, local.token, getattr(local, "lost", False))
+
+    def _release_hold(self, local: Any, token: bytes, lost: bool, told: Optional[RWHold] = None) -> None:
+        """Release the hold ``local`` and tell ``released`` of the side ``told`` (``None``: untold):
+        one call, so that (in asyncio) a release finished after its task was cancelled is told too."""
         fence, held = local.fence, held_time(local)
-        self._stop_watching(local)
         released = self.do_release(token)
+        if not released:
+            self._tell_lost_now(local)  # told here, so _mark_lost (in _release_done) tells nothing more
         self._release_done(local, token, released, lost)
-        self._tell_released(fence, held, self.hold(mode))
+        if told is not None:
+            self._tell_released(fence, held, told)
 
     # -- the only methods talking to Redis -----------------------------------------------------
     def do_release(self, token: bytes) -> bool:
@@ -177,7 +188,8 @@ class ReadWriteLock(QueuedPrimitive, RWLockBase):
 
     def do_extend(self, token: bytes, ms: int, mode: str) -> int:
         script = self.scripts.get(self.redis, self.extend_script)
-        return self.checked_pttl(int(script(self.extend_keys(), self.extend_args(token, ms, mode), client=self.redis)))
+        pttl = int(script(self.extend_keys(), self.extend_args(token, ms, mode), client=self.redis))
+        return self.checked_pttl(pttl)
 
     def do_inspect(self, mode: str) -> Any:
         script = self.scripts.get(self.redis, "sem_inspect")

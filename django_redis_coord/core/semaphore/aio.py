@@ -1,11 +1,45 @@
-"""The asyncio twin of :class:`django_redis_coord.core.semaphore.sync.Semaphore`, over ``redis.asyncio``.
+"""Counting semaphores on Redis: leased, fenced permits on server time, served in FIFO order.
 
-Same names, arguments and behaviour, with ``await``.  Permits taken without an identity belong
-to the asyncio *task* that acquired them, so two tasks sharing one instance never release each
-other's permit::
+:class:`django_redis_coord.core.semaphore.sync.Semaphore` over a sync client,
+:class:`django_redis_coord.core.semaphore.aio.Semaphore` over a ``redis.asyncio`` one (same names,
+arguments and behaviour, with ``await``); the sync module is generated from the asyncio one
+(docs/twins.md).
 
-    >>> async with Semaphore(client, "crawler", limit=8, timeout=30) as sem:   # doctest: +SKIP
-    ...     await fetch(url, fence=sem.fence)
+A semaphore whose holders name themselves (an identity per permit)::
+
+    >>> from redis import Redis
+    >>> from django_redis_coord import Semaphore
+    >>> client = Redis(decode_responses=True)
+    >>> semaphore = Semaphore(client, "test-semaphore")
+    >>> semaphore.set_max_size(3)
+    >>> semaphore.acquire("peter")
+    True
+    >>> semaphore.acquire("jack"), semaphore.acquire("tom"), semaphore.acquire("mary")
+    (True, True, False)
+    >>> semaphore.release("jack")
+    True
+    >>> semaphore.get_current_size(), semaphore.get_max_size()
+    (2, 3)
+
+and so does the form with the limit and the lease given up front, waiting in line::
+
+    >>> with Semaphore(client, "thumbnails", limit=4, timeout=30) as permit:
+    ...     render(fence=permit.fence)                                     # doctest: +SKIP
+
+* The limit lives in Redis (every client agrees, it can change at runtime; shrinking it never
+  evicts a holder).  A permit's lease ends on the server's clock: a client whose clock is off can
+  neither over-issue permits nor evict live ones.  Expired permits are reclaimed inside acquire.
+* Every operation is one Lua script (``lua/sem_*.lua``).  Every grant carries a fence token,
+  strictly greater than every fence issued before for the semaphore.
+* Waiting never polls: a blocking acquire joins a FIFO queue and sleeps until a release (or a
+  reclaim, or a raised limit) grants the permit server-side to the head of the queue and announces
+  it (see :mod:`django_redis_coord.core.waiting.sync`).  A waiter also looks again when the earliest lease
+  ends, so a crashed holder's permit is reused promptly.
+* Optional watchdog renewal of each permit, with the same loss signal as :class:`Lock`.
+
+Permits taken without an identity belong to the thread (sync) or the asyncio task that took them,
+so two threads or tasks sharing one instance never release each other's permit.  In asyncio a
+release, once asked, completes even if its task is cancelled meanwhile.
 """
 
 from __future__ import annotations
@@ -19,42 +53,52 @@ from ..arguments import Number, check_number, new_token, to_ms
 from ..concurrency import run_to_completion
 from ..exceptions import LockAcquireTimeout
 from ..holders import HolderInfo, permits_from_inspect
-from ..queue.aio import QueuedPrimitive, TaskLocal
-from .rules import Identity, SemaphoreBase, check_limit, encode_identity
+from ..queue.aio import SemaphoreHeldPerTask
+from .rules import Identity, Permit, SemaphoreBase, check_limit, encode_identity
 
-__all__ = ["Semaphore"]
+# Permit, SemaphoreBase, check_limit and encode_identity live in _semaphore_base (shared by the
+# twins); they stay importable from here.
+__all__ = ["Semaphore", "Permit", "SemaphoreBase", "check_limit", "encode_identity"]
 
-#: A subclass's ``with`` block gives that subclass (a DurableLock's gives a DurableLock).
+#: A subclass's ``with`` block gives that subclass.
 _SemaphoreT = TypeVar("_SemaphoreT", bound="Semaphore")
 
 
-class Semaphore(QueuedPrimitive, SemaphoreBase):
-    """Asyncio counting semaphore with leased, fenced permits on server time, served FIFO."""
+class Semaphore(SemaphoreHeldPerTask):
+    """A counting semaphore whose permits are leased on server time, fenced and served FIFO.
+
+    ``Semaphore(redis, name, limit=None, timeout=None, blocking=False, blocking_timeout=None, *,
+    label=None, auto_renew=False, on_lost=None, raise_on_release_error=True, waiter_lease=2.0)``
+
+    * ``limit``: stored in Redis by the first acquire when no limit is stored yet; afterwards the
+      stored limit applies (change it with :meth:`set_max_size`).
+    * ``timeout``: lease of each permit in seconds (``None``: permits never expire).
+    * ``blocking``/``blocking_timeout``: defaults of :meth:`acquire` (non-blocking by default, as for
+      identity semaphores); the context manager always waits, up to ``blocking_timeout``.
+    * ``auto_renew``: the watchdog renews each permit at ``timeout / 3``; ``on_lost(permit)`` is
+      called when a permit could not be renewed in time.
+    """
 
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
-        self.local: Any = TaskLocal()
-
-    def _stack(self) -> list[bytes]:
-        space = self.local.space()
-        stack = getattr(space, "stack", None)
-        if stack is None:
-            stack = space.stack = []
-        return stack
+        self.local = self._new_local()
 
     # -- the identity semaphore's API --------------------------------------------------------------
     async def set_max_size(self, size: int) -> None:
-        """See :meth:`django_redis_coord.core.semaphore.sync.Semaphore.set_max_size`."""
+        """Set the limit for every client.  Raising it serves waiting callers at once; lowering it
+        stops new grants until enough holders have released (nobody is evicted)."""
         check_limit(size, self.name)
         await self.do_set_limit(size)
 
     async def get_max_size(self) -> int:
+        """The limit stored in Redis; else the one this object would store; else 0."""
         stored = await self.redis.hget(self.keys.meta, "limit")
         if stored is not None:
             return int(stored)
         return self.limit or 0
 
     async def get_current_size(self) -> int:
+        """How many permits are held right now (leases that ended are not counted)."""
         return int((await self.do_inspect("count"))[2])
 
     async def acquire(
@@ -63,7 +107,13 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         blocking: Optional[bool] = None,
         blocking_timeout: Optional[Number] = None,
     ) -> bool:
-        """Take a permit; see :meth:`django_redis_coord.core.semaphore.sync.Semaphore.acquire`."""
+        """Take a permit for ``identity`` (default: a fresh token kept for this thread or task).
+
+        Returns True once held, False when none is free (non-blocking) or ``blocking_timeout``
+        passed.  An identity that already holds a permit gets its lease renewed (True).  A
+        blocking call waits in FIFO order and is woken by a release, when the earliest lease
+        ends, or at ``blocking_timeout`` (kept on the client's monotonic clock).
+        """
         started = time.monotonic()
         blocking, stop_at = self.wait_args(blocking, blocking_timeout)
         token = encode_identity(identity, self.name) if identity is not None else new_token()
@@ -77,43 +127,59 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         return True
 
     async def release(self, identity: Optional[Identity] = None) -> bool:
-        """Return a permit; see :meth:`django_redis_coord.core.semaphore.sync.Semaphore.release`."""
-        _, permit, held = self._to_release(identity)
-        fence = permit.fence if permit is not None else None
-        # Completes (and is told) even if this task is cancelled meanwhile (see Lock.release).
-        call = self._release_call(identity)
-        return await run_to_completion(self._release_told(
-            call, fence, held, when=lambda released: released and permit is not None and not permit.lost))
+        """Return the permit of ``identity`` (default: this thread's latest permit).
+
+        True when it was released; False when that identity holds no permit (never had one, or
+        its lease ended).  Free permits go to the first waiters at once.
+        """
+        token, _, held = self._to_release(identity)
+        self._stop_watching(token)
+        # In asyncio, once asked, the release completes (and is told) even if its task is cancelled
+        # meanwhile (a client going away under ASGI).
+        return await run_to_completion(self._release_permit(token, self._stack(), held, tell=True))
 
     def _release_call(self, identity: Optional[Identity] = None) -> Awaitable[bool]:
-        """The call that returns this task's permit (or ``identity``'s), needing nothing from the
-        task (see :meth:`django_redis_coord.asyncio.Lock._release_call`)."""
+        """Return the permit of ``identity`` (default: this thread's or task's latest), untold: the
+        give-back of a grant whose ``acquired`` receiver raised.  In asyncio the call needs nothing
+        from the task, so it can finish in another one (see :meth:`release`)."""
         token = self._token_to_release(identity)
         self._stop_watching(token)
         return self._release_permit(token, self._stack())
 
-    async def _release_permit(self, token: bytes, stack: list[bytes]) -> bool:
+    async def _release_permit(
+        self, token: bytes, stack: list[bytes], held: Optional[float] = None, tell: bool = False
+    ) -> bool:
+        """Release the permit of ``token`` (``stack``: the anonymous permits of the thread or task
+        that took it) and tell its loss, or with ``tell`` its release: one call, so that (in
+        asyncio) a release finished after its task was cancelled is told too.  Local state is
+        kept until Redis answered: a connection error must leave a way to retry."""
         permit = self._permits.get(token)
         released = await self.do_release(token)
         self._forget(token, stack)
-        if permit is not None and (permit.lost or not released):
-            await self._atell_lost_now(permit)
+        if permit is not None:
+            if not released or permit.lost:
+                await self._atell_lost_now(permit)
+            elif tell:
+                await self._atell_released(permit.fence, held)
         return released
 
     async def extend(
         self, additional_time: Number, replace_ttl: bool = False, identity: Optional[Identity] = None
     ) -> bool:
+        """Add ``additional_time`` seconds to a permit's remaining lease (or set it, with ``replace_ttl``)."""
         check_number("additional_time", additional_time, allow_none=False, positive=True, lock_name=self.name)
         permit = self._held(identity)
         self.check_extendable("extend")
         return await self._extend_hold(permit, to_ms(additional_time), "replace" if replace_ttl else "add")
 
     async def reacquire(self, identity: Optional[Identity] = None) -> bool:
+        """Reset a permit's lease to ``timeout``."""
         permit = self._held(identity)
         self.check_extendable("reacquire")
         return await self._extend_hold(permit, self._ttl_ms, "replace")
 
     async def holders(self) -> list[HolderInfo]:
+        """Every live permit of this semaphore (from all clients) with its holder's metadata."""
         return permits_from_inspect(self.keys.name, await self.do_inspect("full"))
 
     # -- context manager -------------------------------------------------------------------------
@@ -141,8 +207,8 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
 
     async def do_extend(self, token: bytes, ms: int, mode: str) -> int:
         script = self.scripts.get(self.redis, "sem_extend")
-        return self.checked_pttl(token, int(await script(self.extend_keys(), self.extend_args(token, ms, mode),
-                                                          client=self.redis)))
+        pttl = int(await script(self.extend_keys(), self.extend_args(token, ms, mode), client=self.redis))
+        return self.checked_pttl(token, pttl)
 
     async def do_set_limit(self, size: int) -> int:
         script = self.scripts.get(self.redis, "sem_set_limit")

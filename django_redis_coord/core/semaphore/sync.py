@@ -1,4 +1,10 @@
-"""Counting semaphores on Redis (sync): leased, fenced permits on server time, served in FIFO order.
+# Generated from django_redis_coord/core/semaphore/aio.py by `python3 dev.py twins`: edit that file, not this one.
+"""Counting semaphores on Redis: leased, fenced permits on server time, served in FIFO order.
+
+:class:`django_redis_coord.core.semaphore.sync.Semaphore` over a sync client,
+:class:`django_redis_coord.core.semaphore.aio.Semaphore` over a ``redis.asyncio`` one (same names,
+arguments and behaviour, with ``await``); the sync module is generated from the asyncio one
+(docs/twins.md).
 
 A semaphore whose holders name themselves (an identity per permit)::
 
@@ -31,11 +37,14 @@ and so does the form with the limit and the lease given up front, waiting in lin
   it (see :mod:`django_redis_coord.core.waiting.sync`).  A waiter also looks again when the earliest lease
   ends, so a crashed holder's permit is reused promptly.
 * Optional watchdog renewal of each permit, with the same loss signal as :class:`Lock`.
+
+Permits taken without an identity belong to the thread (sync) or the asyncio task that took them,
+so two threads or tasks sharing one instance never release each other's permit.  In asyncio a
+release, once asked, completes even if its task is cancelled meanwhile.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from types import TracebackType
 from typing import Any, Optional, TypeVar, Union
@@ -43,23 +52,18 @@ from typing import Any, Optional, TypeVar, Union
 from ..arguments import Number, check_number, new_token, to_ms
 from ..exceptions import LockAcquireTimeout
 from ..holders import HolderInfo, permits_from_inspect
-from ..queue.sync import QueuedPrimitive
+from ..queue.sync import SemaphoreHeldPerThread
 from .rules import Identity, Permit, SemaphoreBase, check_limit, encode_identity
 
-# Permit, SemaphoreBase, check_limit and encode_identity live in _semaphore_base (shared with the
-# asyncio twin); they stay importable from here.
+# Permit, SemaphoreBase, check_limit and encode_identity live in _semaphore_base (shared by the
+# twins); they stay importable from here.
 __all__ = ["Semaphore", "Permit", "SemaphoreBase", "check_limit", "encode_identity"]
 
-#: A subclass's ``with`` block gives that subclass (a DurableLock's gives a DurableLock).
+#: A subclass's ``with`` block gives that subclass.
 _SemaphoreT = TypeVar("_SemaphoreT", bound="Semaphore")
 
 
-class _ThreadStacks(threading.local):
-    def __init__(self) -> None:
-        self.stack: list[bytes] = []
-
-
-class Semaphore(QueuedPrimitive, SemaphoreBase):
+class Semaphore(SemaphoreHeldPerThread):
     """A counting semaphore whose permits are leased on server time, fenced and served FIFO.
 
     ``Semaphore(redis, name, limit=None, timeout=None, blocking=False, blocking_timeout=None, *,
@@ -76,10 +80,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
 
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
-        self.local = _ThreadStacks()
-
-    def _stack(self) -> list[bytes]:
-        return self.local.stack
+        self.local = self._new_local()
 
     # -- the identity semaphore's API --------------------------------------------------------------
     def set_max_size(self, size: int) -> None:
@@ -97,7 +98,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
 
     def get_current_size(self) -> int:
         """How many permits are held right now (leases that ended are not counted)."""
-        return int(self.do_inspect("count")[2])
+        return int((self.do_inspect("count"))[2])
 
     def acquire(
         self,
@@ -105,7 +106,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         blocking: Optional[bool] = None,
         blocking_timeout: Optional[Number] = None,
     ) -> bool:
-        """Take a permit for ``identity`` (default: a fresh token kept for this thread).
+        """Take a permit for ``identity`` (default: a fresh token kept for this thread or task).
 
         Returns True once held, False when none is free (non-blocking) or ``blocking_timeout``
         passed.  An identity that already holds a permit gets its lease renewed (True).  A
@@ -121,7 +122,7 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
             return False
         permit, new = self._own(token, *taken, anonymous=identity is None)
         if new:  # an identity renewing its live permit is no new hold
-            self._tell_acquired(permit, started, lambda: self.release(identity))
+            self._tell_acquired(permit, started, lambda: self._release_call(identity))
         return True
 
     def release(self, identity: Optional[Identity] = None) -> bool:
@@ -130,19 +131,40 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
         True when it was released; False when that identity holds no permit (never had one, or
         its lease ended).  Free permits go to the first waiters at once.
         """
-        token, permit, held = self._to_release(identity)
+        token, _, held = self._to_release(identity)
         self._stop_watching(token)
-        # Keep local state until Redis answered: a connection error must leave a way to retry.
+        # In asyncio, once asked, the release completes (and is told) even if its task is cancelled
+        # meanwhile (a client going away under ASGI).
+        return self._release_permit(token, self._stack(), held, tell=True)
+
+    def _release_call(self, identity: Optional[Identity] = None) -> bool:
+        """Return the permit of ``identity`` (default: this thread's or task's latest), untold: the
+        give-back of a grant whose ``acquired`` receiver raised.  In asyncio the call needs nothing
+        from the task, so it can finish in another one (see :meth:`release`)."""
+        token = self._token_to_release(identity)
+        self._stop_watching(token)
+        return self._release_permit(token, self._stack())
+
+    def _release_permit(
+        self, token: bytes, stack: list[bytes], held: Optional[float] = None, tell: bool = False
+    ) -> bool:
+        """Release the permit of ``token`` (``stack``: the anonymous permits of the thread or task
+        that took it) and tell its loss, or with ``tell`` its release: one call, so that (in
+        asyncio) a release finished after its task was cancelled is told too.  Local state is
+        kept until Redis answered: a connection error must leave a way to retry."""
+        permit = self._permits.get(token)
         released = self.do_release(token)
-        self._forget(token)
+        self._forget(token, stack)
         if permit is not None:
-            if released and not permit.lost:
+            if not released or permit.lost:
+                self._tell_lost_now(permit)
+            elif tell:
                 self._tell_released(permit.fence, held)
-            else:
-                self._tell_lost(permit)
         return released
 
-    def extend(self, additional_time: Number, replace_ttl: bool = False, identity: Optional[Identity] = None) -> bool:
+    def extend(
+        self, additional_time: Number, replace_ttl: bool = False, identity: Optional[Identity] = None
+    ) -> bool:
         """Add ``additional_time`` seconds to a permit's remaining lease (or set it, with ``replace_ttl``)."""
         check_number("additional_time", additional_time, allow_none=False, positive=True, lock_name=self.name)
         permit = self._held(identity)
@@ -184,8 +206,8 @@ class Semaphore(QueuedPrimitive, SemaphoreBase):
 
     def do_extend(self, token: bytes, ms: int, mode: str) -> int:
         script = self.scripts.get(self.redis, "sem_extend")
-        return self.checked_pttl(token, int(script(self.extend_keys(), self.extend_args(token, ms, mode),
-                                                   client=self.redis)))
+        pttl = int(script(self.extend_keys(), self.extend_args(token, ms, mode), client=self.redis))
+        return self.checked_pttl(token, pttl)
 
     def do_set_limit(self, size: int) -> int:
         script = self.scripts.get(self.redis, "sem_set_limit")
