@@ -230,12 +230,13 @@ def test_a_with_block_that_outlives_its_lease(masters, caplog):
 def test_the_watchdog_renews_on_all_masters(masters):
     three = masters[:3]
     lost = []
-    lock = Redlock(three, "renewed", timeout=0.5, auto_renew=True, on_lost=lost.append)
+    # Each renewal must hear from a quorum within node_timeout: the longest a TTL allows (a quarter).
+    lock = Redlock(three, "renewed", timeout=1.2, node_timeout=0.3, auto_renew=True, on_lost=lost.append)
     lock.acquire()
     fence = lock.fence
-    time.sleep(1.6)
+    time.sleep(3.6)
     assert lock.valid and lock.owned() and not lost
-    assert all(0 < client.pttl("renewed") <= 500 for client in three)
+    assert all(0 < client.pttl("renewed") <= 1200 for client in three)
     assert lock.fence == fence
     lock.release()
     assert holders_of(three, "renewed") == [None] * 3
@@ -497,9 +498,12 @@ def test_asyncio_twin(five):
             assert await lock.extend(5)
             assert all(5000 < pttl <= 10000 for pttl in [await client.pttl("aio") for client in clients])
         assert [await client.get("aio") for client in clients] == [None] * 3
-        renewed = AsyncRedlock(clients, "aio-renewed", timeout=0.4, auto_renew=True)
+        # Every acquire and renewal must hear from a quorum within node_timeout (a tenth of the TTL
+        # by default: 40 ms for 0.4 s, which a loaded machine misses); the longest node_timeout a
+        # TTL allows (a quarter of it), and three TTLs slept through.
+        renewed = AsyncRedlock(clients, "aio-renewed", timeout=1.2, node_timeout=0.3, auto_renew=True)
         await renewed.acquire()
-        await asyncio.sleep(1.2)
+        await asyncio.sleep(3.6)
         assert renewed.valid and await renewed.owned()
         await renewed.release()
         for client in clients:

@@ -74,7 +74,10 @@ def test_tokenless_lock_is_caught(lock_server):
 
 
 def test_fence_drawn_before_the_grant_is_caught(lock_server):
-    outcome = run_workload(load(lock_server, "racy-fence", gap=0.05))
+    # The race needs a client to draw its fence, then lose the lock to one that drew a greater fence
+    # later: enough rounds and a wide enough gap that a loaded machine's scheduling still lets it
+    # happen (with 10 rounds and a 50 ms gap, one run in a loaded suite saw no fence go backwards).
+    outcome = run_workload(load(lock_server, "racy-fence", gap=0.1, rounds=30))
     assert "fences" in flagged(outcome), outcome.describe()
 
 

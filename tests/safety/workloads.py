@@ -198,6 +198,10 @@ class Workload:
     limit: int = 1
     #: Time between the two round trips of the unsafe locks (a slow network or a paused client).
     gap: float = 0.0
+    #: With ``duration``: a multiprocessing Event the clients also wait for before they stop (a
+    #: nemesis's :attr:`Nemesis.finished`: its last fault and a quiet time after it were run,
+    #: however long a loaded machine took over them).
+    until: Any = None
     seed: int = 0
     #: Sleep after a call whose outcome is unknown (the server is probably gone).
     backoff: float = 0.05
@@ -236,7 +240,7 @@ def client_main(w: Workload, index: int, make: Optional[Callable[..., Any]] = No
         rec.note("lost")
 
     for round_no in range(w.rounds if stop_at is None else 10**9):
-        if stop_at is not None and time.monotonic() >= stop_at:
+        if stop_at is not None and time.monotonic() >= stop_at and (w.until is None or w.until.is_set()):
             break
         adapter = make(w, lock_client, on_lost, rng)
         rec.invoke("acquire", {"blocking_timeout": w.blocking_timeout, **adapter.details})
@@ -336,12 +340,19 @@ def _child(w: Workload, index: int, queue: Any, main: Callable[[Any, int], list]
 
 class Nemesis:
     """A fault injector: a thread calling ``step()`` every ``every`` seconds until stopped (or,
-    with ``stop_after``, until that many seconds after it started, leaving the rest of the run
-    fault-free)."""
+    with ``stop_after``, until that many seconds after it started, or with ``count``, after that
+    many faults, leaving the rest of the run fault-free).  :attr:`finished` is set ``quiet_for``
+    seconds after its last fault (give it to :attr:`Workload.until`)."""
 
-    def __init__(self, every: float, stop_after: Optional[float] = None) -> None:
+    def __init__(self, every: float, stop_after: Optional[float] = None, count: Optional[int] = None,
+                 quiet_for: float = 0.0) -> None:
+        from tests.procs import CTX
+
         self.every = every
         self.stop_after = stop_after
+        self.count = count
+        self.quiet_for = quiet_for
+        self.finished = CTX.Event()
         self.faults = 0
         self.log: list[str] = []
         #: ``monotonic_ns`` instants at which each fault began.
@@ -363,10 +374,14 @@ class Nemesis:
                 if self.stop_after is not None and time.monotonic() - started > self.stop_after:
                     break
                 self.step()
+                if self.count is not None and self.faults >= self.count:
+                    break
         except BaseException as exc:  # surfaced by stop()
             self.error = exc
         finally:
             self.heal()
+        self._stop.wait(self.quiet_for)
+        self.finished.set()
 
     def step(self) -> None:
         raise NotImplementedError
@@ -376,6 +391,7 @@ class Nemesis:
 
     def stop(self) -> None:
         self._stop.set()
+        self.finished.set()
         if self._thread is not None:
             self._thread.join(30)
         if self.error is not None:
@@ -448,8 +464,9 @@ class HolderPauseNemesis(PauseNemesis):
 class RestartNemesis(Nemesis):
     """SIGKILL the lock's redis-server (no persistence) and start it again after ``down_for``."""
 
-    def __init__(self, server: Any, every: float, down_for: float, stop_after: Optional[float] = None) -> None:
-        super().__init__(every, stop_after)
+    def __init__(self, server: Any, every: float, down_for: float, stop_after: Optional[float] = None,
+                 count: Optional[int] = None, quiet_for: float = 0.0) -> None:
+        super().__init__(every, stop_after, count, quiet_for)
         self.server = server
         self.down_for = down_for
 
