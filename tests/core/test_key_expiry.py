@@ -8,17 +8,10 @@ import threading
 from django_redis_coord import Lock, Semaphore
 from django_redis_coord._base import META_RETENTION_MS
 from django_redis_coord.listing import HolderListing
+from tests.support.expiry import keys_without_expiry, longest_ttl
 
 #: The registry of a slot outlives its latest entry by one to two minutes.
 REGISTRY_GRACE_MS = 120_000
-
-
-def keys_without_expiry(client) -> list[bytes]:
-    return [key for key in client.scan_iter(count=1000) if client.pttl(key) == -1]
-
-
-def longest_ttl(client) -> int:
-    return max((client.pttl(key) for key in client.scan_iter(count=1000)), default=0)
 
 
 def test_names_used_once_leave_only_keys_that_expire(redis_client):

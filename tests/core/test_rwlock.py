@@ -31,8 +31,8 @@ from django_redis_coord.holders import rwlock_holders
 from django_redis_coord.keys import key_slot
 from django_redis_coord.rwlock import ReadWriteLock
 from django_redis_coord.watchdog import sync_watchdog
-from tests.core.test_key_expiry import keys_without_expiry, longest_ttl
 from tests.core.test_semaphore import max_concurrent
+from tests.support.expiry import keys_without_expiry, longest_ttl
 from tests.support.fences import assert_each_above_the_last, counter_ahead_of_the_clock
 from tests.support.procs import CTX
 

@@ -14,7 +14,7 @@ from django_redis_coord.metrics import BUCKETS, OTHER_TEMPLATE, HistoryRecorder,
 from django_redis_coord.metrics._recording import failures
 from django_redis_coord.metrics.history import RETENTION_SECONDS, history_key
 from django_redis_coord.metrics.history_reading import quantile
-from tests.core.test_key_expiry import keys_without_expiry
+from tests.support.expiry import keys_without_expiry
 from tests.support.procs import run_processes
 
 #: A fixed instant (seconds since the epoch), the 30th second of its minute.

@@ -229,7 +229,7 @@ def test_admin_refuses_hostile_read_write_ids_and_forms(users, redis_client):
 
 def test_force_releases_leave_only_keys_that_expire(redis_client):
     from django_redis_coord._base import META_RETENTION_MS
-    from tests.core.test_key_expiry import keys_without_expiry, longest_ttl
+    from tests.support.expiry import keys_without_expiry, longest_ttl
 
     endless = ReadWriteLock(redis_client, "endless", timeout=None)  # held for ever by a process that died
     assert endless.write.acquire()

@@ -27,6 +27,10 @@ from tests.safety.proxy import Proxy
 from tests.safety.workloads import ProxyNemesis, Resource, RestartNemesis, Workload, run_workload
 from tests.support.procs import CTX
 
+# Multi-process workloads whose faults are timed against short TTLs: they run alone, after the
+# parallel part of dev.py test (tests/README.md, "Markers").
+pytestmark = pytest.mark.serial
+
 TTL = 0.5
 
 

@@ -1,9 +1,20 @@
-"""The end of a dead holder's key, checked against the documented bound, not this machine's speed."""
+"""Keys that end: what a server holds without expiry, its longest TTL, and the end of a dead holder's
+key (checked against the documented bound, not this machine's speed)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
+
+
+def keys_without_expiry(client: Any) -> list[bytes]:
+    """The keys of ``client``'s database that never expire."""
+    return [key for key in client.scan_iter(count=1000) if client.pttl(key) == -1]
+
+
+def longest_ttl(client: Any) -> int:
+    """The longest PTTL among the keys of ``client``'s database (0 when it is empty)."""
+    return max((client.pttl(key) for key in client.scan_iter(count=1000)), default=0)
 
 
 def sleep_out_ttl(client: Any, key: str, bound_ms: int) -> int:
