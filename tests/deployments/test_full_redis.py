@@ -12,6 +12,10 @@ import redis
 
 from django_redis_coord import Leader, Lock, ReadWriteLock, Semaphore
 
+# Each test fills a server while its holds live on 5 s TTLs (the renewals check what a 5 s hold
+# becomes): filling must not be slowed by other tests, so these run alone (tests/README.md).
+pytestmark = pytest.mark.serial
+
 
 def fill_up(client: redis.Redis) -> None:
     """Write 2 MB, then set ``maxmemory`` below what the server uses: every write that may need
