@@ -138,6 +138,20 @@ def test_dev_py_test_ends_with_each_runs_server_and_client_and_a_closing_count_l
     assert dev.core_only(["-x", "-m", "slow", "tests/safety"]) == ["-m", "core and (slow)", "-x", "tests/safety"]
 
 
+def test_dev_py_test_runs_a_leg_as_a_parallel_part_then_the_serial_tests(monkeypatch):
+    dev = load_dev_py()
+    monkeypatch.delenv("DCOORD_TEST_WORKERS", raising=False)
+    assert dev.parts(["-m", "core", "-x"]) == [
+        ["-m", "not serial and (core)", "-x", "-n", "3", "--dist", "loadfile"],
+        ["-m", "serial and (core)", "-x"],
+    ]
+    assert dev.parts(["-n", "2", "tests/core"]) == [["-n", "2", "tests/core"]]  # their own -n: as given
+    monkeypatch.setenv("DCOORD_TEST_WORKERS", "0")
+    assert dev.parts(["tests/core"]) == [["tests/core"]]
+    assert dev.runs_browser_test([]) and dev.runs_browser_test(["tests/operators", "-x"])
+    assert not dev.runs_browser_test(["tests/core/test_lock.py::test_x"])
+
+
 def test_a_test_run_reports_the_server_and_client_it_talked_to(tmp_path):
     report = tmp_path / "facts.json"
     result = subprocess.run(
