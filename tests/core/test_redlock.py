@@ -26,6 +26,10 @@ from django_redis_coord.redlock import QuorumUnavailable, Redlock
 from django_redis_coord.server import RedisServer
 from tests.support.procs import run_processes
 
+# Each master gets tens to hundreds of milliseconds (node_timeout, the validity left of a sub-second
+# TTL), as Redlock intends: beside three busy workers the masters were not asked in time, so these
+# run alone (tests/README.md).
+pytestmark = pytest.mark.serial
 
 @pytest.fixture(autouse=True)
 def patient_masters(monkeypatch):
