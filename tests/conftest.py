@@ -4,14 +4,16 @@
 * ``redis_client`` / ``async_redis``: clients of it, the database flushed before each test.
 * ``redis_servers``: a factory for extra private servers (Redlock, faults), stopped after the test.
 
-The tests of the core primitives and their Lua scripts (the files in ``CORE_TEST_FILES``: no Django
+The tests of the core primitives and their Lua scripts (the files under ``tests/core/``: no Django
 layer, no cluster or sentinel deployment, no fault harness) carry the ``core`` marker:
 ``pytest -m core`` runs them alone, as ``dev.py test`` does against each further server and client
-(docs/testing.md).  The run's header names the server and the client the tests talk to.
+(tests/README.md).  The run's header names the server and the client the tests talk to.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import signal as os_signal
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -20,16 +22,11 @@ import pytest
 import redis
 
 from django_redis_coord.testing.server import RedisServer
-from tests import redis_session
+from tests.support import redis_session
 
-CORE_TEST_FILES = frozenset({
-    "test_lock.py", "test_async_lock.py", "test_semaphore.py", "test_async_semaphore.py",
-    "test_rwlock.py", "test_rwlock_shared.py", "test_leader.py", "test_redlock.py",
-    "test_watchdog.py", "test_waiting.py", "test_wait_hub.py", "test_events.py", "test_max_hold.py",
-    "test_fence_restarts.py", "test_key_expiry.py", "test_transactions.py", "test_listing.py",
-    "test_security.py", "test_properties.py",
-})
 TESTS = Path(__file__).resolve().parent
+FACTS_ENV = "DCOORD_TEST_FACTS"
+CORE_TESTS = TESTS / "core"  #: every test under it carries the ``core`` marker
 
 
 def pytest_configure() -> None:
@@ -50,7 +47,7 @@ def pytest_configure() -> None:
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.parent == TESTS and item.path.name in CORE_TEST_FILES:
+        if item.path.is_relative_to(CORE_TESTS):
             item.add_marker(pytest.mark.core)
 
 
@@ -79,11 +76,13 @@ def pytest_report_header() -> str:
     return f"server: {facts['server']}; client: {facts['client']}, {facts['protocol']}"
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _server_and_client_in_the_report(record_testsuite_property):
-    """The same facts as the header, in the JUnit XML report (``--junitxml``) that dev.py reads."""
-    for name, value in server_and_client().items():
-        record_testsuite_property(name, value)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The same facts as the header, as JSON in the file ``DCOORD_TEST_FACTS`` names (dev.py reads
+    it), written by the process that runs the session (under pytest-xdist, the controller; its
+    workers' servers are the same binary)."""
+    path = os.environ.get(FACTS_ENV)
+    if path and not hasattr(session.config, "workerinput"):
+        Path(path).write_text(json.dumps(server_and_client()))
 
 
 class SessionServer:
@@ -155,8 +154,8 @@ def redis_servers():
 
 @pytest.fixture
 def spawn(redis_url):
-    """``spawn(...)`` starts a holder process (tests/hold_lock.py); all are stopped after the test."""
-    from tests.hold_lock import HolderProcesses
+    """``spawn(...)`` starts a holder process (tests/support/hold_lock.py); all are stopped after the test."""
+    from tests.support.hold_lock import HolderProcesses
 
     with HolderProcesses(redis_url) as processes:
         yield processes.start

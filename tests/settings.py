@@ -1,6 +1,6 @@
 """Django settings for the test suite; the Redis URL is filled in by tests/conftest.py."""
 
-from tests import redis_session
+from tests.support import redis_session
 
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False

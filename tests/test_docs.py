@@ -282,7 +282,7 @@ def stack():
 @pytest.fixture(autouse=True)
 def _forget_redlock_users():
     """Functions a page decorates with ``@locked(redlock=True)`` must not make other modules'
-    system checks report E017 (as in tests/test_django_redlock.py)."""
+    system checks report E017 (as in tests/django/test_redlock.py)."""
     from django_redis_coord.decorator.locked import redlock_users
 
     before = dict(redlock_users)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import re
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import redis
@@ -92,11 +93,19 @@ def test_readme_opens_with_a_two_command_quick_start_that_ci_runs():
     assert "python3 dev.py test" in ci
 
 
-def test_the_core_tests_named_for_the_matrix_exist():
-    """A misspelt name in CORE_TEST_FILES would drop that file from every further server and client."""
-    from tests.conftest import CORE_TEST_FILES, TESTS
+def test_the_core_marker_selects_exactly_the_tests_under_tests_core():
+    """``-m core`` (what dev.py runs against every further server and client) is the folder
+    tests/core/, every file of it and nothing else."""
+    from tests.conftest import CORE_TESTS
 
-    assert CORE_TEST_FILES and all((TESTS / name).is_file() for name in CORE_TEST_FILES)
+    files = {str(path.relative_to(ROOT)) for path in CORE_TESTS.glob("test_*.py")}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", "core"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    selected = {line.split("::", 1)[0] for line in result.stdout.splitlines() if "::" in line}
+    assert len(files) > 10 and selected == files
 
 
 def test_readme_requirements_name_the_redis_py_floor_that_ci_installs():
@@ -133,14 +142,28 @@ def test_dev_py_test_ends_with_each_runs_server_and_client_and_a_closing_count_l
     assert dev.core_only(["-x", "-m", "slow", "tests/safety"]) == ["-m", "core and (slow)", "-x", "tests/safety"]
 
 
+def test_dev_py_test_runs_a_leg_as_a_parallel_part_then_the_serial_tests(monkeypatch):
+    dev = load_dev_py()
+    monkeypatch.delenv("DCOORD_TEST_WORKERS", raising=False)
+    assert dev.parts(["-m", "core", "-x"]) == [
+        ["-m", "not serial and (core)", "-x", "-n", "3", "--dist", "loadfile"],
+        ["-m", "serial and (core)", "-x"],
+    ]
+    assert dev.parts(["-n", "2", "tests/core"]) == [["-n", "2", "tests/core"]]  # their own -n: as given
+    monkeypatch.setenv("DCOORD_TEST_WORKERS", "0")
+    assert dev.parts(["tests/core"]) == [["tests/core"]]
+    assert dev.runs_browser_test([]) and dev.runs_browser_test(["tests/operators", "-x"])
+    assert not dev.runs_browser_test(["tests/core/test_lock.py::test_x"])
+
+
 def test_a_test_run_reports_the_server_and_client_it_talked_to(tmp_path):
-    report = tmp_path / "report.xml"
+    report = tmp_path / "facts.json"
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-         "tests/test_fence_restarts.py::test_without_persistence_a_fence_ahead_of_the_clock_is_forgotten"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+         "tests/core/test_fence_restarts.py::test_without_persistence_a_fence_ahead_of_the_clock_is_forgotten"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "DCOORD_TEST_FACTS": str(report)},
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    facts = {p.get("name"): p.get("value") for p in ET.parse(report).getroot().iter("property")}
+    facts = json.loads(report.read_text())
     assert facts["client"] == f"redis-py {redis.__version__}"
     assert facts["server"].startswith(("Redis ", "Valkey ")) and facts["protocol"] in ("RESP2", "RESP3")

@@ -15,7 +15,7 @@ import django_redis_coord
 import django_redis_coord.asyncio
 
 ROOT = Path(__file__).resolve().parent.parent
-USER_MODULE = ROOT / "tests" / "typing_user.py"
+USER_MODULE = ROOT / "tests" / "support" / "typing_user.py"
 
 
 def run_mypy(*paths: Path) -> str:

@@ -1,7 +1,8 @@
 """Safety suite settings: longer variants are marked ``slow`` and left out unless asked for.
 
 ``pytest tests/safety`` runs the bounded version (what CI runs).  Select the slow variants with
-``-m slow`` (or any ``-m`` expression that names them), or set ``DCOORD_SLOW=1`` to run all.
+``-m slow`` (or any ``-m`` expression that names them: ``-m "not serial"``, as dev.py runs, keeps
+them out), or set ``DCOORD_SLOW=1`` to run all.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("markexpr") or os.environ.get("DCOORD_SLOW") == "1":
+    if "slow" in config.getoption("markexpr") or os.environ.get("DCOORD_SLOW") == "1":
         return
     keep, drop = [], []
     for item in items:

@@ -22,10 +22,14 @@ from redis.retry import Retry
 from django_redis_coord import Lock, LockLostError, LockNotOwnedError, Semaphore
 from django_redis_coord.asyncio import Lock as AsyncLock
 from django_redis_coord.integrations.fencing import fenced_get, fenced_set
-from tests.procs import CTX
 from tests.safety.checkers import check_fences, check_lost_updates, extract_holds
 from tests.safety.proxy import Proxy
 from tests.safety.workloads import ProxyNemesis, Resource, RestartNemesis, Workload, run_workload
+from tests.support.procs import CTX
+
+# Multi-process workloads whose faults are timed against short TTLs: they run alone, after the
+# parallel part of dev.py test (tests/README.md, "Markers").
+pytestmark = pytest.mark.serial
 
 TTL = 0.5
 

@@ -15,6 +15,10 @@ from tests.safety.history import FAIL, OK, history_of
 from tests.safety.rw import RWHolderPauseNemesis, RWMutex, RWWorkload, check_rw_history, rw_client_main
 from tests.safety.workloads import PauseNemesis, run_workload
 
+# Multi-process workloads whose faults are timed against short TTLs: they run alone, after the
+# parallel part of dev.py test (tests/README.md, "Markers").
+pytestmark = pytest.mark.serial
+
 D = 10**12
 RW_LOAD = RWWorkload(processes=6, rounds=12, ttl=0.25, hold=(0.001, 0.015), stall=0.1, stall_for=0.35, seed=5)
 

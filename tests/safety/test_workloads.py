@@ -12,6 +12,10 @@ import pytest
 
 from tests.safety.workloads import HolderPauseNemesis, Workload, run_workload
 
+# Multi-process workloads whose faults are timed against short TTLs: they run alone, after the
+# parallel part of dev.py test (tests/README.md, "Markers").
+pytestmark = pytest.mark.serial
+
 LOAD = Workload(processes=4, rounds=10, ttl=0.2, hold=(0.001, 0.015), stall=0.15, stall_for=0.3, seed=7)
 
 

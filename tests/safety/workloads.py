@@ -543,7 +543,7 @@ def run_clients(w: Workload, nemesis: Optional[Nemesis] = None, timeout: float =
 
     Raises AssertionError if a client failed or did not finish within ``timeout`` (a hang).
     """
-    from tests.procs import CTX
+    from tests.support.procs import CTX
 
     queue = CTX.Queue()
     procs = [CTX.Process(target=_child, args=(w, index, queue, main), daemon=True) for index in range(w.processes)]

@@ -1,4 +1,4 @@
-"""Views holding a side of a read-write lock (``@locked(..., mode=...)``), for tests/test_django_rwlock.py.
+"""Views holding a side of a read-write lock (``@locked(..., mode=...)``), for tests/django/test_rwlock.py.
 
 As in :mod:`tests.testapp.views`, a holding view announces itself (``entered:<name>``) and stays
 inside until the test sets ``go:<name>``; it answers with its hold's mode, fence and validity.

@@ -1,4 +1,4 @@
-"""Settings of the processes that enqueue and run tasks (tests/test_django_tasks.py): the test
+"""Settings of the processes that enqueue and run tasks (tests/integrations/test_django_tasks.py): the test
 settings plus Django's tasks framework on django-tasks-db, in the SQLite file ``DCOORD_TASKS_DB``."""
 
 import os

@@ -1,4 +1,4 @@
-"""Tasks run by a real django-tasks-db worker in tests/test_django_tasks.py.
+"""Tasks run by a real django-tasks-db worker in tests/integrations/test_django_tasks.py.
 
 Each records its runs in Redis (``runs:<name>`` counts them, ``started:<name>`` says one started)
 and waits for the test to push ``gate:<name>``, so the test decides how long it runs, however slow

@@ -1,4 +1,4 @@
-"""A plain management command for tests/test_locks_run.py (run by ``manage.py locks run``):
+"""A plain management command for tests/operators/test_locks_run.py (run by ``manage.py locks run``):
 records its pid in Redis (``started:<name>``), waits for ``gate:<name>`` (at most ``--for``
 seconds), then returns, exits with ``--status``, raises ``CommandError(returncode=--status)`` or
 raises ``RuntimeError``, as ``--then`` says."""
@@ -9,7 +9,7 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from django_redis_coord.config.connection import get_client
-from tests.testapp.gate import wait_for_gate
+from tests.support.gate import wait_for_gate
 
 
 class Command(BaseCommand):

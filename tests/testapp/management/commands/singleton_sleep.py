@@ -1,9 +1,9 @@
-"""A singleton command for tests/test_singleton_commands.py: records its start in Redis
+"""A singleton command for tests/django/test_singleton_commands.py: records its start in Redis
 (``started:<name>``), then waits for ``gate:<name>`` (at most ``--for`` seconds)."""
 
 from django_redis_coord.config.connection import get_client
 from django_redis_coord.management.singleton import SingletonCommand
-from tests.testapp.gate import wait_for_gate
+from tests.support.gate import wait_for_gate
 
 
 class Command(SingletonCommand):

@@ -1,0 +1,119 @@
+"""A hold used in a forked child is refused there: it stays with the process that took it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from django_redis_coord import Lock, LockForkedError, ReadWriteLock
+from tests.support.procs import CTX
+
+
+def _in_child(lock: Lock, calls: list[str], queue) -> None:
+    """Try each call on the parent's hold; put (call, error class, message) for each."""
+    for call in calls:
+        try:
+            getattr(lock, call)(*((5,) if call == "extend" else ()))
+            queue.put((call, None, ""))
+        except Exception as exc:  # the class and message are what the parent checks
+            queue.put((call, type(exc).__name__, str(exc)))
+
+
+def run_in_fork(lock: Lock, calls: list[str]) -> list[tuple]:
+    queue = CTX.Queue()
+    child = CTX.Process(target=_in_child, args=(lock, calls, queue))
+    child.start()
+    results = [queue.get(timeout=30) for _ in calls]
+    child.join(30)
+    return results
+
+
+@pytest.mark.parametrize("auto_renew", [False, True])
+def test_a_forked_child_cannot_end_or_renew_the_parents_hold(redis_client, auto_renew):
+    lock = Lock(redis_client, "fork-held", timeout=5, auto_renew=auto_renew)
+    assert lock.acquire(blocking=False)
+    fence = lock.fence
+    results = run_in_fork(lock, ["release", "extend", "reacquire"])
+    for call, error, message in results:
+        assert error == "LockForkedError", (call, error, message)
+        assert "'fork-held'" in message and f"process {os.getpid()}" in message and "fork" in message
+    # The parent still holds, with the same fence, and its release is the one that ends the hold.
+    assert lock.owned() and lock.valid and lock.fence == fence
+    assert redis_client.pttl("fork-held") > 4000  # neither released nor extended by the child
+    lock.release()
+    assert not lock.locked()
+
+
+@pytest.mark.parametrize("mode", ["read", "write"])
+def test_a_forked_child_cannot_end_or_renew_the_parents_read_write_hold(redis_client, mode):
+    lock = ReadWriteLock(redis_client, "fork-rw", timeout=5)
+    hold = getattr(lock, mode)
+    assert hold.acquire(blocking=False)
+    fence = hold.fence
+    results = run_in_fork(hold, ["release", "extend", "reacquire"])
+    for call, error, message in results:
+        assert error == "LockForkedError", (call, error, message)
+        assert "'fork-rw'" in message and f"process {os.getpid()}" in message
+    assert hold.owned() and hold.fence == fence
+    hold.release()
+    assert not hold.locked()
+
+
+def test_a_forked_child_takes_holds_of_its_own_with_the_parents_lock_object(redis_client):
+    lock = Lock(redis_client, "fork-own", timeout=5)
+    results = run_in_fork(lock, ["acquire", "extend", "release"])
+    assert [error for _, error, _ in results] == [None, None, None], results
+    assert not lock.locked()
+
+
+def test_a_with_block_carried_into_a_fork_raises_in_the_child_and_leaves_the_hold(redis_client):
+    lock = Lock(redis_client, "fork-with", timeout=5)
+    queue = CTX.Queue()
+
+    def child() -> None:
+        try:
+            lock.__exit__(None, None, None)  # the end of the parent's with block, run by the child
+            queue.put(None)
+        except LockForkedError as exc:
+            queue.put(exc.lock_name)
+
+    with lock:
+        process = CTX.Process(target=child)
+        process.start()
+        assert queue.get(timeout=30) == "fork-with"
+        process.join(30)
+        assert lock.owned()
+    assert not lock.locked()
+
+
+def _async_in_child(lock, calls: list[str], queue) -> None:
+    """As :func:`_in_child`, for an asyncio lock: each call awaited in an event loop of the child."""
+    import asyncio
+
+    for call in calls:
+        try:
+            asyncio.run(getattr(lock, call)(*((5,) if call == "extend" else ())))
+            queue.put((call, None, ""))
+        except Exception as exc:
+            queue.put((call, type(exc).__name__, str(exc)))
+
+
+def test_a_forked_child_cannot_end_or_renew_the_parents_asyncio_hold(redis_server, redis_client):
+    import asyncio
+
+    from django_redis_coord.asyncio import Lock as AsyncLock
+
+    client = redis_server.async_client()
+    lock = AsyncLock(client, "fork-async", timeout=5, thread_local=False)  # the hold outlives the task
+    assert asyncio.run(lock.acquire(blocking=False))
+    queue = CTX.Queue()
+    child = CTX.Process(target=_async_in_child, args=(lock, ["release", "extend", "reacquire"], queue))
+    child.start()
+    results = [queue.get(timeout=30) for _ in range(3)]
+    child.join(30)
+    for call, error, message in results:
+        assert error == "LockForkedError", (call, error, message)
+        assert "'fork-async'" in message and f"process {os.getpid()}" in message
+    assert redis_client.pttl("fork-async") > 4000  # neither released nor extended by the child
+    assert lock.fence is not None
