@@ -20,8 +20,10 @@ from .events import Events
 from .exceptions import (
     CoordError,
     CoordLockError,
+    CostTooHigh,
     InvalidLockArgument,
     InvalidLockArgumentType,
+    InvalidRate,
     LockAcquireTimeout,
     LockError,
     LockForkedError,
@@ -51,6 +53,7 @@ if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
     from .fencing import afenced_get, afenced_set, afenced_update, fenced_get, fenced_set, fenced_update
     from .leader import Leader
     from .metrics import MetricsEvents
+    from .ratelimit import Rate, RateLimit, SlidingWindowLimit
     from .redlock import Redlock
     from .rwlock import ReadWriteLock
     from .semaphores import Semaphore
@@ -74,6 +77,9 @@ __all__ = [
     "Semaphore",
     "optimistic",
     "NO_EXPIRY",
+    "Rate",
+    "RateLimit",
+    "SlidingWindowLimit",
     # who holds what
     "HolderInfo",
     "holders",
@@ -83,8 +89,10 @@ __all__ = [
     # exceptions (see django_redis_coord.exceptions for the hierarchy)
     "CoordError",
     "CoordLockError",
+    "CostTooHigh",
     "InvalidLockArgument",
     "InvalidLockArgumentType",
+    "InvalidRate",
     "KeyTemplateError",
     "KeyTooLong",
     "LockAcquireTimeout",
@@ -137,6 +145,9 @@ _LAZY: dict[str, str] = {
     "Leader": ".leader",
     "MetricsEvents": ".metrics",
     "ReadWriteLock": ".rwlock",
+    "Rate": ".ratelimit",
+    "RateLimit": ".ratelimit",
+    "SlidingWindowLimit": ".ratelimit",
     # Django glue
     "locked": ".decorators",
     "current_lock": ".decorators",
