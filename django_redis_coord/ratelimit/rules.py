@@ -208,7 +208,9 @@ class RateLimitBase(_LimitBase):
             raise InvalidLockArgument(f"burst must be at least 1, got {burst}", lock_name=name)
         self.burst = burst
         self.interval_us = self.rate.interval_us
-        if burst * self.interval_us > MAX_SECONDS * 1_000_000:
+        #: How far ahead of now the TAT may be when a call is admitted (µs).
+        self.tolerance_us = burst * self.interval_us
+        if self.tolerance_us > MAX_SECONDS * 1_000_000:
             raise InvalidLockArgument(
                 f"burst {burst} at {self.rate} would take more than {MAX_SECONDS} seconds to refill", lock_name=name
             )
@@ -220,10 +222,10 @@ class RateLimitBase(_LimitBase):
     def decide_args(self, cost: int, wait: Optional[Number], peek: bool) -> tuple[int, int, int, int, int]:
         """ARGV of ``ratelimit_gcra``: interval µs, tolerance µs, cost, longest wait µs, peek flag."""
         check_cost(cost, self.burst, self.name)
-        if wait is None:
-            wait = 0
+        if not wait:  # 0 (a decision now) or None
+            return self.interval_us, self.tolerance_us, cost, 0, int(peek)
         check_number("wait", wait, allow_none=False, positive=False, lock_name=self.name)
-        return self.interval_us, self.burst * self.interval_us, cost, int(wait * 1_000_000), int(peek)
+        return self.interval_us, self.tolerance_us, cost, int(wait * 1_000_000), int(peek)
 
     def decision(self, raw: Any, args: tuple[int, int, int, int, int]) -> tuple[RateLimitReply, int]:
         """The reply of ``ratelimit_gcra`` called with ``args``, and the TAT it wrote (0: none).
