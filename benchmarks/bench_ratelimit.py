@@ -16,7 +16,7 @@ Two cases: *refused* — one key, used up ("100/m"), as for a client over its li
 :func:`benchmarks.common.interleaved_blocks` (the libraries take turns in short slices) and the
 ratio is against the ``limits`` moving window in the same rounds.  *server µs/decision*: per round
 and library, the statistics are reset, 500 decisions run and INFO commandstats read; the time is
-the ``usec`` of the commands the library sends itself (a script's includes what it runs); eleven
+the ``usec`` of the commands the library sends itself (a script's includes what it runs); fifteen
 rounds, alternating, the median.
 
 *Boundary burst*: a fixed window of N per second admits N at the end of one second and N more at
@@ -34,8 +34,8 @@ from typing import Any
 from benchmarks.common import Context, Section, interleaved_blocks
 from django_redis_coord.ratelimit import RateLimit, SlidingWindowLimit
 
-ROUNDS = 3
-SERVER_ROUNDS = 11
+ROUNDS = 5
+SERVER_ROUNDS = 15
 SERVER_DECISIONS = 500
 BLOCK = 10
 KEYS = 10_000
