@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.common import Context, Section, interleaved_blocks
+from benchmarks.common import Context, Section, interleaved_blocks, sent_usec
 from django_redis_coord.ratelimit import RateLimit, SlidingWindowLimit
 
 ROUNDS = 5
@@ -99,16 +99,6 @@ def deciders(ctx: Context, rate: str, limits_rate: str, keys: int) -> tuple[dict
     return decide, client
 
 
-def server_usec(client: Any, lib: str, decide: Callable[[], bool]) -> float:
-    """Server µs of one decision of ``lib``: INFO commandstats of the commands it sends itself."""
-    client.config_resetstat()
-    for _ in range(SERVER_DECISIONS):
-        decide()
-    stats = client.info("commandstats")
-    sent = SENT.get(lib, SCRIPTED)
-    return sum(value["usec"] for key, value in stats.items() if key.removeprefix("cmdstat_") in sent) / SERVER_DECISIONS
-
-
 def measure(ctx: Context, section: Section, case: str, rate: str, limits_rate: str, keys: int,
             expect_admitted: bool) -> dict[str, dict[str, float]]:
     decide, client = deciders(ctx, rate, limits_rate, keys)
@@ -134,7 +124,7 @@ def measure(ctx: Context, section: Section, case: str, rate: str, limits_rate: s
     for round_no in range(ctx.size(SERVER_ROUNDS, 3)):
         shift = round_no % len(libs)
         for lib in libs[shift:] + libs[:shift]:
-            usec[lib].append(server_usec(client, lib, decide[lib]))
+            usec[lib].append(sent_usec(client, decide[lib], SERVER_DECISIONS, SENT.get(lib, SCRIPTED)))
     client.close()
     out: dict[str, dict[str, float]] = {}
     rows = []

@@ -21,6 +21,15 @@ from .procs import run_processes
 US = 1_000_000
 
 
+def in_threads(target, args_list) -> None:
+    """Run ``target(*args)`` in one thread per ``args``, and wait for all of them."""
+    threads = [threading.Thread(target=target, args=args) for args in args_list]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 # -- rates ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("text, count, period", [
     ("100/m", 100, 60), ("10/s", 10, 1), ("5/30s", 5, 30), ("1000/h", 1000, 3600), ("20/5m", 20, 300),
@@ -234,11 +243,7 @@ def _hammer(url: str, kind: str, name: str, rate: str, burst: int, threads: int,
             decided.extend((first, last))
         client.close()
 
-    workers = [threading.Thread(target=loop) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    in_threads(loop, [()] * threads)
     return admitted, min(decided), max(decided)
 
 
@@ -349,11 +354,7 @@ def test_a_client_retrying_at_retry_after_is_admitted(redis_server, make):
         tries.append((retries, admitted))
         connection.close()
 
-    threads = [threading.Thread(target=client, args=(f"retry:{i}",)) for i in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(client, [(f"retry:{i}",) for i in range(6)])
     retries, admitted = sum(r for r, _ in tries), sum(a for _, a in tries)
     assert retries == 180 and admitted >= 0.99 * retries, (admitted, retries)
 
@@ -376,11 +377,7 @@ def _wait_in_line(url: str, name: str, callers: int, start: float):
             out.append((reply.allowed, reply.server_time, reply.server_time + reply.waited, sec + usec / US))
         client.close()
 
-    threads = [threading.Thread(target=call) for _ in range(callers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(call, [()] * callers)
     return out
 
 
