@@ -19,6 +19,13 @@ and library, the statistics are reset, 500 decisions run and INFO commandstats r
 the ``usec`` of the commands the library sends itself (a script's includes what it runs); fifteen
 rounds, alternating, the median.
 
+*Exactness*: 16 processes x 4 threads ask one key as fast as they can for 10 s: GCRA at 200/s
+with a burst of 50, the sliding window and django-ratelimit's fixed window at 100/s.  Admission
+times are the server's (ours: the reply's ``server_time``; django-ratelimit's: the client's clock,
+the same machine's).  GCRA: the most admitted by any instant t against ``burst + rate x t`` (at
+most 1 by its guarantee), and the run's admissions against ``burst + rate x T``; the windows: the
+most admitted in any one second against N, and the run's admissions against N per second.
+
 *Boundary burst*: a fixed window of N per second admits N at the end of one second and N more at
 the start of the next.  A fresh key is asked as fast as one client can from 0.2 s before a
 whole second to 0.2 s after it; the admitted count is set against the nominal N.
@@ -27,11 +34,12 @@ whole second to 0.2 s after it; the admitted count is set against the nominal N.
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.common import Context, Section, interleaved_blocks, sent_usec
+from benchmarks.common import Context, Section, interleaved_blocks, run_workers, sent_usec
 from django_redis_coord.ratelimit import RateLimit, SlidingWindowLimit
 
 ROUNDS = 5
@@ -45,6 +53,9 @@ SCRIPTED = ("evalsha", "eval")
 #: Targets (ratios in the same run): GCRA against the limits library's moving window.
 GCRA_DECISIONS, GCRA_SERVER = 1.0, 1.0
 BOUNDARY_N = 50
+#: The exactness runs: GCRA's rate and burst, the windows' count per second.
+EXACT_RATE, EXACT_BURST, EXACT_N = 200, 50, 100
+US = 1_000_000
 
 
 def _setup_django(url: str) -> None:
@@ -175,11 +186,93 @@ def boundary_burst(ctx: Context) -> dict[str, int]:
     return counts
 
 
+def _exact_worker(url: str, lib: str, name: str, threads: int, end: float) -> list[int]:
+    """Admission times (µs) of ``threads`` threads asking ``name`` as fast as they can until ``end``
+    (seconds since the epoch, the server's clock)."""
+    import redis
+    from django_ratelimit.core import get_usage
+
+    admitted: list[int] = []
+    guard = threading.Lock()
+
+    def loop() -> None:
+        client = redis.Redis.from_url(url)
+        gcra = RateLimit(client, name, f"{EXACT_RATE}/s", burst=EXACT_BURST)
+        window = SlidingWindowLimit(client, name, f"{EXACT_N}/s")
+        mine = []
+        while True:
+            if lib == "django-ratelimit":
+                usage = get_usage(None, group="exact", key=lambda group, request: name, rate=f"{EXACT_N}/s",
+                                  increment=True)
+                at = time.time()
+                allowed = not usage["should_limit"]
+            else:
+                reply = gcra.hit() if lib == "ours gcra" else window.hit()
+                at, allowed = reply.server_time, reply.allowed
+            if allowed:
+                mine.append(round(at * US))
+            if at >= end:
+                break
+        with guard:
+            admitted.extend(mine)
+        client.close()
+
+    workers = [threading.Thread(target=loop) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return admitted
+
+
+def most_in_a_second(times: list[int]) -> int:
+    """The most of ``times`` (µs, sorted) in any interval (t - 1 s, t]."""
+    most = start = 0
+    for end, at in enumerate(times):
+        while times[start] <= at - US:
+            start += 1
+        most = max(most, end - start + 1)
+    return most
+
+
+def exactness(ctx: Context, section: Section) -> None:
+    processes, threads, seconds = ctx.size((16, 4, 10.0), (2, 2, 1.0))
+    url = f"redis://{ctx.server.host}:{ctx.server.port}/0"
+    _setup_django(url)
+    client = ctx.client()
+    rows = []
+    for lib in ("ours gcra", "ours window", "django-ratelimit"):
+        ctx.log(f"exactness: {lib}, {processes} x {threads} for {seconds:g} s")
+        sec, usec = client.time()
+        end = sec + usec / US + seconds + 0.5  # the processes start within the half second
+        results = run_workers(_exact_worker, [(url, lib, f"exact:{lib}", threads, end)] * processes,
+                              timeout=seconds + 120)
+        times = sorted(at for result in results for at in result)
+        span = (times[-1] - times[0]) / US
+        if lib == "ours gcra":
+            worst = max(n / (EXACT_BURST + EXACT_RATE * (at - times[0]) / US) for n, at in enumerate(times, 1))
+            share = len(times) / (EXACT_BURST + EXACT_RATE * span)
+            rows.append([lib, len(times), f"{span:.2f}", f"{worst:.4f} of burst + rate x t", f"{share:.4f}"])
+            section.figure("exact.gcra.worst_vs_bound", worst)
+        else:
+            worst = most_in_a_second(times) / EXACT_N
+            share = len(times) / (EXACT_N * (int(span) + 1))
+            rows.append([lib, len(times), f"{span:.2f}", f"{worst:.2f} x N in one second", f"{share:.4f}"])
+            section.figure(f"exact.{lib}.most_in_a_second_vs_n", worst)
+        section.figure(f"exact.{lib}.admitted", len(times))
+        section.figure(f"exact.{lib}.share_of_most_allowed", share)
+    client.close()
+    section.heading(f"Exactness ({processes} processes x {threads} threads, {seconds:g} s, one key)", 3)
+    section.table(["library", "admitted", "first to last admission (s)", "most admitted", "share of the most allowed"],
+                  rows)
+
+
 def run(ctx: Context) -> Section:
     section = Section("ratelimit", "Rate limits: decisions/s and server time per decision, next to the peers")
     section.text(__doc__.split("\n\n", 1)[1])
     refused = measure(ctx, section, "refused", "100/m", "100/minute", 1, expect_admitted=False)
     admitted = measure(ctx, section, "admitted", "1000/m", "1000/minute", KEYS, expect_admitted=True)
+    exactness(ctx, section)
     ctx.log("boundary burst")
     burst = boundary_burst(ctx)
     section.heading(f"Boundary burst (nominal {BOUNDARY_N}/s, asked for 0.4 s across a whole second)", 3)
@@ -196,4 +289,11 @@ def run(ctx: Context) -> Section:
         section.check(f"{case}: GCRA server µs vs limits' moving window", figures["ours gcra"]["server_ratio"], "<=",
                       GCRA_SERVER)
     section.check("sliding window: admitted across a boundary vs N", burst["ours window"] / BOUNDARY_N, "<=", 1.0)
+    figures = section.figures
+    section.check("GCRA: most admitted by any instant vs burst + rate x t", figures["exact.gcra.worst_vs_bound"], "<=",
+                  1.0)
+    section.check("GCRA: admitted over the run vs burst + rate x T", figures["exact.ours gcra.share_of_most_allowed"],
+                  ">=", 0.99)
+    section.check("sliding window: most admitted in one second vs N",
+                  figures["exact.ours window.most_in_a_second_vs_n"], "<=", 1.0)
     return section
