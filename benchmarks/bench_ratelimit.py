@@ -37,6 +37,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from benchmarks.common import Context, Section, interleaved_blocks, run_workers, sent_usec
@@ -217,11 +218,8 @@ def _exact_worker(url: str, lib: str, name: str, threads: int, end: float) -> li
             admitted.extend(mine)
         client.close()
 
-    workers = [threading.Thread(target=loop) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda _: loop(), range(threads)))  # a thread's error is raised here
     return admitted
 
 
