@@ -223,15 +223,17 @@ class RateLimitBase(_LimitBase):
     def capacity(self) -> int:
         return self.burst
 
-    def decide_args(self, cost: int, wait: Optional[Number], peek: bool) -> tuple[int, int, int, int, int]:
-        """ARGV of ``ratelimit_gcra``: interval µs, tolerance µs, cost, longest wait µs, peek flag."""
+    def decide_args(self, cost: int, wait: Optional[Number], peek: bool) -> tuple[int, int, int, int]:
+        """ARGV of ``ratelimit_gcra``: interval µs, tolerance µs, cost, longest wait µs (-1: peek)."""
         check_cost(cost, self.burst, self.name)
+        if peek:
+            return self.interval_us, self.tolerance_us, cost, -1
         if not wait:  # 0 (a decision now) or None
-            return self.interval_us, self.tolerance_us, cost, 0, int(peek)
+            return self.interval_us, self.tolerance_us, cost, 0
         check_number("wait", wait, allow_none=False, positive=False, lock_name=self.name)
-        return self.interval_us, self.tolerance_us, cost, int(wait * 1_000_000), int(peek)
+        return self.interval_us, self.tolerance_us, cost, int(wait * 1_000_000)
 
-    def decision(self, raw: Any, args: tuple[int, int, int, int, int]) -> tuple[RateLimitReply, int]:
+    def decision(self, raw: Any, args: tuple[int, int, int, int]) -> tuple[RateLimitReply, int]:
         """The reply of ``ratelimit_gcra`` called with ``args``, and the TAT it wrote (0: none).
 
         The script returns only the server's time and the TAT it read, as one string (what it
@@ -239,11 +241,11 @@ class RateLimitBase(_LimitBase):
         integer arithmetic."""
         seconds, micros, read = raw.split()
         now, stored = int(seconds) * 1_000_000 + int(micros), int(read)
-        interval, tolerance, cost, longest, peek = args
+        interval, tolerance, cost, longest = args
         tat = stored if stored > now else now
         new_tat = tat + cost * interval
         wait = new_tat - tolerance - now
-        if peek or wait > longest:
+        if longest < 0 or wait > longest:  # a peek, or refused
             allowed = wait <= 0
             remaining = (tolerance - (tat - now)) // interval
             reply = RateLimitReply(allowed, self.burst, remaining if remaining > 0 else 0,
