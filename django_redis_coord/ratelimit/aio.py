@@ -72,11 +72,13 @@ class SlidingWindowLimit(SlidingWindowBase):
 
     async def hit(self, cost: int = 1) -> RateLimitReply:
         """Decide now: admit a call of ``cost`` (and count it) or refuse it (``retry_after`` says when)."""
-        return self.reply(await self.do_decide(self.decide_args(cost, peek=False)))
+        args = self.decide_args(cost, peek=False)
+        return self.reply(await self.do_decide(args), args)
 
     async def peek(self, cost: int = 1) -> RateLimitReply:
         """Whether a call of ``cost`` would be admitted now; nothing is counted."""
-        return self.reply(await self.do_decide(self.decide_args(cost, peek=True)))
+        args = self.decide_args(cost, peek=True)
+        return self.reply(await self.do_decide(args), args)
 
     async def reset(self) -> bool:
         """Forget every call counted (for operators); True when there was any."""

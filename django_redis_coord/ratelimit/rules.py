@@ -166,11 +166,6 @@ def check_cost(cost: object, capacity: int, name: object) -> int:
     return cost
 
 
-def _us(micros: int) -> float:
-    """Seconds from microseconds."""
-    return micros / 1_000_000
-
-
 class _LimitBase:
     """The name, key and rate of a limit."""
 
@@ -277,14 +272,14 @@ class SlidingWindowBase(_LimitBase):
         check_cost(cost, self.rate.count, self.name)
         return self.rate.count, round(self.rate.period * 1_000_000), cost, int(peek)
 
-    def reply(self, raw: Any) -> RateLimitReply:
-        """A sliding window script's reply ``{allowed, remaining, retry_after µs, reset_after µs, now µs}``."""
-        return RateLimitReply(
-            allowed=int(raw[0]) == 1,
-            limit=self.capacity,
-            remaining=int(raw[1]),
-            retry_after=_us(int(raw[2])),
-            reset_after=_us(int(raw[3])),
-            waited=0.0,
-            server_time=_us(int(raw[4])),
-        )
+    def reply(self, raw: Any, args: tuple[int, int, int, int]) -> RateLimitReply:
+        """The reply of ``ratelimit_window`` called with ``args`` (see the script for its string)."""
+        counted, seconds, micros, count, *scores = raw.split()
+        now, count = int(seconds) * 1_000_000 + int(micros), int(count)
+        limit, window, cost, peek = args
+        if int(counted):
+            return RateLimitReply(True, limit, limit - count - cost, 0.0, window / 1e6, 0.0, now / 1e6)
+        newest, leaving = int(scores[0]), int(scores[1])
+        allowed = count + cost <= limit
+        return RateLimitReply(allowed, limit, limit - count, 0.0 if allowed else (leaving + window - now) / 1e6,
+                              (newest + window - now) / 1e6 if newest else 0.0, 0.0, now / 1e6)
