@@ -104,7 +104,7 @@ class RateLimitReply:
     """The outcome of one decision (``peek``: of the decision it would be).
 
     Not frozen: one is made on every decision, and a frozen dataclass costs five times as much
-    to make (2 µs, a tenth of what the script costs the server).
+    to make (2 µs a decision, measured against the ``limits`` library in bench_ratelimit).
 
     * ``allowed``: admitted (``peek``: would be).
     * ``limit``: the capacity (a GCRA limit's ``burst``, a sliding window's ``rate.count``).
