@@ -86,7 +86,7 @@ def test_the_default_burst_is_the_rate_count(redis_client):
 
 
 def test_weighted_calls_count_their_cost(redis_client):
-    limit = RateLimit(redis_client, "api:3", "10/s", burst=10)
+    limit = RateLimit(redis_client, "api:3", "10/m", burst=10)
     assert limit.hit(cost=7).remaining == 3
     refused = limit.hit(cost=4)
     assert not refused.allowed and refused.remaining == 3
@@ -428,14 +428,14 @@ def _interrupt(signum, frame):
 
 
 def test_an_interrupted_wait_gives_the_slot_back(redis_client):
-    limit = RateLimit(redis_client, "interrupted", "2/s", burst=1)
+    limit = RateLimit(redis_client, "interrupted", "1/10s", burst=1)
     limit.hit()
     held = redis_client.get(limit.key)
     previous = signal.signal(signal.SIGALRM, _interrupt)
     try:
         signal.setitimer(signal.ITIMER_REAL, 0.1)
         with pytest.raises(_Interrupted):
-            limit.acquire(wait=5)  # its slot opens in 0.5 s
+            limit.acquire(wait=30)  # its slot opens in 10 s
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -443,11 +443,11 @@ def test_an_interrupted_wait_gives_the_slot_back(redis_client):
 
 
 def test_a_slot_given_back_under_a_later_reservation_stays_unused(redis_client):
-    limit = RateLimit(redis_client, "stacked", "2/s", burst=1)
+    limit = RateLimit(redis_client, "stacked", "1/10s", burst=1)
     limit.hit()
-    args = limit.decide_args(1, 5, peek=False)
-    first, first_tat = limit.decision(limit.do_decide(args), args)  # reserved: 0.5 s from now
-    second, second_tat = limit.decision(limit.do_decide(args), args)  # on top of it: 1 s from now
+    args = limit.decide_args(1, 30, peek=False)
+    first, first_tat = limit.decision(limit.do_decide(args), args)  # reserved: 10 s from now
+    second, second_tat = limit.decision(limit.do_decide(args), args)  # on top of it: 20 s from now
     assert 0 < first.waited < second.waited
     assert limit.do_cancel(limit.cancel_args(first_tat, 1)) is False  # the later one keeps its place
     assert int(redis_client.get(limit.key)) == second_tat
