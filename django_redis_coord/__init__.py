@@ -19,8 +19,10 @@ from .core.events import Events
 from .core.exceptions import (
     CoordError,
     CoordLockError,
+    CostTooHigh,
     InvalidLockArgument,
     InvalidLockArgumentType,
+    InvalidRate,
     LockAcquireTimeout,
     LockError,
     LockForkedError,
@@ -48,6 +50,7 @@ if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
     from .config.shortcuts import rwlock as get_rwlock
     from .core.durable.sync import DurableLock
     from .core.leader.sync import Leader
+    from .core.ratelimit import Rate, RateLimit, RateLimitReply, SlidingWindowLimit, parse_rate
     from .core.redlock.sync import Redlock
     from .core.rwlock.sync import ReadWriteLock
     from .core.semaphore.sync import Semaphore
@@ -73,6 +76,11 @@ __all__ = [
     "Semaphore",
     "optimistic",
     "NO_EXPIRY",
+    "Rate",
+    "RateLimit",
+    "RateLimitReply",
+    "SlidingWindowLimit",
+    "parse_rate",
     # who holds what
     "HolderInfo",
     "holders",
@@ -82,8 +90,10 @@ __all__ = [
     # exceptions (see django_redis_coord.exceptions for the hierarchy)
     "CoordError",
     "CoordLockError",
+    "CostTooHigh",
     "InvalidLockArgument",
     "InvalidLockArgumentType",
+    "InvalidRate",
     "KeyTemplateError",
     "KeyTooLong",
     "LockAcquireTimeout",
@@ -139,6 +149,11 @@ _LAZY: dict[str, str] = {
     "Leader": ".core.leader.sync",
     "MetricsEvents": ".metrics",
     "ReadWriteLock": ".core.rwlock.sync",
+    "Rate": ".core.ratelimit",
+    "RateLimit": ".core.ratelimit",
+    "RateLimitReply": ".core.ratelimit",
+    "SlidingWindowLimit": ".core.ratelimit",
+    "parse_rate": ".core.ratelimit",
     # Django glue
     "locked": ".decorator.locked",
     "current_lock": ".decorator.locked",

@@ -27,7 +27,7 @@ CORE_TEST_FILES = frozenset({
     "test_rwlock.py", "test_rwlock_shared.py", "test_leader.py", "test_redlock.py",
     "test_watchdog.py", "test_waiting.py", "test_wait_hub.py", "test_events.py", "test_max_hold.py",
     "test_fence_restarts.py", "test_key_expiry.py", "test_transactions.py", "test_listing.py",
-    "test_security.py", "test_properties.py",
+    "test_security.py", "test_properties.py", "test_ratelimit_core.py", "test_async_ratelimit.py",
 })
 TESTS = Path(__file__).resolve().parent
 
