@@ -48,10 +48,12 @@ if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
     from .cache_fill import get_or_set
     from .decorators import KeyTemplateError, KeyTooLong, LockContended, MissingKeyValue, current_lock, locked
     from .durable import DurableLock
+    from .exceptions import RateLimitExceeded
     from .fencing import afenced_get, afenced_set, afenced_update, fenced_get, fenced_set, fenced_update
     from .leader import Leader
     from .metrics import MetricsEvents
     from .redlock import Redlock
+    from .ratelimited import rate_limited
     from .rwlock import ReadWriteLock
     from .semaphores import Semaphore
     from .shortcuts import alock, aredlock, arwlock, asemaphore, lock, semaphore
@@ -112,6 +114,8 @@ __all__ = [
     "arwlock",
     "lock",
     "locked",
+    "rate_limited",
+    "RateLimitExceeded",
     "semaphore",
     "afenced_get",
     "afenced_set",
@@ -140,6 +144,8 @@ _LAZY: dict[str, str] = {
     # Django glue
     "locked": ".decorators",
     "current_lock": ".decorators",
+    "rate_limited": ".ratelimited",
+    "RateLimitExceeded": ".exceptions",
     "LockContended": ".decorators",
     "KeyTemplateError": ".decorators",
     "MissingKeyValue": ".decorators",

@@ -40,6 +40,7 @@ from redis.exceptions import RedisError
 
 from .admin_bulk import BulkReleaseViews
 from .admin_contention import contention_view_for
+from .admin_ratelimits import ratelimits_view_for
 from .conf import coord_settings
 from .connection import describe_connection, get_client
 from .exceptions import InvalidLockArgument
@@ -80,6 +81,7 @@ class HolderAdmin(BulkReleaseViews, admin.ModelAdmin):
             path("", wrap(self.changelist_view), name=f"{base}_changelist"),
             path("bulk-release/", wrap(self.bulk_release_view), name=f"{base}_bulk_release"),
             path("contention/", wrap(contention_view_for(self)), name=f"{base}_contention"),
+            path("ratelimits/", wrap(ratelimits_view_for(self)), name=f"{base}_ratelimits"),
             path("<str:holder_id>/", wrap(self.detail_view), name=f"{base}_detail"),
             path("<str:holder_id>/release/", wrap(self.release_view), name=f"{base}_release"),
         ]

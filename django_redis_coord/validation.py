@@ -220,6 +220,9 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
                     )
     problems.extend(_redlock_problems(values["REDLOCK"]))
     problems.extend(metrics_problems(values["METRICS"]))
+    from .ratelimited.conf import ratelimit_problems
+
+    problems.extend(ratelimit_problems(values["RATELIMIT"]))
     return problems
 
 
