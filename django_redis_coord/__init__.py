@@ -20,8 +20,10 @@ from .events import Events
 from .exceptions import (
     CoordError,
     CoordLockError,
+    CostTooHigh,
     InvalidLockArgument,
     InvalidLockArgumentType,
+    InvalidRate,
     LockAcquireTimeout,
     LockError,
     LockForkedError,
@@ -52,6 +54,7 @@ if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
     from .fencing import afenced_get, afenced_set, afenced_update, fenced_get, fenced_set, fenced_update
     from .leader import Leader
     from .metrics import MetricsEvents
+    from .ratelimit import Rate, RateLimit, SlidingWindowLimit
     from .redlock import Redlock
     from .ratelimited import rate_limited
     from .rwlock import ReadWriteLock
@@ -76,6 +79,9 @@ __all__ = [
     "Semaphore",
     "optimistic",
     "NO_EXPIRY",
+    "Rate",
+    "RateLimit",
+    "SlidingWindowLimit",
     # who holds what
     "HolderInfo",
     "holders",
@@ -85,8 +91,10 @@ __all__ = [
     # exceptions (see django_redis_coord.exceptions for the hierarchy)
     "CoordError",
     "CoordLockError",
+    "CostTooHigh",
     "InvalidLockArgument",
     "InvalidLockArgumentType",
+    "InvalidRate",
     "KeyTemplateError",
     "KeyTooLong",
     "LockAcquireTimeout",
@@ -141,6 +149,9 @@ _LAZY: dict[str, str] = {
     "Leader": ".leader",
     "MetricsEvents": ".metrics",
     "ReadWriteLock": ".rwlock",
+    "Rate": ".ratelimit",
+    "RateLimit": ".ratelimit",
+    "SlidingWindowLimit": ".ratelimit",
     # Django glue
     "locked": ".decorators",
     "current_lock": ".decorators",

@@ -10,6 +10,8 @@ Python code expects.  The tree (``also``: further base classes)::
     │   ├── InvalidLockArgument         also ValueError; nothing was written to Redis
     │   │   ├── InvalidLockArgumentType also TypeError
     │   │   ├── NameKindConflict        the name is used by another kind of primitive
+    │   │   ├── InvalidRate             a rate limit's rate that cannot be parsed or used
+    │   │   ├── CostTooHigh             a rate limit's cost above its capacity (never admissible)
     │   │   └── KeyTemplateError        an ``@locked`` key template that cannot be used or filled
     │   │       ├── MissingKeyValue     also Django's BadRequest: a 400 in views
     │   │       └── KeyTooLong          also Django's BadRequest: a 400 in views
@@ -52,6 +54,8 @@ __all__ = [
     "InvalidLockArgument",
     "InvalidLockArgumentType",
     "NameKindConflict",
+    "InvalidRate",
+    "CostTooHigh",
     "LockLostError",
     "LockForkedError",
     "LockAcquireTimeout",
@@ -96,6 +100,14 @@ class InvalidLockArgumentType(InvalidLockArgument, TypeError):
 class NameKindConflict(InvalidLockArgument):
     """The name is in use by another kind of primitive (a lock's name held by a semaphore, or the
     reverse) or holds another kind of Redis value; nothing was written to Redis."""
+
+
+class InvalidRate(InvalidLockArgument):
+    """A rate limit's rate (``"100/m"``) that cannot be parsed or is out of range; nothing was written."""
+
+
+class CostTooHigh(InvalidLockArgument):
+    """A rate limit call whose cost is above the limit's capacity: it could never be admitted."""
 
 
 class LockAcquireTimeout(CoordLockError):

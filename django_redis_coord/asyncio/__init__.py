@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..holders import async_lock_holder, async_rwlock_holders, async_semaphore_holders
+from ..ratelimit.aio import RateLimit, SlidingWindowLimit
 from .durable import DurableLock
 from .leader import Leader
 from .lock import Lock
@@ -11,6 +12,6 @@ from .rwlock import ReadWriteLock
 from .semaphore import Semaphore
 
 __all__ = [
-    "DurableLock", "Leader", "Lock", "ReadWriteLock", "Redlock", "Semaphore", "async_lock_holder",
-    "async_rwlock_holders", "async_semaphore_holders",
+    "DurableLock", "Leader", "Lock", "RateLimit", "ReadWriteLock", "Redlock", "Semaphore", "SlidingWindowLimit",
+    "async_lock_holder", "async_rwlock_holders", "async_semaphore_holders",
 ]

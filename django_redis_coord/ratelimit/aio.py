@@ -1,0 +1,87 @@
+"""Rate limits on Redis (asyncio): the twins of :mod:`django_redis_coord.ratelimit.sync`, over
+``redis.asyncio``, with the same names, arguments and replies; every method talking to Redis is
+awaited.  A cancelled :meth:`RateLimit.acquire` gives its reserved slot back."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Optional, Union
+
+from .._arguments import Number
+from ..scripts import async_scripts
+from .rules import Rate, RateLimitBase, RateLimitReply, SlidingWindowBase
+
+__all__ = ["RateLimit", "SlidingWindowLimit"]
+
+
+class RateLimit(RateLimitBase):
+    """A GCRA limit: ``rate`` sustained, at most ``burst`` cost units at once (default ``rate.count``).
+
+    ``RateLimit(redis, name, rate, burst=None)`` over a ``redis.asyncio`` client (see the sync twin).
+    """
+
+    def __init__(
+        self, redis: Any, name: Union[str, bytes], rate: Union[str, Rate], burst: Optional[int] = None
+    ) -> None:
+        super().__init__(redis, name, rate, burst)
+
+    async def hit(self, cost: int = 1) -> RateLimitReply:
+        """Decide now: admit a call of ``cost`` (and count it) or refuse it (``retry_after`` says when)."""
+        return self.reply(await self.do_decide(self.decide_args(cost, 0, peek=False)))
+
+    async def peek(self, cost: int = 1) -> RateLimitReply:
+        """Whether a call of ``cost`` would be admitted now; nothing is counted."""
+        return self.reply(await self.do_decide(self.decide_args(cost, 0, peek=True)))
+
+    async def acquire(self, cost: int = 1, wait: Number = 0.0) -> RateLimitReply:
+        """Admit a call of ``cost``, waiting up to ``wait`` seconds for its reserved slot (see the
+        sync twin); cancelled while it waits, it gives the slot back unless a later call was
+        counted on top."""
+        args = self.decide_args(cost, wait, peek=False)
+        raw = await self.do_decide(args)
+        reply = self.reply(raw)
+        if reply.waited > 0:
+            try:
+                await asyncio.sleep(reply.waited)
+            except BaseException:
+                await self.do_cancel(self.cancel_args(raw, cost))
+                raise
+        return reply
+
+    async def reset(self) -> bool:
+        """Forget every call counted (for operators); True when there was any."""
+        return bool(await self.redis.delete(self.key))
+
+    # -- the only methods talking to Redis -------------------------------------------------------
+    async def do_decide(self, args: tuple) -> Any:
+        script = async_scripts.get(self.redis, "ratelimit_gcra")
+        return await script((self.key,), args, client=self.redis)
+
+    async def do_cancel(self, args: tuple) -> bool:
+        script = async_scripts.get(self.redis, "ratelimit_gcra_cancel")
+        return int(await script((self.key,), args, client=self.redis)) == 1
+
+
+class SlidingWindowLimit(SlidingWindowBase):
+    """An exact sliding window: at most ``rate.count`` cost units in any ``rate.period`` seconds
+    (see the sync twin), over a ``redis.asyncio`` client."""
+
+    def __init__(self, redis: Any, name: Union[str, bytes], rate: Union[str, Rate]) -> None:
+        super().__init__(redis, name, rate)
+
+    async def hit(self, cost: int = 1) -> RateLimitReply:
+        """Decide now: admit a call of ``cost`` (and count it) or refuse it (``retry_after`` says when)."""
+        return self.reply(await self.do_decide(self.decide_args(cost, peek=False)))
+
+    async def peek(self, cost: int = 1) -> RateLimitReply:
+        """Whether a call of ``cost`` would be admitted now; nothing is counted."""
+        return self.reply(await self.do_decide(self.decide_args(cost, peek=True)))
+
+    async def reset(self) -> bool:
+        """Forget every call counted (for operators); True when there was any."""
+        return bool(await self.redis.delete(self.key))
+
+    # -- the only method talking to Redis --------------------------------------------------------
+    async def do_decide(self, args: tuple) -> Any:
+        script = async_scripts.get(self.redis, "ratelimit_window")
+        return await script((self.key,), args, client=self.redis)
