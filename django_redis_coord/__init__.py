@@ -55,8 +55,8 @@ if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
     from .leader import Leader
     from .metrics import MetricsEvents
     from .ratelimit import Rate, RateLimit, SlidingWindowLimit
-    from .redlock import Redlock
     from .ratelimited import rate_limited
+    from .redlock import Redlock
     from .rwlock import ReadWriteLock
     from .semaphores import Semaphore
     from .shortcuts import alock, aredlock, arwlock, asemaphore, lock, semaphore

@@ -35,7 +35,8 @@ from django.core.checks import CheckMessage, Error, Info, Tags, Warning, registe
 
 from .conf import REDIS_CACHE_BACKENDS, SETTING_NAME, settings_problems
 
-__all__ = ["check_settings", "check_setting_name", "check_redlock_users", "check_rate_names", "check_redis_for_deploy", "redis_location"]
+__all__ = ["check_settings", "check_setting_name", "check_redlock_users", "check_rate_names", "check_redis_for_deploy",
+           "redis_location"]
 
 TAG = "django_redis_coord"
 

@@ -18,7 +18,8 @@ def missing_rates() -> list[tuple[str, str]]:
     raw = getattr(settings, SETTING_NAME, None)
     section = raw.get("RATELIMIT") if isinstance(raw, Mapping) else None
     section = section if isinstance(section, Mapping) else {}
-    rates = section.get("RATES") if isinstance(section.get("RATES"), Mapping) else {}
+    rates = section.get("RATES")
+    rates = rates if isinstance(rates, Mapping) else {}
     missing: dict[str, list[str]] = {}
     for user, name in rate_names_in_use():
         if (name is None and section.get("DEFAULT_RATE") is None) or (name is not None and name not in rates):

@@ -105,7 +105,8 @@ class Command(BaseCommand):
             self.stdout.write("  idle: no state in Redis")
         peek = payload.get("peek")
         if peek:
-            verdict = "would be admitted" if peek["allowed"] else f"would be refused (retry in {peek['retry_after']:.3f} s)"
+            verdict = ("would be admitted" if peek["allowed"]
+                       else f"would be refused (retry in {peek['retry_after']:.3f} s)")
             self.stdout.write(f"  at {peek['rate']}: a call now {verdict}; {peek['remaining']} of {peek['limit']} "
                               "remaining")
 
