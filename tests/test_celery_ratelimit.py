@@ -9,7 +9,11 @@ import pytest
 celery = pytest.importorskip("celery")
 
 from django_redis_coord.contention import is_skipped  # noqa: E402
-from tests.test_celery import broker, celery_app, fresh, worker  # noqa: E402, F401 (fixtures)
+from tests import test_celery  # noqa: E402
+from tests.test_celery import fresh  # noqa: E402
+
+# The worker tests/test_celery.py starts (module-scoped fixtures), shared here.
+broker, celery_app, worker = test_celery.broker, test_celery.celery_app, test_celery.worker
 
 
 def test_a_limited_task_is_skipped(worker, celery_app, redis_client):
