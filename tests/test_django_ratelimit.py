@@ -18,7 +18,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.test import AsyncClient, Client, override_settings
+from django.http import HttpResponse
+from django.test import AsyncClient, Client, RequestFactory, override_settings
 from django.urls import reverse
 from prometheus_client import REGISTRY
 
@@ -27,6 +28,7 @@ from django_redis_coord.checks import check_rate_names, check_settings
 from django_redis_coord.contention import is_skipped
 from django_redis_coord.metrics import feed
 from django_redis_coord.ratelimit import ratelimit_key, window_key
+from django_redis_coord.ratelimited.decorator import rate_users
 from django_redis_coord.ratelimited.headers import sf_string
 from django_redis_coord.server import free_port
 from tests.test_admin import client_for, make_user
@@ -135,17 +137,25 @@ def test_the_kill_switch_admits_everything_without_asking_redis(redis_client):
 
 
 def test_a_named_rate_comes_from_the_settings(redis_client):
-    with coord(RATELIMIT={"RATES": {"api": {"rate": "1/m", "burst": 1}}}):
-        assert check_rate_names() == []
-        client = Client()
-        assert [client.get("/t/rl/named/a/").status_code for _ in range(2)] == [200, 429]
-    with coord(RATELIMIT={"RATES": {"api": "5/s"}}):  # operators change it without a deploy
-        assert Client().get("/t/rl/named/b/")["RateLimit-Policy"] == '"rl-named:{name}";q=5;w=1'
-    (error,) = [e for e in check_rate_names() if "rate='api'" in e.msg]
-    assert error.id == "django_redis_coord.E023" and "tests.testapp.ratelimit_views.named" in error.msg
-    assert '"RATES"' in error.hint
-    with pytest.raises(ImproperlyConfigured, match="has no rate 'api'"):
-        Client().get("/t/rl/named/c/")
+    @rate_limited("rl-named:{name}", rate="api")
+    def named(request, name):
+        return HttpResponse("ran")
+
+    request = RequestFactory().get("/")
+    try:
+        with coord(RATELIMIT={"RATES": {"api": {"rate": "1/m", "burst": 1}}}):
+            assert check_rate_names() == []
+            assert [named(request, name="a").status_code for _ in range(2)] == [200, 429]
+        with coord(RATELIMIT={"RATES": {"api": "5/s"}}):  # operators change it without a deploy
+            assert named(request, name="b")["RateLimit-Policy"] == '"rl-named:{name}";q=5;w=1'
+        (error,) = check_rate_names()
+        assert error.id == "django_redis_coord.E023" and "rate='api'" in error.msg and '"RATES"' in error.hint
+        assert "test_a_named_rate_comes_from_the_settings.<locals>.named" in error.msg
+        with pytest.raises(ImproperlyConfigured, match="has no rate 'api'"):
+            named(request, name="c")
+    finally:
+        rate_users.pop(named, None)  # the other tests' checks must not see it
+    assert check_rate_names() == []
 
 
 @pytest.mark.parametrize(("value", "problem"), [

@@ -61,13 +61,13 @@ ON_LIMITED = ON_CONTENDED
 
 #: Rate names used by decorated functions (wrapper -> (dotted name, rate name or None for
 #: DEFAULT_RATE)), for the system check that they exist in the settings.
-_named_users: weakref.WeakKeyDictionary[Callable[..., Any], tuple[str, Optional[str]]] = weakref.WeakKeyDictionary()
+rate_users: weakref.WeakKeyDictionary[Callable[..., Any], tuple[str, Optional[str]]] = weakref.WeakKeyDictionary()
 
 
 def rate_names_in_use() -> list[tuple[str, Optional[str]]]:
     """``(dotted name, rate name)`` of every decorated function whose rate comes from the settings
     (``None``: ``DEFAULT_RATE``), for :func:`~django_redis_coord.checks.check_rate_names`."""
-    return sorted(set(_named_users.values()), key=lambda pair: (pair[0], pair[1] or ""))
+    return sorted(set(rate_users.values()), key=lambda pair: (pair[0], pair[1] or ""))
 
 
 class _Metered:
@@ -188,7 +188,7 @@ class RateLimited:
             wrapper = sync_wrapper
         wrapper.rate_limited = self
         if not isinstance(self.spec, Policy):
-            _named_users[wrapper] = (default_name, self.spec)
+            rate_users[wrapper] = (default_name, self.spec)
         return wrapper
 
     # -- one call --------------------------------------------------------------------------------

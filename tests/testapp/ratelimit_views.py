@@ -55,11 +55,6 @@ def fast(request, name):
     return HttpResponse("ran")
 
 
-@rate_limited("rl-named:{name}", rate="api")
-def named(request, name):
-    return HttpResponse("ran")
-
-
 @rate_limited("rl-deny:{name}", rate="5/m", on_unavailable="deny")
 def deny(request, name):
     return HttpResponse("ran")

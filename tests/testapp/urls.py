@@ -40,7 +40,6 @@ urlpatterns = [
     path("rl/header/", ratelimit_views.by_header),
     path("rl/aquery/", ratelimit_views.aby_query),
     path("rl/fast/<str:name>/", ratelimit_views.fast),
-    path("rl/named/<str:name>/", ratelimit_views.named),
     path("rl/deny/<str:name>/", ratelimit_views.deny),
     path("rl/aallow/<str:name>/", ratelimit_views.aallow),
     path("rl/stacked/<str:name>/", ratelimit_views.stacked),
