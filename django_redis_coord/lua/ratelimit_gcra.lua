@@ -7,8 +7,7 @@
 local key = KEYS[1]
 local interval, tolerance, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_wait, peek = tonumber(ARGV[4]), ARGV[5] == '1'
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local _, now = server_now()
 local tat = math.max(tonumber(redis.call('GET', key) or 0), now)
 local new_tat = tat + cost * interval
 -- How long until this call's slot opens (<= 0: open now).
@@ -20,6 +19,6 @@ if peek then
   return {1, math.floor((tolerance - (tat - now)) / interval), 0, tat - now, now, 0, 0}
 end
 -- The key lives until the limit is full again.
-redis.call('SET', key, string.format('%.0f', new_tat), 'PX', math.ceil((new_tat - now) / 1000))
+redis.call('SET', key, int(new_tat), 'PX', math.ceil((new_tat - now) / 1000))
 wait = math.max(wait, 0)
 return {1, math.max(math.floor((tolerance - (new_tat - now)) / interval), 0), 0, new_tat - now, now, wait, new_tat}

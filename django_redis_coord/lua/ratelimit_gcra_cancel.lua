@@ -6,12 +6,11 @@ local key = KEYS[1]
 if redis.call('GET', key) ~= ARGV[1] then
   return 0
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local _, now = server_now()
 local tat = tonumber(ARGV[1]) - tonumber(ARGV[2])
 if tat <= now then
   redis.call('DEL', key)
 else
-  redis.call('SET', key, string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000))
+  redis.call('SET', key, int(tat), 'PX', math.ceil((tat - now) / 1000))
 end
 return 1

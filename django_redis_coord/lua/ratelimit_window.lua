@@ -5,14 +5,13 @@
 -- The window of a decision at `now` is (now - window, now]: a unit admitted at s counts until s + window.
 local key = KEYS[1]
 local limit, window, cost, peek = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local _, now = server_now()
 redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
 local count = redis.call('ZCARD', key)
 if count + cost <= limit and not peek then
   -- Members `now:n` with n above every count seen at this `now` (a trim at one `now` is the same
   -- each time): unique without a counter.  ZADD in chunks (Lua's unpack has a stack limit).
-  local stamp = string.format('%.0f', now)
+  local stamp = int(now)
   for first = 1, cost, 1000 do
     local members = {}
     for i = first, math.min(first + 999, cost) do
