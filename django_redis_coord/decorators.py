@@ -387,13 +387,19 @@ def locked(key: Any = None, /, **options: Any) -> Any:
     Celery task, ``"retry"``).
     Also decorates a ``Task`` of Django's tasks framework (``@locked`` above ``@task``).
     """
+    return decorator_from(Locked, "locked", key, options)
+
+
+def decorator_from(factory: Callable[..., Any], name: str, key: Any, options: dict[str, Any]) -> Any:
+    """What ``name(key, **options)`` gives for the decorator class ``factory`` (``Locked``,
+    ``RateLimited``): the key positionally or by keyword (a callable one by keyword), or, bare
+    over a function or class (``@locked``), that function or class decorated with the defaults."""
     if "key" in options:
         if key is not None:
-            raise InvalidLockArgumentType("locked() got the key twice")
-        return Locked(options.pop("key"), **options)
+            raise InvalidLockArgumentType(f"{name}() got the key twice")
+        return factory(options.pop("key"), **options)
     if callable(key) and not options:
-        # Bare @locked on a function or class.
-        return Locked()(key)
+        return factory()(key)
     if callable(key):
-        raise InvalidLockArgumentType("pass a callable key by keyword: locked(key=my_key_function, ...)")
-    return Locked(key, **options)
+        raise InvalidLockArgumentType(f"pass a callable key by keyword: {name}(key=my_key_function, ...)")
+    return factory(key, **options)

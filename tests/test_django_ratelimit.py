@@ -158,6 +158,24 @@ def test_a_named_rate_comes_from_the_settings(redis_client):
     assert check_rate_names() == []
 
 
+def test_bare_decorator_limits_the_view_by_the_default_rate(redis_client):
+    @rate_limited
+    def ping(request):
+        return HttpResponse("pong")
+
+    try:
+        with coord(RATELIMIT={"DEFAULT_RATE": "1/m"}):
+            responses = [ping(RequestFactory().get("/")) for _ in range(2)]
+        assert [r.status_code for r in responses] == [200, 429]
+        policy = f'"{__name__}.test_bare_decorator_limits_the_view_by_the_default_rate.<locals>.ping";q=1;w=60'
+        assert responses[1]["RateLimit-Policy"] == policy
+        assert "without a rate" in check_rate_names()[0].msg  # no DEFAULT_RATE in the test settings
+    finally:
+        rate_users.pop(ping, None)
+    with pytest.raises(InvalidLockArgument, match="got the key twice"):
+        rate_limited("a", key="b")
+
+
 @pytest.mark.parametrize(("value", "problem"), [
     ("100/m", "must be a dict"),
     ({"ENABLED": "no"}, "must be True or False"),

@@ -34,6 +34,7 @@ from django.http.response import HttpResponseBase
 from ..conf import coord_settings
 from ..connection import get_async_client, get_client
 from ..contention import Skipped
+from ..decorators import decorator_from
 from ..exceptions import InvalidLockArgument, InvalidLockArgumentType, RateLimitExceeded
 from ..key_names import find_request, name_async, name_sync
 from ..key_templates import KeyTemplate
@@ -348,12 +349,4 @@ def rate_limited(key: Any = None, /, **options: Any) -> Any:
     (``"allow"`` or ``"deny"``; default ``RATELIMIT["ON_UNAVAILABLE"]``), ``status`` (default 429),
     ``policy`` (the name in the ``RateLimit`` fields; default the key template) and ``params``.
     """
-    if "key" in options:
-        if key is not None:
-            raise InvalidLockArgumentType("rate_limited() got the key twice")
-        return RateLimited(options.pop("key"), **options)
-    if callable(key) and not options:
-        return RateLimited()(key)
-    if callable(key):
-        raise InvalidLockArgumentType("pass a callable key by keyword: rate_limited(key=my_key_function, ...)")
-    return RateLimited(key, **options)
+    return decorator_from(RateLimited, "rate_limited", key, options)
