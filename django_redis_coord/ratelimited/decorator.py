@@ -21,7 +21,6 @@ story is in ``docs/ratelimits.md``.
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import weakref
 from collections.abc import Callable, Mapping
@@ -34,7 +33,7 @@ from django.http.response import HttpResponseBase
 from ..conf import coord_settings
 from ..connection import get_async_client, get_client
 from ..contention import Skipped
-from ..decorators import decorator_from
+from ..decorators import _dotted, _maybe_await, decorator_from
 from ..exceptions import InvalidLockArgument, InvalidLockArgumentType, RateLimitExceeded
 from ..key_names import find_request, name_async, name_sync
 from ..key_templates import KeyTemplate
@@ -325,16 +324,6 @@ def _celery_task_class() -> Any:
     import sys
 
     return getattr(sys.modules.get("celery.app.task"), "Task", None)
-
-
-async def _maybe_await(value: Any) -> Any:
-    if inspect.isawaitable(value):
-        return await value
-    return value
-
-
-def _dotted(obj: Any) -> str:
-    return f"{obj.__module__}.{obj.__qualname__}"
 
 
 def rate_limited(key: Any = None, /, **options: Any) -> Any:
