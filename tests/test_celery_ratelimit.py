@@ -21,7 +21,7 @@ def test_a_limited_task_is_skipped(worker, celery_app, redis_client):
     assert celery_app.rate_skip.delay(account).get(timeout=20) == "sent"
     second = celery_app.rate_skip.delay(account)
     value = second.get(timeout=20)
-    assert is_skipped(value) and second.state == "SUCCESS" and value["retry_after"] == 60
+    assert is_skipped(value) and second.state == "SUCCESS" and 1 <= value["retry_after"] <= 60
     assert len(celery_app.runs(f"rate_skip:{account}")) == 1
 
 

@@ -10,7 +10,7 @@ from django_redis_coord.ratelimited import current_reply
 @rate_limited("rl:{name}", rate="3/m", burst=2)
 def gcra(request, name):
     reply = current_reply(request)  # None when nothing decided (the kill switch)
-    return HttpResponse(f"ran remaining={reply.remaining if reply else '-'}")
+    return HttpResponse(f"ran remaining={reply.remaining} reset_after={reply.reset_after!r}" if reply else "ran")
 
 
 @rate_limited("arl:{name}", rate="3/m", burst=2)
