@@ -371,6 +371,50 @@ def test_admitted_and_limited_are_counted_per_key_template(redis_client):
     assert count("django_redis_coord_ratelimit_limited_total") - before[1] == 20
 
 
+def test_opentelemetry_counts_admitted_and_limited(redis_client, monkeypatch):
+    """The recorder on a meter of its own (the global provider belongs to tests/test_django_metrics.py),
+    fed the decisions of a view as the configured exporters are."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from django_redis_coord.metrics import MetricsEvents
+    from django_redis_coord.metrics.otel import OtelRecorder
+    from django_redis_coord.ratelimited import decorator
+    from tests.test_metrics import otel_sums
+
+    reader = InMemoryMetricReader()
+    recorder = OtelRecorder(meter=MeterProvider(metric_readers=[reader]).get_meter("rl-test"))
+    fanout = MetricsEvents(recorder).fanout
+    monkeypatch.setattr(decorator, "configured_metrics", lambda: fanout)
+    client = Client()
+    for _ in range(3):
+        client.get("/t/rl/window/otel/")
+    feed()
+    sums = otel_sums(reader)
+    assert sums[("django_redis_coord.ratelimit.admitted", "rl-window:{name}", "ratelimit-window")] == 2
+    assert sums[("django_redis_coord.ratelimit.limited", "rl-window:{name}", "ratelimit-window")] == 1
+
+
+def test_status_option_and_an_async_function_waiting_for_its_slot(redis_client):
+    @rate_limited("status:{name}", rate="1/m", status=503)
+    def view(request, name):
+        return HttpResponse("ran")
+
+    request = RequestFactory().get("/")
+    assert [view(request, name="s").status_code for _ in range(2)] == [200, 503]
+
+    @rate_limited("await-slot", rate="4/s", burst=1, wait=2)
+    async def call():
+        return "called"
+
+    async def three():
+        return [await call() for _ in range(3)]
+
+    started = time.monotonic()
+    assert asyncio.run(three()) == ["called"] * 3
+    assert time.monotonic() - started >= 0.45  # two reserved slots, 0.25 s apart on the server's clock
+
+
 @pytest.mark.django_db
 def test_the_admin_page_shows_the_busiest_limits_and_resets_one(redis_client, django_user_model):
     page = reverse("admin:django_redis_coord_holder_ratelimits")
