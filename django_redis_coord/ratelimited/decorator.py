@@ -37,7 +37,7 @@ from ..decorators import _dotted, _maybe_await, decorator_from
 from ..exceptions import InvalidLockArgument, InvalidLockArgumentType, RateLimitExceeded
 from ..key_names import find_request, name_async, name_sync
 from ..key_templates import KeyTemplate
-from ..locked_options import ON_CONTENDED, checked_on_contended
+from ..locked_options import ON_CONTENDED
 from ..metrics.configured import configured_metrics
 from ..ratelimit import Rate, RateLimitReply
 from ..ratelimit import RateLimit as SyncGCRA
@@ -134,7 +134,9 @@ class RateLimited:
         self.algorithm = algorithm
         self.cost = cost
         self.wait = float(wait)
-        self.on_limited = checked_on_contended(on_limited, key)
+        if on_limited is not None and (not isinstance(on_limited, str) or on_limited not in ON_LIMITED):
+            raise InvalidLockArgument(f"on_limited must be one of {ON_LIMITED}, not {on_limited!r}", lock_name=key)
+        self.on_limited = on_limited or "raise"
         self.on_unavailable = on_unavailable
         self.status = status
         self.policy = policy
@@ -150,8 +152,10 @@ class RateLimited:
             target.dispatch = self._decorate(  # type: ignore[attr-defined]
                 dispatch, _dotted(target), force_async=bool(getattr(target, "view_is_async", False)))
             return target
-        if is_task(target):  # Django's tasks framework: no retry API
-            checked_on_contended(self.on_limited, self.key, retry=False)
+        if is_task(target):
+            if self.on_limited == "retry":
+                raise InvalidLockArgument("on_limited='retry' needs a task queue that can retry a task later; Django's "
+                                          "tasks framework has no retry API: use 'skip' or 'raise'", lock_name=self.key)
             return with_func(target, self._decorate(target.func, _dotted(target.func)))
         celery_task = _celery_task_class()
         if celery_task is not None and isinstance(target, celery_task):
