@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import math
 import time
 import urllib.error
@@ -347,6 +348,11 @@ def test_the_command_lists_shows_and_resets(redis_client):
         assert [line.split()[0] for line in lines[1:]] == ["rl:busy", "rl:calm", "rl-window:w"]
         shown = run("show", "rl:busy", "--rate", "3/m", "--burst", "2")
         assert "gcra: free again in" in shown and "would be refused" in shown and "0 of 2 remaining" in shown
+        listed_json = json.loads(run("list", "--json", "--limit", "2"))
+        assert [(u["name"], u["kind"]) for u in listed_json] == [("rl:busy", "gcra"), ("rl:calm", "gcra")]
+        assert listed_json[0]["key"] == "{shop:rl:busy}:dcoord:gcra" and 0 < listed_json[0]["free_in_ms"] <= 40_000
+        window = json.loads(run("show", "rl-window:w", "--json"))
+        assert window["limits"][0]["kind"] == "window" and window["limits"][0]["in_window"] == 1
         with pytest.raises(CommandError) as missing:
             run("show", "rl:idle")
         assert missing.value.returncode == 4
