@@ -446,13 +446,14 @@ def test_an_interrupted_wait_gives_the_slot_back(redis_client):
 def test_a_slot_given_back_under_a_later_reservation_stays_unused(redis_client):
     limit = RateLimit(redis_client, "stacked", "2/s", burst=1)
     limit.hit()
-    first = limit.do_decide(limit.decide_args(1, 5, peek=False))  # reserved: 0.5 s from now
-    second = limit.do_decide(limit.decide_args(1, 5, peek=False))  # on top of it: 1 s from now
-    assert int(first[5]) > 0 and int(second[5]) > int(first[5])
-    assert limit.do_cancel(limit.cancel_args(first, 1)) is False  # the later one keeps its place
-    assert int(redis_client.get(limit.key)) == int(second[6])
-    assert limit.do_cancel(limit.cancel_args(second, 1)) is True
-    assert int(redis_client.get(limit.key)) == int(first[6])
+    args = limit.decide_args(1, 5, peek=False)
+    first, first_tat = limit.decision(limit.do_decide(args), args)  # reserved: 0.5 s from now
+    second, second_tat = limit.decision(limit.do_decide(args), args)  # on top of it: 1 s from now
+    assert 0 < first.waited < second.waited
+    assert limit.do_cancel(limit.cancel_args(first_tat, 1)) is False  # the later one keeps its place
+    assert int(redis_client.get(limit.key)) == second_tat
+    assert limit.do_cancel(limit.cancel_args(second_tat, 1)) is True
+    assert int(redis_client.get(limit.key)) == first_tat
 
 
 def test_each_decision_is_one_script_call(redis_client, redis_server):

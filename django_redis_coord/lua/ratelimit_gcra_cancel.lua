@@ -6,11 +6,12 @@ local key = KEYS[1]
 if redis.call('GET', key) ~= ARGV[1] then
   return 0
 end
-local _, now = server_now()
-local tat = tonumber(ARGV[1]) - tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local tat = ARGV[1] - ARGV[2]
 if tat <= now then
   redis.call('DEL', key)
 else
-  redis.call('SET', key, int(tat), 'PX', math.ceil((tat - now) / 1000))
+  redis.call('SET', key, string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000))
 end
 return 1

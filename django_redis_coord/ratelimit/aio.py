@@ -27,24 +27,25 @@ class RateLimit(RateLimitBase):
 
     async def hit(self, cost: int = 1) -> RateLimitReply:
         """Decide now: admit a call of ``cost`` (and count it) or refuse it (``retry_after`` says when)."""
-        return self.reply(await self.do_decide(self.decide_args(cost, 0, peek=False)))
+        args = self.decide_args(cost, 0, peek=False)
+        return self.decision(await self.do_decide(args), args)[0]
 
     async def peek(self, cost: int = 1) -> RateLimitReply:
         """Whether a call of ``cost`` would be admitted now; nothing is counted."""
-        return self.reply(await self.do_decide(self.decide_args(cost, 0, peek=True)))
+        args = self.decide_args(cost, 0, peek=True)
+        return self.decision(await self.do_decide(args), args)[0]
 
     async def acquire(self, cost: int = 1, wait: Number = 0.0) -> RateLimitReply:
         """Admit a call of ``cost``, waiting up to ``wait`` seconds for its reserved slot (see the
         sync twin); cancelled while it waits, it gives the slot back unless a later call was
         counted on top."""
         args = self.decide_args(cost, wait, peek=False)
-        raw = await self.do_decide(args)
-        reply = self.reply(raw)
+        reply, written = self.decision(await self.do_decide(args), args)
         if reply.waited > 0:
             try:
                 await asyncio.sleep(reply.waited)
             except BaseException:
-                await self.do_cancel(self.cancel_args(raw, cost))
+                await self.do_cancel(self.cancel_args(written, cost))
                 raise
         return reply
 

@@ -168,7 +168,7 @@ def _us(seconds: float) -> float:
 
 
 class _LimitBase:
-    """The name, key and rate of a limit, and the reply of its scripts."""
+    """The name, key and rate of a limit."""
 
     kind = b""
 
@@ -181,18 +181,6 @@ class _LimitBase:
     @property
     def capacity(self) -> int:
         raise NotImplementedError
-
-    def reply(self, raw: Any) -> RateLimitReply:
-        """A script's reply ``{allowed, remaining, retry_after_us, reset_after_us, now_us, waited_us, ...}``."""
-        return RateLimitReply(
-            allowed=int(raw[0]) == 1,
-            limit=self.capacity,
-            remaining=int(raw[1]),
-            retry_after=_us(int(raw[2])),
-            reset_after=_us(int(raw[3])),
-            waited=_us(int(raw[5])),
-            server_time=_us(int(raw[4])),
-        )
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} {self.rate}>"
@@ -237,9 +225,30 @@ class RateLimitBase(_LimitBase):
         check_number("wait", wait, allow_none=False, positive=False, lock_name=self.name)
         return self.interval_us, self.burst * self.interval_us, cost, int(wait * 1_000_000), int(peek)
 
-    def cancel_args(self, raw: Any, cost: int) -> tuple[int, int]:
-        """ARGV of ``ratelimit_gcra_cancel`` for the reservation ``raw`` (its TAT) of ``cost``."""
-        return int(raw[6]), cost * self.interval_us
+    def decision(self, raw: Any, args: tuple[int, int, int, int, int]) -> tuple[RateLimitReply, int]:
+        """The reply of ``ratelimit_gcra`` called with ``args``, and the TAT it wrote (0: none).
+
+        The script returns only the server's time and the TAT it read (what it sends back is
+        what each decision costs): its decision is made again here with the same integer
+        arithmetic."""
+        now, stored = int(raw[0]), int(raw[1])
+        interval, tolerance, cost, longest, peek = args
+        tat = max(stored, now)
+        new_tat = tat + cost * interval
+        wait = new_tat - tolerance - now
+        if peek or wait > longest:
+            allowed = wait <= 0
+            remaining = max((tolerance - (tat - now)) // interval, 0)
+            reply = RateLimitReply(allowed, self.burst, remaining, 0.0 if allowed else _us(wait), _us(tat - now),
+                                   0.0, _us(now))
+            return reply, 0
+        remaining = max((tolerance - (new_tat - now)) // interval, 0)
+        reply = RateLimitReply(True, self.burst, remaining, 0.0, _us(new_tat - now), _us(max(wait, 0)), _us(now))
+        return reply, new_tat
+
+    def cancel_args(self, written: int, cost: int) -> tuple[int, int]:
+        """ARGV of ``ratelimit_gcra_cancel`` for the reservation of ``cost`` that wrote TAT ``written``."""
+        return written, cost * self.interval_us
 
 
 class SlidingWindowBase(_LimitBase):
@@ -257,3 +266,15 @@ class SlidingWindowBase(_LimitBase):
         """ARGV of ``ratelimit_window``: limit, window µs, cost, peek flag."""
         check_cost(cost, self.rate.count, self.name)
         return self.rate.count, round(self.rate.period * 1_000_000), cost, int(peek)
+
+    def reply(self, raw: Any) -> RateLimitReply:
+        """A sliding window script's reply ``{allowed, remaining, retry_after µs, reset_after µs, now µs}``."""
+        return RateLimitReply(
+            allowed=int(raw[0]) == 1,
+            limit=self.capacity,
+            remaining=int(raw[1]),
+            retry_after=_us(int(raw[2])),
+            reset_after=_us(int(raw[3])),
+            waited=0.0,
+            server_time=_us(int(raw[4])),
+        )

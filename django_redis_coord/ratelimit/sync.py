@@ -41,11 +41,13 @@ class RateLimit(RateLimitBase):
 
     def hit(self, cost: int = 1) -> RateLimitReply:
         """Decide now: admit a call of ``cost`` (and count it) or refuse it (``retry_after`` says when)."""
-        return self.reply(self.do_decide(self.decide_args(cost, 0, peek=False)))
+        args = self.decide_args(cost, 0, peek=False)
+        return self.decision(self.do_decide(args), args)[0]
 
     def peek(self, cost: int = 1) -> RateLimitReply:
         """Whether a call of ``cost`` would be admitted now; nothing is counted."""
-        return self.reply(self.do_decide(self.decide_args(cost, 0, peek=True)))
+        args = self.decide_args(cost, 0, peek=True)
+        return self.decision(self.do_decide(args), args)[0]
 
     def acquire(self, cost: int = 1, wait: Number = 0.0) -> RateLimitReply:
         """Admit a call of ``cost``, waiting up to ``wait`` seconds for its slot.
@@ -55,13 +57,12 @@ class RateLimit(RateLimitBase):
         arrived.  When it would open later, nothing is reserved (``allowed`` is False).  A sleep
         cut short by an exception gives the slot back unless a later call was counted on top."""
         args = self.decide_args(cost, wait, peek=False)
-        raw = self.do_decide(args)
-        reply = self.reply(raw)
+        reply, written = self.decision(self.do_decide(args), args)
         if reply.waited > 0:
             try:
                 time.sleep(reply.waited)
             except BaseException:
-                self.do_cancel(self.cancel_args(raw, cost))
+                self.do_cancel(self.cancel_args(written, cost))
                 raise
         return reply
 
