@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from ..defaults import Problem
 from ..exceptions import InvalidLockArgument, InvalidLockArgumentType
-from ..ratelimit import InvalidRate, Rate, parse_rate
+from ..ratelimit import Rate, parse_rate
 
 __all__ = ["Policy", "is_rate_string", "rate_problem", "checked_rate", "resolved"]
 
@@ -57,7 +57,8 @@ def rate_problem(where: str, rate: object, burst: object) -> Optional[Problem]:
 
 def checked_rate(rate: Union[str, Rate, None], burst: Optional[int], key: Any) -> Union[Policy, str, None]:
     """When decorating: the :class:`Policy` of a rate given as such, else the rate's name (looked
-    up on each call), else ``None`` (``DEFAULT_RATE``).  A malformed rate raises :class:`InvalidRate`."""
+    up on each call), else ``None`` (``DEFAULT_RATE``).  A malformed rate raises
+    :class:`~django_redis_coord.exceptions.InvalidRate`."""
     _check_burst(burst, key)
     if isinstance(rate, Rate):
         return Policy(rate, burst)
@@ -82,6 +83,3 @@ def resolved(spec: Union[Policy, str, None], settings: Any, key: Any) -> Policy:
         what = "RATELIMIT['DEFAULT_RATE'] is not set" if spec is None else f"RATELIMIT['RATES'] has no rate {spec!r}"
         raise ImproperlyConfigured(f"@rate_limited({key!r}): {what} (see `manage.py check`).")
     return Policy(parse_rate(named.rate), named.burst)
-
-
-__all__ += ["InvalidRate"]
