@@ -31,6 +31,7 @@ from .core.exceptions import (
     LockUpgradeError,
     NameKindConflict,
     QuorumUnavailable,
+    RateLimitExceeded,
     ReplicationNotAcknowledged,
     SemaphoreLimitNotSet,
     StaleFenceError,
@@ -60,6 +61,7 @@ if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
     from .integrations.cache_fill.sync import get_or_set
     from .integrations.fencing import afenced_get, afenced_set, afenced_update, fenced_get, fenced_set, fenced_update
     from .metrics import MetricsEvents
+    from .ratelimited import rate_limited
 
 __version__ = "0.1.0"
 
@@ -106,6 +108,7 @@ __all__ = [
     "MissingKeyValue",
     "NameKindConflict",
     "QuorumUnavailable",
+    "RateLimitExceeded",
     "ReplicationNotAcknowledged",
     "SemaphoreLimitNotSet",
     "StaleFenceError",
@@ -121,6 +124,7 @@ __all__ = [
     "arwlock",
     "lock",
     "locked",
+    "rate_limited",
     "semaphore",
     "afenced_get",
     "afenced_set",
@@ -157,6 +161,7 @@ _LAZY: dict[str, str] = {
     # Django glue
     "locked": ".decorator.locked",
     "current_lock": ".decorator.locked",
+    "rate_limited": ".ratelimited",
     "LockContended": ".decorator.locked",
     "KeyTemplateError": ".decorator.locked",
     "MissingKeyValue": ".decorator.locked",
