@@ -1,6 +1,15 @@
-"""Rate limits on Redis (asyncio): the twins of :mod:`django_redis_coord.core.ratelimit.sync`, over
-``redis.asyncio``, with the same names, arguments and replies; every method talking to Redis is
-awaited.  A cancelled :meth:`RateLimit.acquire` gives its reserved slot back."""
+"""Rate limits on Redis: GCRA and an exact sliding window, on the server's clock.
+:class:`django_redis_coord.core.ratelimit.sync.RateLimit` (and ``SlidingWindowLimit``) over a sync
+client, :class:`django_redis_coord.core.ratelimit.aio.RateLimit` over a ``redis.asyncio`` one, with
+the same names, arguments and replies (every method talking to Redis awaited in asyncio).  The
+sync module is generated from the asyncio one (docs/twins.md).
+
+* Every decision is one Lua script call (``core/lua/ratelimit_*.lua``) reading the server's
+  ``TIME``: clients whose clocks disagree share one limit exactly.
+* :meth:`RateLimit.acquire` waits for a slot without polling: the same script call reserves the
+  caller's future slot (GCRA knows when it opens) and the caller sleeps until then.  A sleep cut
+  short (an exception, the asyncio task cancelled) gives the slot back.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +26,8 @@ __all__ = ["RateLimit", "SlidingWindowLimit"]
 class RateLimit(RateLimitBase):
     """A GCRA limit: ``rate`` sustained, at most ``burst`` cost units at once (default ``rate.count``).
 
-    ``RateLimit(redis, name, rate, burst=None)`` over a ``redis.asyncio`` client (see the sync twin).
+    ``RateLimit(redis, name, rate, burst=None)``; ``rate`` is a :class:`Rate` or a text such as
+    ``"100/m"``.  Over any interval of ``t`` seconds it admits at most ``burst + rate * t`` cost units.
     """
 
     def __init__(
@@ -36,8 +46,12 @@ class RateLimit(RateLimitBase):
         return self.decision(await self.do_decide(args), args)[0]
 
     async def acquire(self, cost: int = 1, wait: Number = 0.0) -> RateLimitReply:
-        """Admit a call of ``cost``, waiting up to ``wait`` seconds for its reserved slot (see the
-        sync twin); cancelled while it waits, it gives the slot back unless a later call was
+        """Admit a call of ``cost``, waiting up to ``wait`` seconds for its slot.
+
+        When the slot opens within ``wait``, the script call that decides reserves it, and this
+        call sleeps until it opens (``reply.waited``); callers are admitted in the order they
+        arrived.  When it would open later, nothing is reserved (``allowed`` is False).  A sleep
+        cut short (an exception, the task cancelled) gives the slot back unless a later call was
         counted on top."""
         args = self.decide_args(cost, wait, peek=False)
         reply, written = self.decision(await self.do_decide(args), args)
@@ -64,8 +78,11 @@ class RateLimit(RateLimitBase):
 
 
 class SlidingWindowLimit(SlidingWindowBase):
-    """An exact sliding window: at most ``rate.count`` cost units in any ``rate.period`` seconds
-    (see the sync twin), over a ``redis.asyncio`` client."""
+    """An exact sliding window: at most ``rate.count`` cost units in any ``rate.period`` seconds.
+
+    ``SlidingWindowLimit(redis, name, rate)``.  It keeps one sorted-set member per cost unit
+    admitted in the window (up to ``rate.count``): for large counts :class:`RateLimit` is lighter.
+    """
 
     def __init__(self, redis: Any, name: Union[str, bytes], rate: Union[str, Rate]) -> None:
         super().__init__(redis, name, rate)

@@ -1,18 +1,15 @@
-"""Rate limits on Redis (sync): GCRA and an exact sliding window, on the server's clock.
+# Generated from django_redis_coord/core/ratelimit/aio.py by `python3 dev.py twins`: edit that file, not this one.
+"""Rate limits on Redis: GCRA and an exact sliding window, on the server's clock.
+:class:`django_redis_coord.core.ratelimit.sync.RateLimit` (and ``SlidingWindowLimit``) over a sync
+client, :class:`django_redis_coord.core.ratelimit.aio.RateLimit` over a ``redis.asyncio`` one, with
+the same names, arguments and replies (every method talking to Redis awaited in asyncio).  The
+sync module is generated from the asyncio one (docs/twins.md).
 
-A GCRA limit of 10 a second with bursts of up to 5::
-
-    >>> from redis import Redis
-    >>> from django_redis_coord import RateLimit
-    >>> limit = RateLimit(Redis(), "api:42", "10/s", burst=5)
-    >>> reply = limit.hit()
-    >>> reply.allowed, reply.remaining
-    (True, 4)
-
-* Every decision is one Lua script call (``lua/ratelimit_*.lua``) reading the server's ``TIME``:
-  clients whose clocks disagree share one limit exactly.
+* Every decision is one Lua script call (``core/lua/ratelimit_*.lua``) reading the server's
+  ``TIME``: clients whose clocks disagree share one limit exactly.
 * :meth:`RateLimit.acquire` waits for a slot without polling: the same script call reserves the
-  caller's future slot (GCRA knows when it opens) and the caller sleeps until then.
+  caller's future slot (GCRA knows when it opens) and the caller sleeps until then.  A sleep cut
+  short (an exception, the asyncio task cancelled) gives the slot back.
 """
 
 from __future__ import annotations
@@ -55,7 +52,8 @@ class RateLimit(RateLimitBase):
         When the slot opens within ``wait``, the script call that decides reserves it, and this
         call sleeps until it opens (``reply.waited``); callers are admitted in the order they
         arrived.  When it would open later, nothing is reserved (``allowed`` is False).  A sleep
-        cut short by an exception gives the slot back unless a later call was counted on top."""
+        cut short (an exception, the task cancelled) gives the slot back unless a later call was
+        counted on top."""
         args = self.decide_args(cost, wait, peek=False)
         reply, written = self.decision(self.do_decide(args), args)
         if reply.waited > 0:
