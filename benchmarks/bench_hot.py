@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
-from benchmarks.common import Context, Section, interleaved_pairs
+from benchmarks.common import Context, Section, interleaved_pairs, sent_usec
 
 ROUNDS = 3
 #: The server's time is measured in more, shorter rounds (see the module's text).
@@ -118,12 +118,7 @@ def make_pairs(client: Any) -> dict[str, Callable[[], None]]:
 
 def server_usec(client: Any, lib: str, pair: Callable[[], None]) -> float:
     """Server µs of one pair of ``lib``: INFO commandstats of the commands it sends itself."""
-    client.config_resetstat()
-    for _ in range(SERVER_PAIRS):
-        pair()
-    stats = client.info("commandstats")
-    sent = SENT.get(lib, SCRIPTED)
-    return sum(value["usec"] for key, value in stats.items() if key.removeprefix("cmdstat_") in sent) / SERVER_PAIRS
+    return sent_usec(client, pair, SERVER_PAIRS, SENT.get(lib, SCRIPTED))
 
 
 def run(ctx: Context) -> Section:

@@ -233,6 +233,18 @@ def commands_delta(before: dict[str, int], after: dict[str, int], ignore: frozen
     return total
 
 
+def sent_usec(client: Any, call: Callable[[], Any], calls: int, sent: Iterable[str]) -> float:
+    """Server µs of one ``call()``: the statistics reset, ``calls`` calls run, then the ``usec`` of
+    the commands named ``sent`` in INFO commandstats (those the caller sends itself: a script's
+    time includes the commands it runs, which commandstats also counts under their own names)."""
+    client.config_resetstat()
+    for _ in range(calls):
+        call()
+    stats = client.info("commandstats")
+    names = set(sent)
+    return sum(value["usec"] for key, value in stats.items() if key.removeprefix("cmdstat_") in names) / calls
+
+
 def connection_counts(admin: Any, name: str) -> tuple[int, int, int]:
     """The client connections named ``name`` (a client made with ``client_name=name``: every
     connection of its pool, pub/sub ones included, carries it) as ``CLIENT LIST`` shows them now:

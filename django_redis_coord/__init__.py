@@ -19,8 +19,10 @@ from .core.events import Events
 from .core.exceptions import (
     CoordError,
     CoordLockError,
+    CostTooHigh,
     InvalidLockArgument,
     InvalidLockArgumentType,
+    InvalidRate,
     LockAcquireTimeout,
     LockError,
     LockForkedError,
@@ -29,6 +31,7 @@ from .core.exceptions import (
     LockUpgradeError,
     NameKindConflict,
     QuorumUnavailable,
+    RateLimitExceeded,
     ReplicationNotAcknowledged,
     SemaphoreLimitNotSet,
     StaleFenceError,
@@ -48,6 +51,7 @@ if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
     from .config.shortcuts import rwlock as get_rwlock
     from .core.durable.sync import DurableLock
     from .core.leader.sync import Leader
+    from .core.ratelimit import Rate, RateLimit, RateLimitReply, SlidingWindowLimit, parse_rate
     from .core.redlock.sync import Redlock
     from .core.rwlock.sync import ReadWriteLock
     from .core.semaphore.sync import Semaphore
@@ -57,6 +61,7 @@ if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
     from .integrations.cache_fill.sync import get_or_set
     from .integrations.fencing import afenced_get, afenced_set, afenced_update, fenced_get, fenced_set, fenced_update
     from .metrics import MetricsEvents
+    from .ratelimited import rate_limited
 
 __version__ = "0.1.0"
 
@@ -73,6 +78,11 @@ __all__ = [
     "Semaphore",
     "optimistic",
     "NO_EXPIRY",
+    "Rate",
+    "RateLimit",
+    "RateLimitReply",
+    "SlidingWindowLimit",
+    "parse_rate",
     # who holds what
     "HolderInfo",
     "holders",
@@ -82,8 +92,10 @@ __all__ = [
     # exceptions (see django_redis_coord.exceptions for the hierarchy)
     "CoordError",
     "CoordLockError",
+    "CostTooHigh",
     "InvalidLockArgument",
     "InvalidLockArgumentType",
+    "InvalidRate",
     "KeyTemplateError",
     "KeyTooLong",
     "LockAcquireTimeout",
@@ -96,6 +108,7 @@ __all__ = [
     "MissingKeyValue",
     "NameKindConflict",
     "QuorumUnavailable",
+    "RateLimitExceeded",
     "ReplicationNotAcknowledged",
     "SemaphoreLimitNotSet",
     "StaleFenceError",
@@ -111,6 +124,7 @@ __all__ = [
     "arwlock",
     "lock",
     "locked",
+    "rate_limited",
     "semaphore",
     "afenced_get",
     "afenced_set",
@@ -139,9 +153,15 @@ _LAZY: dict[str, str] = {
     "Leader": ".core.leader.sync",
     "MetricsEvents": ".metrics",
     "ReadWriteLock": ".core.rwlock.sync",
+    "Rate": ".core.ratelimit",
+    "RateLimit": ".core.ratelimit",
+    "RateLimitReply": ".core.ratelimit",
+    "SlidingWindowLimit": ".core.ratelimit",
+    "parse_rate": ".core.ratelimit",
     # Django glue
     "locked": ".decorator.locked",
     "current_lock": ".decorator.locked",
+    "rate_limited": ".ratelimited",
     "LockContended": ".decorator.locked",
     "KeyTemplateError": ".decorator.locked",
     "MissingKeyValue": ".decorator.locked",

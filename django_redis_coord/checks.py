@@ -12,10 +12,12 @@ configured Redis (short timeouts) and warn about what silently breaks locks in p
   ``appendfsync always``): fences then rest on its clock alone (see docs/safety.md).  When
   ``CONFIG GET`` is refused, ``django_redis_coord.I001`` says it was not checked.
 
-The settings errors (E001-E016, E018-E020) come from :func:`django_redis_coord.conf.settings_problems`
+The settings errors (E001-E016, E018-E022) come from :func:`django_redis_coord.conf.settings_problems`
 (listed in docs/django.md); none of them connects.
 ``django_redis_coord.E017``: something was decorated with ``@locked(redlock=True)`` but
 ``REDLOCK["MASTERS"]`` is not set.
+``django_redis_coord.E023``: something is decorated with ``@rate_limited`` whose rate comes from the
+settings (``rate="api"``, or no rate: ``DEFAULT_RATE``), and the settings lack it.
 ``django_redis_coord.W005``: ``DJANGO_REDIS_COORD`` is not set but the settings define a name close
 to it (``DJANGO_REDIS_CORD``): the locks would silently use the ``default`` cache's Redis.
 """
@@ -33,7 +35,8 @@ from django.core.checks import CheckMessage, Error, Info, Tags, Warning, registe
 
 from .config.settings import REDIS_CACHE_BACKENDS, SETTING_NAME, settings_problems
 
-__all__ = ["check_settings", "check_setting_name", "check_redlock_users", "check_redis_for_deploy", "redis_location"]
+__all__ = ["check_settings", "check_setting_name", "check_redlock_users", "check_rate_names", "check_redis_for_deploy",
+           "redis_location"]
 
 TAG = "django_redis_coord"
 
@@ -89,6 +92,15 @@ def check_redlock_users(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
             id="django_redis_coord.E017",
         )
     ]
+
+
+@register(TAG)
+def check_rate_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``@rate_limited(rate="api")`` needs ``RATELIMIT["RATES"]["api"]``, and no rate needs
+    ``DEFAULT_RATE`` (no connection)."""
+    from .ratelimited.checks import missing_rates
+
+    return [Error(msg, hint=hint, obj=SETTING_NAME, id="django_redis_coord.E023") for msg, hint in missing_rates()]
 
 
 def redis_location(url: str, options: Optional[Mapping[str, Any]] = None) -> Optional[tuple[str, int, int]]:

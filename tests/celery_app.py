@@ -169,3 +169,28 @@ def sync_retry(self, account: int, seconds: float) -> str:
 def locked_hits_hard_limit(n: int) -> None:
     record(f"locked_hits_hard_limit:{n}")
     time.sleep(30)
+
+
+# -- @rate_limited on tasks ---------------------------------------------------------------------------
+from django_redis_coord import rate_limited  # noqa: E402
+
+
+@app.task
+@rate_limited("rl-skip:{account}", rate="1/m", on_limited="skip")
+def rate_skip(account: int) -> str:
+    record(f"rate_skip:{account}")
+    return "sent"
+
+
+@rate_limited("rl-raise:{account}", rate="1/m", on_limited="raise")
+@app.task
+def rate_raise(account: int) -> str:
+    record(f"rate_raise:{account}")
+    return "sent"
+
+
+@app.task(bind=True, max_retries=5)
+@rate_limited("rl-retry:{account}", rate="1/2s", on_limited="retry")
+def rate_retry(self, account: int) -> str:
+    record(f"rate_retry:{account}", self.request.retries, now_us())
+    return "sent"

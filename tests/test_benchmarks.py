@@ -260,3 +260,26 @@ def test_rwlock_benchmark_end_to_end_with_tiny_sizes(redis_servers, tmp_path):
     assert figures["writer.ours.3.longest_reader_hold_ms"] >= 20
     # The readers-first lock written by hand is measured in the same run (its writer may starve).
     assert "writer.reader-count.3.gave_up" in figures and "| reader count | 3 |" in report
+
+
+def test_ratelimit_benchmark_end_to_end_in_quick_mode(redis_servers, tmp_path):
+    from benchmarks import bench_ratelimit
+
+    assert "ratelimit" in run.discover()
+    ctx = Context(redis_servers(1)[0], quick=True, results_dir=tmp_path, verbose=False)
+    section = bench_ratelimit.run(ctx)
+    write_report(section, ctx, started=0.0)
+    report = (tmp_path / "ratelimit.md").read_text()
+    for heading in ("### Refused decisions", "### Admitted decisions", "### Exactness", "### Boundary burst"):
+        assert heading in report, heading
+    figures = section.figures
+    for lib in ("ours gcra", "ours window", "limits moving", "limits sliding", "django-ratelimit"):
+        assert figures[f"refused.decisions_per_s.{lib}"] > 0
+    # (django-ratelimit counts on the test settings' cache, another server: no server time here)
+    for lib in ("ours gcra", "ours window", "limits moving", "limits sliding"):
+        assert figures[f"admitted.server_usec.{lib}"] > 0
+    # What the limits guarantee, whatever the machine's speed: GCRA never above burst + rate x t,
+    # the exact window never above N in a second nor across a boundary.
+    assert figures["exact.gcra.worst_vs_bound"] <= 1.0
+    assert figures["exact.ours window.most_in_a_second_vs_n"] <= 1.0
+    assert figures["boundary.admitted.ours window"] <= bench_ratelimit.BOUNDARY_N

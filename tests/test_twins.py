@@ -105,7 +105,7 @@ def test_twin_functions_take_the_same_parameters_and_the_asyncio_one_is_awaited(
 FAMILY_DIRS = {
     "lock": "core/lock", "semaphore": "core/semaphore", "redlock": "core/redlock", "durable": "core/durable",
     "waiting": "core/waiting", "queue": "core/queue", "rwlock": "core/rwlock", "leader": "core/leader",
-    "cache_fill": "integrations/cache_fill",
+    "ratelimit": "core/ratelimit", "cache_fill": "integrations/cache_fill",
 }
 ASYNC_MODULES = [PACKAGE / folder / "aio.py" for folder in FAMILY_DIRS.values()]
 

@@ -24,6 +24,7 @@ TWINS = [
     (f"{PACKAGE}/core/lock/aio.py", f"{PACKAGE}/core/lock/sync.py"),
     (f"{PACKAGE}/core/semaphore/aio.py", f"{PACKAGE}/core/semaphore/sync.py"),
     (f"{PACKAGE}/core/rwlock/aio.py", f"{PACKAGE}/core/rwlock/sync.py"),
+    (f"{PACKAGE}/core/ratelimit/aio.py", f"{PACKAGE}/core/ratelimit/sync.py"),
 ]
 
 #: Word-bounded replacements, applied in this order to every line of a source.
@@ -38,6 +39,10 @@ SUBS = [
     (r"from collections\.abc import Awaitable\n", ""),
     (r"Awaitable\[(\w+)\]", r"\1"),
     (r"from \.\.concurrency import run_to_completion\n", ""),
+    # Sleeping: a thread sleeps in ``time``; the scripts' registry of each flavour of client.
+    (r"^import asyncio$", "import time"),
+    ("asyncio.sleep", "time.sleep"),
+    ("async_scripts", "sync_scripts"),
     # The package's sync and asyncio names: a family's halves sit side by side (``aio.py`` and
     # ``sync.py``), and so do the halves of what they import (``queue/aio.py``, ``queue/sync.py``).
     (r"(from \S*)\.aio\b", r"\1.sync"),

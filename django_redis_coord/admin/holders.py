@@ -47,6 +47,7 @@ from ..core.listing import HolderListing
 from ..models import Holder
 from .bulk import BulkReleaseViews
 from .contention import contention_view_for
+from .ratelimits import ratelimits_view_for
 
 FORCE_RELEASE_PERMISSION = "django_redis_coord.force_release_holder"
 
@@ -80,6 +81,7 @@ class HolderAdmin(BulkReleaseViews, admin.ModelAdmin):
             path("", wrap(self.changelist_view), name=f"{base}_changelist"),
             path("bulk-release/", wrap(self.bulk_release_view), name=f"{base}_bulk_release"),
             path("contention/", wrap(contention_view_for(self)), name=f"{base}_contention"),
+            path("ratelimits/", wrap(ratelimits_view_for(self)), name=f"{base}_ratelimits"),
             path("<str:holder_id>/", wrap(self.detail_view), name=f"{base}_detail"),
             path("<str:holder_id>/release/", wrap(self.release_view), name=f"{base}_release"),
         ]

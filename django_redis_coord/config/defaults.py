@@ -39,6 +39,9 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "REDLOCK": None,
         # Metrics exporters: any of "prometheus", "otel", "history" (docs/metrics.md).
         "METRICS": (),
+        # Rate limits of @rate_limited: {"DEFAULT_RATE": "100/m", "RATES": {...}, "ENABLED": True, ...}
+        # (django_redis_coord.config.ratelimit_options).
+        "RATELIMIT": None,
     }
 )
 

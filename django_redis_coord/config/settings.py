@@ -30,6 +30,7 @@ from django.dispatch import receiver
 
 from ..core.expiry import is_no_expiry
 from .defaults import DEFAULT_CLIENT_OPTIONS, DEFAULTS, REDIS_CACHE_BACKENDS, SETTING_NAME, Problem
+from .ratelimit_options import RateLimitSettings, ratelimit_from
 from .validation import settings_problems
 
 __all__ = [
@@ -71,6 +72,8 @@ class CoordSettings:
     source: str = field(default="url")
     #: The metrics exporters turned on (``METRICS``): "prometheus", "otel", "history".
     metrics: tuple[str, ...] = ()
+    #: The settings of ``@rate_limited`` (``RATELIMIT``, defaults filled in).
+    ratelimit: RateLimitSettings = field(default_factory=RateLimitSettings)
 
     def __getitem__(self, key: str) -> Any:
         if key not in DEFAULTS:
@@ -164,6 +167,7 @@ def coord_settings() -> CoordSettings:
         redlock=_freeze(values["REDLOCK"]),
         source=source,
         metrics=tuple(values["METRICS"]),
+        ratelimit=ratelimit_from(values["RATELIMIT"]),
     )
 
 

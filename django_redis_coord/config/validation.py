@@ -12,6 +12,7 @@ from typing import Any, Optional
 from ..core.expiry import WHY, is_no_expiry
 from .defaults import DEFAULTS, REDIS_CACHE_BACKENDS, SETTING_NAME, Problem
 from .metrics_options import metrics_problems
+from .ratelimit_options import ratelimit_problems
 from .redis_options import host_port_problem, is_number, options_refused, unknown_option_problems, url_problem
 
 __all__ = ["settings_problems"]
@@ -214,6 +215,7 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
                     )
     problems.extend(_redlock_problems(values["REDLOCK"]))
     problems.extend(metrics_problems(values["METRICS"]))
+    problems.extend(ratelimit_problems(values["RATELIMIT"]))
     return problems
 
 

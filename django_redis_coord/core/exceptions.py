@@ -10,6 +10,8 @@ Python code expects.  The tree (``also``: further base classes)::
     │   ├── InvalidLockArgument         also ValueError; nothing was written to Redis
     │   │   ├── InvalidLockArgumentType also TypeError
     │   │   ├── NameKindConflict        the name is used by another kind of primitive
+    │   │   ├── InvalidRate             a rate limit's rate that cannot be parsed or used
+    │   │   ├── CostTooHigh             a rate limit's cost above its capacity (never admissible)
     │   │   └── KeyTemplateError        an ``@locked`` key template that cannot be used or filled
     │   │       ├── MissingKeyValue     also Django's BadRequest: a 400 in views
     │   │       └── KeyTooLong          also Django's BadRequest: a 400 in views
@@ -23,6 +25,7 @@ Python code expects.  The tree (``also``: further base classes)::
     │   ├── StaleFenceError             a fenced write from a holder older than one seen
     │   ├── QuorumUnavailable           also redis ConnectionError: too few Redlock masters answered
     │   └── ReplicationNotAcknowledged  too few replicas confirmed a DurableLock's grant
+    ├── RateLimitExceeded               ``@rate_limited`` refused a call outside a view
     ├── TransactionConflict             also redis WatchError: optimistic() ran out of retries
     ├── UnsupportedCacheBackend         also TypeError: a cache fill on a cache that is not Redis
     └── RedisServerNotFound             also RuntimeError: no redis-server binary (testing helpers)
@@ -51,6 +54,8 @@ __all__ = [
     "InvalidLockArgument",
     "InvalidLockArgumentType",
     "NameKindConflict",
+    "InvalidRate",
+    "CostTooHigh",
     "LockLostError",
     "LockForkedError",
     "LockAcquireTimeout",
@@ -65,6 +70,7 @@ __all__ = [
     "StaleFenceError",
     "KeyTemplateError",
     "LockContended",
+    "RateLimitExceeded",
 ]
 
 
@@ -92,6 +98,14 @@ class InvalidLockArgumentType(InvalidLockArgument, TypeError):
 class NameKindConflict(InvalidLockArgument):
     """The name is in use by another kind of primitive (a lock's name held by a semaphore, or the
     reverse) or holds another kind of Redis value; nothing was written to Redis."""
+
+
+class InvalidRate(InvalidLockArgument):
+    """A rate limit's rate (``"100/m"``) that cannot be parsed or is out of range; nothing was written."""
+
+
+class CostTooHigh(InvalidLockArgument):
+    """A rate limit call whose cost is above the limit's capacity: it could never be admitted."""
 
 
 class LockAcquireTimeout(CoordLockError):
@@ -182,7 +196,7 @@ class UnsupportedCacheBackend(CoordError, TypeError):
     them over several servers (``ShardClient``).  ``lock_name`` is the cache alias."""
 
 
-# -- the Django layer (``@locked``) -----------------------------------------------------------------
+# -- the Django layer (``@locked``, ``@rate_limited``) ------------------------------------------------
 class KeyTemplateError(InvalidLockArgument):
     """A key template that is malformed or names a value the decorated function cannot provide."""
 
@@ -191,6 +205,16 @@ class LockContended(CoordLockError):
     """The key is held (or all ``limit`` permits are taken): raised by plain functions and ``with``."""
 
     def __init__(self, message: str, lock_name: Any = None, retry_after: Optional[int] = None) -> None:
+        super().__init__(message, lock_name=lock_name)
+        self.retry_after = retry_after
+
+
+class RateLimitExceeded(CoordError):
+    """``@rate_limited`` refused a call outside a view (a task, a function, ``on_limited="raise"``).
+
+    ``retry_after``: seconds until a call of the same cost would be admitted (a float)."""
+
+    def __init__(self, message: str, lock_name: Any = None, retry_after: float = 0.0) -> None:
         super().__init__(message, lock_name=lock_name)
         self.retry_after = retry_after
 

@@ -196,7 +196,7 @@ class Locked:
     def __call__(self, target: Any) -> Any:
         if isinstance(target, type):
             return self._decorate_class(target)
-        task = locked_task_object(self, target, lambda func: self.decorate(func, _dotted(func)))
+        task = locked_task_object(self, target, lambda func: self.decorate(func, dotted_name(func)))
         if task is not None:  # a task of Django's tasks framework, or of Celery
             return task
         if not callable(target):
@@ -204,14 +204,14 @@ class Locked:
         # A class-based view's as_view() is a function of Django's, the same for every class:
         # named after its class, as when the class itself is decorated.
         view_class = getattr(target, "view_class", None)
-        return self.decorate(target, _dotted(view_class if isinstance(view_class, type) else target))
+        return self.decorate(target, dotted_name(view_class if isinstance(view_class, type) else target))
 
     def _decorate_class(self, cls: type) -> type:
         dispatch = getattr(cls, "dispatch", None)
         if dispatch is None:
             raise InvalidLockArgumentType(f"@locked on a class needs a view class with dispatch(); {cls!r} has none")
         is_async = bool(getattr(cls, "view_is_async", False))
-        cls.dispatch = self.decorate(dispatch, _dotted(cls), force_async=is_async)  # type: ignore[attr-defined]
+        cls.dispatch = self.decorate(dispatch, dotted_name(cls), force_async=is_async)  # type: ignore[attr-defined]
         return cls
 
     def decorate(self, func: Callable[..., Any], default_name: str, *, force_async: bool = False) -> Any:
@@ -317,7 +317,7 @@ class Locked:
             if not redis_unavailable(exc):
                 raise
             outcome = self._unavailable(request, name, settings, exc)
-            return await _maybe_await(func(*args, **kwargs)) if outcome is _RUN_UNLOCKED else outcome
+            return await maybe_await(func(*args, **kwargs)) if outcome is _RUN_UNLOCKED else outcome
         if not acquired:
             info = self._refused(request, name, primitive, started, settings, skippable=True)
             if request is None:
@@ -328,7 +328,7 @@ class Locked:
         try:
             if request is not None:
                 request.coord_lock = primitive  # type: ignore[attr-defined]
-            result = await _maybe_await(func(*args, **kwargs))
+            result = await maybe_await(func(*args, **kwargs))
         except BaseException:
             await release.arelease()
             raise
@@ -356,7 +356,8 @@ class Locked:
         await self._context.aexit()
 
 
-async def _maybe_await(value: Any) -> Any:
+async def maybe_await(value: Any) -> Any:
+    """``value``, awaited when it is awaitable (what an async wrapper's function returned)."""
     if inspect.isawaitable(value):
         return await value
     return value
@@ -441,7 +442,8 @@ class ContextHolds:
             await arelease_logged(primitive)
 
 
-def _dotted(obj: Any) -> str:
+def dotted_name(obj: Any) -> str:
+    """``module.qualname`` of a function or class: the default name of a decorated one."""
     return f"{obj.__module__}.{obj.__qualname__}"
 
 
@@ -462,13 +464,19 @@ def locked(key: Any = None, /, **options: Any) -> Any:
     Celery task, ``"retry"``).
     Also decorates a ``Task`` of Django's tasks framework (``@locked`` above ``@task``).
     """
+    return decorator_from(Locked, "locked", key, options)
+
+
+def decorator_from(factory: Callable[..., Any], name: str, key: Any, options: dict[str, Any]) -> Any:
+    """What ``name(key, **options)`` gives for the decorator class ``factory`` (``Locked``,
+    ``RateLimited``): the key positionally or by keyword (a callable one by keyword), or, bare
+    over a function or class (``@locked``), that function or class decorated with the defaults."""
     if "key" in options:
         if key is not None:
-            raise InvalidLockArgumentType("locked() got the key twice")
-        return Locked(options.pop("key"), **options)
+            raise InvalidLockArgumentType(f"{name}() got the key twice")
+        return factory(options.pop("key"), **options)
     if callable(key) and not options:
-        # Bare @locked on a function or class.
-        return Locked()(key)
+        return factory()(key)
     if callable(key):
-        raise InvalidLockArgumentType("pass a callable key by keyword: locked(key=my_key_function, ...)")
-    return Locked(key, **options)
+        raise InvalidLockArgumentType(f"pass a callable key by keyword: {name}(key=my_key_function, ...)")
+    return factory(key, **options)

@@ -120,6 +120,12 @@ class Recorder:
     def lost(self, template: str, kind: str, held_time: Optional[float]) -> None:
         """A hold was found lost (expired, taken over, not renewed in time)."""
 
+    def admitted(self, template: str, kind: str, value: Optional[float]) -> None:
+        """A rate limit (``kind`` ``"ratelimit"`` or ``"ratelimit-window"``) admitted a call."""
+
+    def limited(self, template: str, kind: str, value: Optional[float]) -> None:
+        """A rate limit refused a call."""
+
     def batch_done(self) -> None:
         """The events of one hand-over were all given (a recorder may add up counts until then)."""
 
@@ -163,7 +169,8 @@ class Fanout:
         self.recorders = tuple(recorders)
 
     def record(self, event: str, template: Optional[str], primitive: Any, value: Optional[float]) -> None:
-        """``event`` (``"acquired"``, ``"contended"``, ``"released"`` or ``"lost"``) of ``primitive``."""
+        """``event`` (``"acquired"``, ``"contended"``, ``"released"`` or ``"lost"``; ``"admitted"`` or
+        ``"limited"`` for a rate limit) of ``primitive``."""
         if len(_queue) >= QUEUED:
             failures.note("queueing metrics (the queue is full: events dropped until it is fed)",
                           OverflowError(QUEUED))

@@ -7,7 +7,9 @@ with the attributes ``template`` and ``kind``:
 * ``django_redis_coord.acquire.wait`` (histogram, s), ``django_redis_coord.hold.duration``
   (histogram, s, released holds);
 * ``django_redis_coord.acquisitions``, ``django_redis_coord.contentions``,
-  ``django_redis_coord.losses`` (counters);
+  ``django_redis_coord.losses``, ``django_redis_coord.ratelimit.admitted`` and
+  ``django_redis_coord.ratelimit.limited`` (counters; the last two count the calls a
+  ``@rate_limited`` admitted and refused);
 
 and, given :class:`~django_redis_coord.metrics.gauges.HolderGauges`, observable gauges read from
 the holder registry at each collection, with the attribute ``kind``:
@@ -49,7 +51,12 @@ class OtelRecorder(Recorder):
         self.contentions = meter.create_counter(name + "contentions", unit="{acquire}",
                                                 description="Acquires that gave up because the key was taken.")
         self.losses = meter.create_counter(name + "losses", unit="{hold}", description="Holds found lost.")
-        self._counters = {"acquired": self.acquisitions, "contended": self.contentions, "lost": self.losses}
+        self.rate_admitted = meter.create_counter(name + "ratelimit.admitted", unit="{call}",
+                                                  description="Calls a rate limit admitted.")
+        self.rate_limited = meter.create_counter(name + "ratelimit.limited", unit="{call}",
+                                                 description="Calls a rate limit refused.")
+        self._counters = {"acquired": self.acquisitions, "contended": self.contentions, "lost": self.losses,
+                          "admitted": self.rate_admitted, "limited": self.rate_limited}
         self._attributes: dict[tuple[str, str], dict[str, str]] = {}
         self._counted: dict[tuple[str, str, str], int] = {}
         self.gauges = gauges
@@ -85,6 +92,12 @@ class OtelRecorder(Recorder):
 
     def lost(self, template: str, kind: str, held_time: Optional[float]) -> None:
         self._count("lost", template, kind)
+
+    def admitted(self, template: str, kind: str, value: Optional[float]) -> None:
+        self._count("admitted", template, kind)
+
+    def limited(self, template: str, kind: str, value: Optional[float]) -> None:
+        self._count("limited", template, kind)
 
     def batch_done(self) -> None:
         """Add the batch's counts to the counters, once per template and kind."""

@@ -7,7 +7,10 @@ and ``kind``:
 * ``django_redis_coord_acquire_wait_seconds`` (histogram): time spent acquiring, per acquisition;
 * ``django_redis_coord_acquisitions_total``, ``django_redis_coord_contentions_total`` (acquires that
   gave up: a ``@locked`` view's 409), ``django_redis_coord_losses_total`` (counters);
-* ``django_redis_coord_hold_seconds`` (histogram): how long each released hold lasted.
+* ``django_redis_coord_hold_seconds`` (histogram): how long each released hold lasted;
+* ``django_redis_coord_ratelimit_admitted_total``, ``django_redis_coord_ratelimit_limited_total``
+  (counters): the calls a ``@rate_limited`` admitted and refused (``kind`` ``ratelimit`` or
+  ``ratelimit-window``).
 
 :class:`HolderCollector` reads the holder registry when scraped: ``django_redis_coord_holders``,
 ``django_redis_coord_waiters`` and ``django_redis_coord_oldest_hold_seconds`` by ``kind``, and
@@ -74,6 +77,8 @@ class PrometheusRecorder(Recorder):
         self.contentions = Counter("contentions", "Acquires that gave up because the key was taken.", **common)
         self.losses = Counter("losses", "Holds found lost (expired, taken over, not renewed in time).", **common)
         self.hold = Histogram("hold_seconds", "Seconds each released hold lasted.", buckets=buckets, **common)
+        self.rate_admitted = Counter("ratelimit_admitted", "Calls a rate limit admitted.", **common)
+        self.rate_limited = Counter("ratelimit_limited", "Calls a rate limit refused.", **common)
         self._series: dict[tuple[str, str], _Series] = {}
 
     def series(self, template: str, kind: str) -> _Series:
@@ -97,6 +102,12 @@ class PrometheusRecorder(Recorder):
 
     def lost(self, template: str, kind: str, held_time: Optional[float]) -> None:
         self.series(template, kind).losses.inc()
+
+    def admitted(self, template: str, kind: str, value: Optional[float]) -> None:
+        self.rate_admitted.labels(template, kind).inc()
+
+    def limited(self, template: str, kind: str, value: Optional[float]) -> None:
+        self.rate_limited.labels(template, kind).inc()
 
 
 class HolderCollector(Collector):

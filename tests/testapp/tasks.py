@@ -98,3 +98,21 @@ async def nightly_over(region: str) -> str:
 def nightly_raise(region: str) -> str:
     _run(f"nightly:{region}")
     return "done"
+
+
+# -- @rate_limited ---------------------------------------------------------------------------------
+from django_redis_coord import rate_limited  # noqa: E402
+
+
+@rate_limited("rl-task:{day}", rate="1/m", on_limited="skip")
+@task
+def limited_report(day: str) -> str:
+    get_client().incr(f"runs:rl-task:{day}")
+    return "done"
+
+
+@rate_limited("rl-atask:{day}", rate="1/m", on_limited="raise")
+@task
+async def limited_areport(day: str) -> str:
+    await get_async_client().incr(f"runs:rl-atask:{day}")
+    return "done"

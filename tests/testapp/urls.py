@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import rw_views, views
+from . import ratelimit_views, rw_views, views
 
 urlpatterns = [
     path("hold/<str:name>/", views.hold),
@@ -31,6 +31,18 @@ urlpatterns = [
     path("avail/<str:name>/", views.availability),
     path("rendered/<str:name>/", views.rendered),
     path("aavail/<str:name>/", views.aavailability),
+    path("rl/gcra/<str:name>/", ratelimit_views.gcra),
+    path("rl/agcra/<str:name>/", ratelimit_views.agcra),
+    path("rl/cbv/<str:name>/", ratelimit_views.LimitedView.as_view()),
+    path("rl/acbv/<str:name>/", ratelimit_views.AsyncLimitedView.as_view()),
+    path("rl/window/<str:name>/", ratelimit_views.window),
+    path("rl/user/", ratelimit_views.per_user),
+    path("rl/header/", ratelimit_views.by_header),
+    path("rl/aquery/", ratelimit_views.aby_query),
+    path("rl/fast/<str:name>/", ratelimit_views.fast),
+    path("rl/deny/<str:name>/", ratelimit_views.deny),
+    path("rl/aallow/<str:name>/", ratelimit_views.aallow),
+    path("rl/stacked/<str:name>/", ratelimit_views.stacked),
     path("rw/read/<str:name>/", rw_views.read_report),
     path("rw/write/<str:name>/", rw_views.write_report),
     path("rw/aread/<str:name>/", rw_views.aread_report),

@@ -1,0 +1,137 @@
+"""The asyncio rate limits: the same decisions as the sync ones, and a cancelled wait gives its slot back."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+
+import pytest
+
+from benchmarks.common import CommandMonitor
+from django_redis_coord import CostTooHigh
+from django_redis_coord.asyncio import RateLimit, SlidingWindowLimit
+from django_redis_coord.core.ratelimit import sync
+from tests.test_twins import public_api
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.mark.parametrize("synchronous, asynchronous", [
+    (sync.RateLimit, RateLimit), (sync.SlidingWindowLimit, SlidingWindowLimit),
+], ids=["RateLimit", "SlidingWindowLimit"])
+def test_the_asyncio_twins_have_the_same_public_methods_awaited(synchronous, asynchronous):
+    assert public_api(synchronous) == public_api(asynchronous)
+    for method in ("hit", "peek", "reset", "do_decide"):
+        assert inspect.iscoroutinefunction(getattr(asynchronous, method))
+        assert not inspect.iscoroutinefunction(getattr(synchronous, method))
+
+
+def test_gcra_decisions(async_redis):
+    async def scenario():
+        client = async_redis()
+        limit = RateLimit(client, "api:1", "2/s", burst=3)
+        assert (await limit.peek()).remaining == 3
+        replies = [await limit.hit() for _ in range(4)]
+        assert [r.allowed for r in replies] == [True, True, True, False]
+        assert replies[-1].retry_after == pytest.approx(replies[0].server_time + 0.5 - replies[-1].server_time,
+                                                        abs=2e-6)
+        with pytest.raises(CostTooHigh):
+            await limit.hit(cost=4)
+        assert await limit.reset() is True
+        assert (await limit.hit(cost=3)).remaining == 0
+        await client.aclose()
+
+    run(scenario())
+
+
+def test_sliding_window_decisions(async_redis):
+    async def scenario():
+        client = async_redis()
+        limit = SlidingWindowLimit(client, "win:1", "3/s")
+        assert [(await limit.hit()).allowed for _ in range(4)] == [True, True, True, False]
+        assert not (await limit.peek()).allowed
+        assert 0 < await client.pttl(limit.key) <= 1000
+        assert await limit.reset() is True and (await limit.peek()).remaining == 3
+        await client.aclose()
+
+    run(scenario())
+
+
+def test_waiting_tasks_are_admitted_in_arrival_order_one_script_call_each(async_redis, redis_server):
+    async def scenario():
+        client = async_redis()
+        limit = RateLimit(client, "line", "20/s", burst=1)
+        await limit.peek()  # the script is loaded
+
+        async def call(i):
+            reply = await limit.acquire(wait=5)
+            return i, reply, time.monotonic()
+
+        started = time.monotonic()
+        with CommandMonitor(redis_server) as monitor:
+            results = await asyncio.gather(*(call(i) for i in range(20)))
+        assert all(reply.allowed for _, reply, _ in results)
+        slots = [reply.server_time + reply.waited for _, reply in sorted(
+            ((reply.server_time, reply) for _, reply, _ in results), key=lambda pair: pair[0])]
+        assert all(b - a == pytest.approx(0.05, abs=2e-6) for a, b in zip(slots, slots[1:]))
+        # Each task slept for its slot: the last one woke 19 intervals after the first decision.
+        assert max(woke for _, _, woke in results) - started >= 19 * 0.05
+        assert monitor.counts == {"EVALSHA": 20}
+        await client.aclose()
+
+    run(scenario())
+
+
+def test_a_cancelled_wait_gives_the_slot_back(async_redis):
+    async def scenario():
+        client = async_redis()
+        limit = RateLimit(client, "cancelled", "1/10s", burst=1)
+        await limit.hit()
+        held = await client.get(limit.key)
+        waiting = asyncio.ensure_future(limit.acquire(wait=30))  # its slot opens in 10 s
+        await asyncio.sleep(0.1)
+        assert await client.get(limit.key) != held  # reserved
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert await client.get(limit.key) == held
+        await client.aclose()
+
+    run(scenario())
+
+
+def test_a_cancelled_wait_under_a_later_reservation_leaves_its_slot_unused(async_redis):
+    async def scenario():
+        client = async_redis()
+        limit = RateLimit(client, "stacked", "1/s", burst=1)
+        admitted = await limit.hit()
+        first = asyncio.ensure_future(limit.acquire(wait=5))
+        await asyncio.sleep(0.05)
+        second = asyncio.ensure_future(limit.acquire(wait=5))
+        await asyncio.sleep(0.05)
+        on_top = await client.get(limit.key)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert await client.get(limit.key) == on_top
+        reply = await second  # its slot kept its place: after the first's
+        assert reply.allowed and reply.server_time + reply.waited == pytest.approx(admitted.server_time + 2, abs=2e-6)
+        await client.aclose()
+
+    run(scenario())
+
+
+def test_a_slot_that_would_open_after_the_wait_is_not_reserved(async_redis):
+    async def scenario():
+        client = async_redis()
+        limit = RateLimit(client, "late", "1/m", burst=1)
+        await limit.hit()
+        before = await client.get(limit.key)
+        reply = await limit.acquire(wait=1)
+        assert not reply.allowed and reply.retry_after > 58 and await client.get(limit.key) == before
+        await client.aclose()
+
+    run(scenario())
