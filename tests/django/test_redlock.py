@@ -295,7 +295,7 @@ def test_factories_use_the_settings(three, redis_client):
 
         fence, during = asyncio.run(scenario())
         assert fence > 0 and during[0] is not None and during == [during[0]] * 3
-        assert redlock.__module__ == aredlock.__module__ == "django_redis_coord.shortcuts"
+        assert redlock.__module__ == aredlock.__module__ == "django_redis_coord.config.shortcuts"
     with override_settings(DJANGO_REDIS_COORD={**value, "DEFAULT_TIMEOUT": "never"}):
         with pytest.raises(InvalidLockArgument, match="always expires"):
             redlock("ledger")

@@ -16,7 +16,7 @@ from django_redis_coord.core.exceptions import LockAcquireTimeout
 from django_redis_coord.integrations.cache_fill.aio import aget_or_set
 from django_redis_coord.integrations.cache_fill.rules import FILL_RETENTION_MS
 from django_redis_coord.integrations.cache_fill.sync import get_or_set
-from tests.integrations.test_cache_fill import counters, db
+from tests.integrations.test_cache_fill import _caches, counters, db  # noqa: F401 - _caches: the caches, for every test here
 from tests.support.procs import run_processes
 
 

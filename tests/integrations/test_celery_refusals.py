@@ -6,6 +6,7 @@ import pytest
 
 from django_redis_coord import lock
 from django_redis_coord.integrations.celery import DuplicateTask
+from tests.integrations.test_celery import broker, celery_app  # noqa: F401  (fixtures)
 
 
 def test_a_plain_lock_on_the_key_is_named_as_such(celery_app, redis_client):  # noqa: F811

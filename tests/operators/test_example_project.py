@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from django_redis_coord.testing.server import free_port
-from tests.operators.test_admin_browser import clipped, page_fits
+from tests.operators.test_admin_browser import browser, browser_binaries, clipped, page_fits  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "example_project"

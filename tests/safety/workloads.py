@@ -346,7 +346,7 @@ class Nemesis:
 
     def __init__(self, every: float, stop_after: Optional[float] = None, count: Optional[int] = None,
                  quiet_for: float = 0.0) -> None:
-        from tests.procs import CTX
+        from tests.support.procs import CTX
 
         self.every = every
         self.stop_after = stop_after
