@@ -74,9 +74,12 @@ def test_waiting_tasks_are_admitted_in_arrival_order_one_script_call_each(async_
         with CommandMonitor(redis_server) as monitor:
             results = await asyncio.gather(*(call(i) for i in range(20)))
         assert all(reply.allowed for _, reply, _ in results)
-        slots = [reply.server_time + reply.waited for _, reply in sorted(
-            ((reply.server_time, reply) for _, reply, _ in results), key=lambda pair: pair[0])]
-        assert all(b - a == pytest.approx(0.05, abs=2e-6) for a, b in zip(slots, slots[1:]))
+        ordered = sorted((reply for _, reply, _ in results), key=lambda reply: reply.server_time)
+        slots = [reply.server_time + reply.waited for reply in ordered]
+        # GCRA with burst 1: each slot one interval after the one before, or the decision itself when
+        # that one had passed (a task a loaded machine let ask late has nothing to wait for).
+        for reply, slot, before in zip(ordered[1:], slots[1:], slots):
+            assert slot == pytest.approx(max(reply.server_time, before + 0.05), abs=2e-6)
         # Each task slept for its slot: the last one woke 19 intervals after the first decision.
         assert max(woke for _, _, woke in results) - started >= 19 * 0.05
         assert monitor.counts == {"EVALSHA": 20}

@@ -277,7 +277,9 @@ def test_watchdog_keeps_a_long_view_locked(redis_client):
     Account.objects.create(name="k", balance=0)
     first = in_thread(lambda: Client().get("/t/renewed/k/"))
     wait_for(lambda: entered(redis_client, "k"))
-    time.sleep(1.0)  # more than three lock timeouts
+    # More than three lock timeouts (1.5 s: renewed every 0.5 s, so a loaded machine must stall the
+    # watchdog a whole second to lose the hold; 0.3 s left it 0.2 s, and a loaded run lost it).
+    time.sleep(4.6)
     second = Client().get("/t/renewed/k/")
     redis_client.set("go:k", 1)
     assert first().status_code == 200

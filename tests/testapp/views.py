@@ -207,7 +207,7 @@ def rollback(request, name):
     return describe(request)
 
 
-@locked("renewed:{name}", timeout=0.3, auto_renew=True, rollback_on_loss=True)
+@locked("renewed:{name}", timeout=1.5, auto_renew=True, rollback_on_loss=True)
 def renewed(request, name):
     Account.objects.filter(name=name).update(balance=F("balance") + 1)
     hold_until_released(name)
