@@ -12,6 +12,7 @@ from django_redis_coord import Lock, Semaphore
 from django_redis_coord.core.exceptions import InvalidLockArgument, LockNotOwnedError
 from django_redis_coord.core.keys import keys_for
 from django_redis_coord.core.listing import HolderListing, holder_id, parse_holder_id
+from tests.support.expiry import sleep_out_ttl
 
 
 @pytest.fixture
@@ -59,10 +60,12 @@ def test_a_lock_without_expiry_is_listed_with_no_ttl(listing, redis_client):
 
 
 def test_an_expired_holder_is_never_listed(listing, redis_client):
-    lock = Lock(redis_client, "short", timeout=0.2)
+    # Listed while it lives (2 s: a loaded machine read a 0.2 s one after its end), then not once
+    # its TTL ran out on Redis's clock.
+    lock = Lock(redis_client, "short", timeout=2)
     lock.acquire()
     assert [h.name for h in listing.holders()] == ["short"]
-    time.sleep(0.4)
+    sleep_out_ttl(redis_client, lock.name, 2000)
     # Nobody reaped its registry entry: the listing must judge expiry by itself.
     assert redis_client.zscore(lock.keys.registry, b"lock:short") is not None
     assert listing.entries() == []

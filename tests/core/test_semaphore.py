@@ -622,8 +622,8 @@ def test_the_note_to_the_next_waiter_gives_the_earliest_lease_end(redis_client, 
     thread = threading.Thread(target=lambda: got.update(ok=waiter.acquire("second", True, 10), at=time.monotonic()))
     thread.start()
     _wait_for(lambda: redis_client.zcard(holder.keys.queue) == 2)
+    released = time.monotonic()  # before the extend: "a" ends 0.25 s after it ran, not after it returned
     assert holder.extend(0.25, replace_ttl=True, identity="a")  # "a" ends in 0.25 s, never released
-    released = time.monotonic()
     assert holder.release("b")  # handed to W0 (0.5 s), which dies holding it
     thread.join(15)
     doomed.join(10)

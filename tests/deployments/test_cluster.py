@@ -364,6 +364,36 @@ def test_admin_page_lists_every_primary(client, cluster_settings, django_user_mo
     for lock in held:
         lock.release()
 
+
+# -- rate limits ---------------------------------------------------------------------------------------
+def test_rate_limits_on_every_primary(cluster, client):
+    from django_redis_coord import RateLimit, SlidingWindowLimit
+    from django_redis_coord.asyncio import RateLimit as AsyncRateLimit
+
+    names = [name for found in names_per_primary(client, "rate").values() for name in found]
+    for name in [*names, "{tag}x", "a}b", "x" * 5000]:
+        for limit in (RateLimit(client, name, "2/m"), SlidingWindowLimit(client, name, "2/m")):
+            assert [limit.hit().allowed for _ in range(3)] == [True, True, False]
+            assert not limit.peek().allowed and limit.reset()
+    for name in names:
+        limit = RateLimit(client, name, "2/s", burst=1)
+        first = limit.hit()
+        reply = limit.acquire(wait=1)  # reserved in the one script call, on the name's primary
+        assert reply.allowed and reply.server_time + reply.waited == pytest.approx(first.server_time + 0.5, abs=2e-6)
+
+    async def main() -> None:
+        async_client = cluster.async_client(socket_timeout=5)
+        for name in names:
+            limit = AsyncRateLimit(async_client, name, "2/s", burst=1)
+            first = await limit.hit()
+            reply = await limit.acquire(wait=1)
+            assert reply.allowed and reply.server_time + reply.waited == pytest.approx(first.server_time + 0.5,
+                                                                                        abs=2e-6)
+        await async_client.aclose()
+
+    asyncio.run(main())
+
+
 # -- failover (last: it kills a primary of the module's cluster) ---------------------------------------
 def test_primary_failover_lock_operations_resume(cluster):
     from redis.exceptions import RedisError
@@ -405,31 +435,3 @@ def test_primary_failover_lock_operations_resume(cluster):
     assert again.acquire(blocking=False) and again.fence > first_fence
     again.release()
     client.close()
-
-
-def test_rate_limits_on_every_primary(cluster, client):
-    from django_redis_coord import RateLimit, SlidingWindowLimit
-    from django_redis_coord.asyncio import RateLimit as AsyncRateLimit
-
-    names = [name for found in names_per_primary(client, "rate").values() for name in found]
-    for name in [*names, "{tag}x", "a}b", "x" * 5000]:
-        for limit in (RateLimit(client, name, "2/m"), SlidingWindowLimit(client, name, "2/m")):
-            assert [limit.hit().allowed for _ in range(3)] == [True, True, False]
-            assert not limit.peek().allowed and limit.reset()
-    for name in names:
-        limit = RateLimit(client, name, "2/s", burst=1)
-        first = limit.hit()
-        reply = limit.acquire(wait=1)  # reserved in the one script call, on the name's primary
-        assert reply.allowed and reply.server_time + reply.waited == pytest.approx(first.server_time + 0.5, abs=2e-6)
-
-    async def main() -> None:
-        async_client = cluster.async_client(socket_timeout=5)
-        for name in names:
-            limit = AsyncRateLimit(async_client, name, "2/s", burst=1)
-            first = await limit.hit()
-            reply = await limit.acquire(wait=1)
-            assert reply.allowed and reply.server_time + reply.waited == pytest.approx(first.server_time + 0.5,
-                                                                                        abs=2e-6)
-        await async_client.aclose()
-
-    asyncio.run(main())
