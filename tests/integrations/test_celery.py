@@ -501,3 +501,39 @@ def test_a_killed_pool_process_frees_the_key_at_once(worker, celery_app, redis_c
     with pytest.raises(Exception) as raised:
         result.get(timeout=20)
     assert type(raised.value).__name__ == "WorkerLostError"
+
+
+# -- @rate_limited on tasks: on_limited "skip", "raise" and "retry" (the retry's countdown is the
+# refusal's retry_after, rounded up).  In this module: its worker and broker are the ones
+# tests.celery_app (one app per process) was made with.
+def test_a_limited_task_is_skipped(worker, celery_app, redis_client):
+    account = fresh()
+    assert celery_app.rate_skip.delay(account).get(timeout=20) == "sent"
+    second = celery_app.rate_skip.delay(account)
+    value = second.get(timeout=20)
+    assert is_skipped(value) and second.state == "SUCCESS" and 1 <= value["retry_after"] <= 60
+    assert len(celery_app.runs(f"rate_skip:{account}")) == 1
+
+
+def test_a_limited_task_raises_rate_limit_exceeded(worker, celery_app, redis_client):
+    account = fresh()
+    assert celery_app.rate_raise.delay(account).get(timeout=20) == "sent"
+    second = celery_app.rate_raise.delay(account)
+    with pytest.raises(Exception) as raised:
+        second.get(timeout=20)
+    assert type(raised.value).__name__ == "RateLimitExceeded" and second.state == "FAILURE"
+    assert len(celery_app.runs(f"rate_raise:{account}")) == 1
+
+
+def test_a_limited_task_retries_when_its_slot_opens(worker, celery_app, redis_client):
+    """Rate 1 per 2 s: the second task, sent at once, is refused (retry_after just under 2 s),
+    retried with countdown 2, and then admitted: it runs once, on a later attempt."""
+    account = fresh()
+    first = celery_app.rate_retry.delay(account)
+    assert first.get(timeout=20) == "sent"
+    second = celery_app.rate_retry.delay(account)
+    assert second.get(timeout=30) == "sent"
+    runs = [run.split(":") for run in celery_app.runs(f"rate_retry:{account}")]
+    assert len(runs) == 2
+    (_pid, retries_first, _at_first), (_pid2, retries_second, _at_second) = runs
+    assert retries_first == "0" and int(retries_second) >= 1
