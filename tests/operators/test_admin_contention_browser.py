@@ -122,7 +122,7 @@ def test_operator_sees_contention_per_template(browser, live_server, settings, t
                 " lines: document.querySelectorAll('svg.dcoord-chart polyline.series').length,"
                 " bars: document.querySelectorAll('svg.dcoord-chart rect.bar').length};"
             )
-            assert len(geometry["charts"]) == 12, geometry
+            assert len(geometry["charts"]) == 3 * len(sections), geometry  # three charts a template
             for width, height, right in geometry["charts"]:
                 assert width >= 250 and height > 100 and right <= geometry["width"], geometry
             assert geometry["lines"] >= 16 and geometry["bars"] >= 30  # two percentiles of two charts, four templates
