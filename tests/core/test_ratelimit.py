@@ -479,3 +479,101 @@ def test_each_decision_is_one_script_call(redis_client, redis_server):
             limit.peek(cost=2)
         gcra.acquire(wait=0.5)
     assert monitor.counts == {"EVALSHA": 17}
+
+
+# -- a give-back sent twice (a resend after a lost reply) --------------------------------------------------
+def _slots_apart(slots, interval):
+    """The smallest gap (seconds) between two of ``slots`` (server seconds), and whether every two
+    are at least ``interval`` apart: the bound of a burst-1 GCRA limit."""
+    ordered = sorted(slots)
+    gap = min(later - earlier for earlier, later in zip(ordered, ordered[1:]))
+    return gap, gap >= interval - 2e-6
+
+
+def test_a_give_back_run_twice_does_not_give_away_the_slot_reserved_in_between(redis_client):
+    """The cancel script run a second time with the same arguments (as a client resends it after a
+    lost reply), after another caller reserved the slot the first run gave back, ending at the very
+    TAT the cancel compares with: the second run changes nothing."""
+    limit = RateLimit(redis_client, "twice", "1/10s", burst=1)
+    first = limit.hit()
+    args = limit.decide_args(1, 60, peek=False)
+    _, written = limit.decision(limit.do_decide(args), args)  # reserved, 10 s ahead
+    cancel = limit.cancel_args(written, 1)
+    assert limit.do_cancel(cancel) is True  # given back
+    other, other_tat = limit.decision(limit.do_decide(args), args)  # another caller takes that slot
+    assert other_tat == written  # the TAT the cancel compares with, written by someone else
+    assert limit.do_cancel(cancel) is True  # the resend: the outcome of the first run, nothing done
+    third, third_tat = limit.decision(limit.do_decide(args), args)
+    gap, apart = _slots_apart([first.server_time, other.server_time + other.waited,
+                               third.server_time + third.waited], 10)
+    assert apart, f"two admissions {gap:.6f} s apart on a 1/10s, burst-1 limit"
+    assert third_tat == other_tat + 10 * US
+    # The cancel's record is in the limit's slot and expires once the TAT it guards has passed
+    # (plus a second): at most the reservation's wait plus the refill time, here 21 s.
+    (record,) = redis_client.keys("*:dcoord:ratelimit-cancel:*")
+    assert key_slot(record) == key_slot(limit.key)
+    assert 0 < redis_client.pttl(record) <= 21_000
+
+
+def test_a_give_back_resent_by_redis_py_after_a_lost_reply_gives_away_nothing(redis_server, redis_client):
+    """The same through redis-py's own retry: the reply of the give-back is lost (the connection
+    drops once the script has run, after another caller reserved the slot it gave back) and the
+    client sends the call again."""
+    from redis.backoff import NoBackoff
+    from redis.connection import Connection
+    from redis.retry import Retry
+
+    between: list = []
+    sent: list = []
+
+    class LostReply(Connection):
+        def send_command(self, *args, **kwargs):
+            sent.append(args[0])
+            return super().send_command(*args, **kwargs)
+
+        def read_response(self, *args, **kwargs):
+            response = super().read_response(*args, **kwargs)
+            if between:
+                between.pop()()  # another caller, on another connection, while the reply is on its way
+                self.disconnect()
+                raise redis.ConnectionError("the reply was lost")
+            return response
+
+    client = redis.Redis.from_url(redis_server.url, connection_class=LostReply, retry=Retry(NoBackoff(), 1))
+    limit = RateLimit(client, "lost-reply", "1/10s", burst=1)
+    others = RateLimit(redis_client, "lost-reply", "1/10s", burst=1)
+    limit.do_cancel(limit.cancel_args(1, 1))  # the script is loaded (a call that finds nothing to give back)
+    first = limit.hit()
+    args = limit.decide_args(1, 60, peek=False)
+    _, written = limit.decision(limit.do_decide(args), args)  # reserved, 10 s ahead
+    reserved = []
+    between.append(lambda: reserved.append(others.decision(others.do_decide(args), args)))
+    del sent[:]
+    assert limit.do_cancel(limit.cancel_args(written, 1)) is True
+    assert sent.count("EVALSHA") == 2 and not between  # sent twice: the reply lost, then the resend
+    (other, other_tat), = reserved
+    assert other_tat == written
+    third, third_tat = others.decision(others.do_decide(args), args)
+    gap, apart = _slots_apart([first.server_time, other.server_time + other.waited,
+                               third.server_time + third.waited], 10)
+    assert apart, f"two admissions {gap:.6f} s apart on a 1/10s, burst-1 limit"
+    assert third_tat == other_tat + 10 * US
+    client.close()
+
+
+# -- a rate shrunk below what its window holds ---------------------------------------------------------------
+def test_remaining_is_never_negative_after_the_rate_shrinks(redis_client):
+    """``remaining`` is what would still be admitted now: none, not a negative count, when the
+    window holds more than a smaller rate allows (the rate of a name changed under a live limit)."""
+    for _ in range(8):
+        assert SlidingWindowLimit(redis_client, "shrunk", "10/m").hit().allowed
+    smaller = SlidingWindowLimit(redis_client, "shrunk", "2/m")
+    scores = [score for _, score in redis_client.zrange(smaller.key, 0, -1, withscores=True)]
+    for reply, leaving in ((smaller.peek(), scores[6]), (smaller.hit(), scores[6]), (smaller.peek(cost=2), scores[7])):
+        assert not reply.allowed and reply.remaining == 0 and reply.limit == 2
+        # In when the units beyond what it leaves room for have left the window.
+        assert reply.retry_after == pytest.approx(leaving / US + 60 - reply.server_time, abs=2e-6)
+    for _ in range(8):
+        assert RateLimit(redis_client, "shrunk", "10/m", burst=10).hit().allowed
+    reply = RateLimit(redis_client, "shrunk", "2/m", burst=2).peek()
+    assert not reply.allowed and reply.remaining == 0
