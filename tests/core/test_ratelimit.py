@@ -223,6 +223,20 @@ def test_the_window_admits_count_per_period_and_says_when_the_oldest_leaves(redi
     assert limit.hit().allowed and not limit.hit().allowed
 
 
+def test_the_window_compares_a_calls_cost_with_what_remains(redis_client):
+    """A call of cost 2 with two units of "3/m" in the window is refused (2 + 2 > 3), and counts
+    nothing; a call of cost 1 then fits."""
+    limit = SlidingWindowLimit(redis_client, "weighted", "3/m")
+    assert limit.hit().allowed and limit.hit().allowed
+    assert not limit.peek(cost=2).allowed
+    refused = limit.hit(cost=2)
+    assert not refused.allowed and refused.remaining == 1 and refused.retry_after > 0
+    assert redis_client.zcard(limit.key) == 2
+    admitted = limit.hit()
+    assert admitted.allowed and admitted.remaining == 0
+    assert not limit.hit().allowed and redis_client.zcard(limit.key) == 3
+
+
 # -- exactness across processes (server time) ----------------------------------------------------------
 def _hammer(url: str, kind: str, name: str, rate: str, burst: int, threads: int, end: float):
     """Decide as fast as ``threads`` threads can until the server's clock passes ``end``; the
@@ -600,3 +614,47 @@ def test_remaining_is_never_negative_after_the_rate_shrinks(redis_client):
         assert RateLimit(redis_client, "shrunk", "10/m", burst=10).hit().allowed
     reply = RateLimit(redis_client, "shrunk", "2/m", burst=2).peek()
     assert not reply.allowed and reply.remaining == 0
+
+
+# -- the sliding window's edge -------------------------------------------------------------------------------
+#: Blocks the server until its clock reaches ARGV[1] (µs): the script sent next runs right after.
+_UNTIL = """
+local target = tonumber(ARGV[1])
+repeat
+  local t = redis.call('TIME')
+  local now = t[1] * 1000000 + t[2]
+until now >= target
+return 1
+"""
+
+
+def test_a_unit_exactly_one_window_old_no_longer_counts(redis_client):
+    """The window of a decision at ``now`` is ``(now - period, now]``: a unit admitted exactly one
+    period before the decision has left it, one admitted a microsecond later has not.  Units are
+    placed one every microsecond around the edge of a decision made at a moment set in advance
+    (the server held until then), so one sits exactly on it."""
+    from django_redis_coord.core.scripts import sync_scripts
+
+    limit = SlidingWindowLimit(redis_client, "edge", "3/h")
+    window = 3600 * US
+    limit.peek()  # the script is loaded
+    args = limit.decide_args(1, peek=True)
+    units = 10_000  # one a microsecond: 10 ms past the moment
+    for lead in (0.5, 1.0, 2.0, 4.0, 8.0):  # a later moment when a loaded machine sent the decision too late
+        redis_client.delete(limit.key)
+        sec, usec = redis_client.time()
+        at = sec * US + usec + round(lead * US)
+        redis_client.zadd(limit.key, {f"unit:{k}": at - window + k for k in range(units)})
+        with redis_client.pipeline() as pipe:
+            pipe.eval(_UNTIL, 0, at)
+            sync_scripts.get(redis_client, "ratelimit_window")((limit.key,), args, client=pipe)
+            _, raw = pipe.execute()
+        now = round(limit.reply(raw, args).server_time * US)
+        edge = now - at  # the unit admitted exactly one window before the decision
+        if 0 <= edge < units - 1:
+            break
+    else:
+        pytest.fail("no decision was made within 10 ms of the moment it was set for")
+    assert redis_client.zscore(limit.key, f"unit:{edge}") is None  # exactly one window old: gone
+    assert redis_client.zscore(limit.key, f"unit:{edge + 1}") == at - window + edge + 1  # a µs younger: counted
+    assert int(raw.split()[3]) == redis_client.zcard(limit.key) == units - edge - 1
