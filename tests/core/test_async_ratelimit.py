@@ -184,3 +184,26 @@ def test_a_task_cancelled_while_its_reservation_is_decided_gives_the_slot_back(r
     held, reserved, left = asyncio.run(scenario())
     assert reserved != held  # the slot was reserved while the reply was held back
     assert left == held  # and given back
+
+
+def test_reset_forgets_the_counted_calls_not_a_caller_asleep_for_its_slot(async_redis):
+    """docs/ratelimits.md, "What a limit forgets": a reservation made before ``reset`` was an
+    admission; its caller still runs at its slot, on top of what the reset limit admits."""
+    async def scenario():
+        client = async_redis()
+        limit = RateLimit(client, "reset-under", "2/s", burst=1)
+        await limit.hit()
+        held = await client.get(limit.key)
+        waiting = asyncio.ensure_future(limit.acquire(wait=5))  # its slot opens 0.5 s later
+        for _ in range(400):  # until it has reserved its slot
+            if await client.get(limit.key) != held:
+                break
+            await asyncio.sleep(0.005)
+        assert not waiting.done()
+        assert await limit.reset() is True
+        fresh = await limit.hit()
+        reply = await waiting
+        assert fresh.allowed and reply.allowed and reply.waited > 0
+        await client.aclose()
+
+    run(scenario())
