@@ -191,10 +191,10 @@ def test_reset_forgets_the_counted_calls_not_a_caller_asleep_for_its_slot(async_
     admission; its caller still runs at its slot, on top of what the reset limit admits."""
     async def scenario():
         client = async_redis()
-        limit = RateLimit(client, "reset-under", "2/s", burst=1)
+        limit = RateLimit(client, "reset-under", "1/2s", burst=1)
         await limit.hit()
         held = await client.get(limit.key)
-        waiting = asyncio.ensure_future(limit.acquire(wait=5))  # its slot opens 0.5 s later
+        waiting = asyncio.ensure_future(limit.acquire(wait=5))  # its slot opens 2 s later
         for _ in range(400):  # until it has reserved its slot
             if await client.get(limit.key) != held:
                 break
