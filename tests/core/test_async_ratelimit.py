@@ -161,7 +161,7 @@ def test_a_task_cancelled_while_its_reservation_is_decided_gives_the_slot_back(r
         limit = RateLimit(client, "cancelled-deciding", "1/10s", burst=1)
         await limit.acquire(wait=30)  # admitted now (and the script loaded)
         held = await observer.get(limit.key)
-        held_back["seconds"] = 0.3
+        held_back["seconds"] = 1.0
         task = asyncio.ensure_future(limit.acquire(wait=30))  # its slot opens in 10 s
         for _ in range(400):  # until the script has run on the server and reserved the slot
             if await observer.get(limit.key) != held:
