@@ -32,7 +32,7 @@ from django_redis_coord.core.ratelimit import ratelimit_key, window_key
 from django_redis_coord.decorator.contention import is_skipped
 from django_redis_coord.metrics import feed
 from django_redis_coord.ratelimited.decorator import rate_users
-from django_redis_coord.ratelimited.headers import sf_string
+from django_redis_coord.ratelimited.headers import retry_after_seconds, sf_string
 from django_redis_coord.testing.server import free_port
 from tests.operators.test_admin import client_for, make_user
 
@@ -48,7 +48,10 @@ def dead_url() -> str:
 # -- views: the answers and their fields ------------------------------------------------------------------
 def test_a_sync_view_admits_its_burst_then_answers_429_with_the_fields(redis_client):
     client = Client()
+    sec, usec = redis_client.time()
     first, second, third = (client.get("/t/rl/gcra/a/") for _ in range(3))
+    after, after_usec = redis_client.time()
+    elapsed = after - sec + (after_usec - usec) / 1e6  # server seconds, at least from first to third
     # rate 3/m, burst 2: q is the burst, w the seconds a drained limit takes to refill it (2 x 20 s).
     for response in (first, second, third):
         assert response["RateLimit-Policy"] == '"rl:{name}";q=2;w=40'
@@ -62,7 +65,8 @@ def test_a_sync_view_admits_its_burst_then_answers_429_with_the_fields(redis_cli
     assert second.status_code == 200 and 20 < reset_after(second) <= 40
     assert second["RateLimit"] == f'"rl:{{name}}";r=0;t={math.ceil(reset_after(second))}'
     # Refused: Retry-After is retry_after rounded up, at most the interval (20 s); t is the same.
-    assert third.status_code == 429 and 1 <= int(third["Retry-After"]) <= 20
+    # retry_after is 20 s less the time from the first decision to the third: over 20 - elapsed.
+    assert third.status_code == 429 and math.ceil(20 - elapsed) <= int(third["Retry-After"]) <= 20
     assert third["RateLimit"] == f'"rl:{{name}}";r=0;t={third["Retry-After"]}'  # the draft: t <= Retry-After
     assert b"too many requests" in third.content
     # One key, expiring when the limit is entirely free again (at most burst x interval = 40 s).
@@ -105,6 +109,14 @@ def test_stacked_decorators_list_both_policies(redis_client):
     assert first["RateLimit"] == '"inner";r=0;t=60, "outer";r=9;t=6'
     assert 1 <= int(second["Retry-After"]) <= 60  # retry_after rounded up, at most the interval
     assert second["RateLimit"].startswith(f'"inner";r=0;t={second["Retry-After"]}, "outer";r=8;')
+
+
+@pytest.mark.parametrize("retry_after, seconds", [
+    (1.9, 2), (1.0, 1), (1.000001, 2), (0.2, 1), (0.0, 1), (19.999, 20), (3599.01, 3600),
+])
+def test_retry_after_is_rounded_up_to_whole_seconds(retry_after, seconds):
+    """A client coming back after ``Retry-After`` seconds must not come back early: 1.9 s is 2."""
+    assert retry_after_seconds(retry_after) == seconds
 
 
 def test_the_policy_name_is_a_structured_field_string():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -19,7 +20,7 @@ from ..keys import CACHED_NAME_MAX, MARKER, encode_name, key_slot, slot_tag, tag
 
 __all__ = [
     "Rate", "RateLimitReply", "RateLimitBase", "SlidingWindowBase", "parse_rate", "ratelimit_key", "window_key",
-    "NAMED_MAX", "MAX_PER_SECOND",
+    "NAMED_MAX", "MAX_PER_SECOND", "PendingReservation", "cancel_record_key",
 ]
 
 #: Seconds in each unit a rate's period may be written in.
@@ -153,6 +154,13 @@ def window_key(name: Union[str, bytes]) -> bytes:
     return _key(name, b"window")
 
 
+def cancel_record_key(name: Union[str, bytes], token: bytes) -> bytes:
+    """The key recording what the cancel ``token`` of a GCRA reservation on ``name`` did, in the
+    limit's slot: ``{name}:dcoord:ratelimit-cancel:<token>`` (see ``ratelimit_gcra_cancel.lua``).
+    Not under ``:dcoord:gcra``: what lists the live limits never finds it."""
+    return _key(name, b"ratelimit-cancel") + b":" + token
+
+
 def check_cost(cost: object, capacity: int, name: object) -> int:
     """``cost`` when it is a positive int no greater than ``capacity``."""
     if isinstance(cost, bool) or not isinstance(cost, int):
@@ -251,9 +259,29 @@ class RateLimitBase(_LimitBase):
                                wait / 1e6 if wait > 0 else 0.0, now / 1e6)
         return reply, new_tat
 
-    def cancel_args(self, written: int, cost: int) -> tuple[int, int]:
-        """ARGV of ``ratelimit_gcra_cancel`` for the reservation of ``cost`` that wrote TAT ``written``."""
-        return written, cost * self.interval_us
+    def cancel_args(self, written: int, cost: int) -> tuple[int, int, bytes]:
+        """ARGV of ``ratelimit_gcra_cancel`` for the reservation of ``cost`` that wrote TAT ``written``,
+        and the token naming this cancel's record (:func:`cancel_record_key`): made once per cancel,
+        so a client resending the call after a lost reply sends the same one."""
+        return written, cost * self.interval_us, os.urandom(8).hex().encode()
+
+    def cancel_keys(self, args: tuple[int, int, bytes]) -> tuple[bytes, bytes]:
+        """KEYS of ``ratelimit_gcra_cancel`` called with ``args``: the limit's, the cancel's record."""
+        return self.key, cancel_record_key(self.name, args[2])
+
+
+class PendingReservation:
+    """What an ``acquire`` that may reserve a slot shares with the call deciding it.  In asyncio
+    that call goes on when its caller is cancelled: whichever of the two learns last that the
+    caller is gone and that a slot was reserved gives the slot back, once."""
+
+    __slots__ = ("abandoned", "written")
+
+    def __init__(self) -> None:
+        #: The caller stopped waiting for the decision (an exception, a cancellation).
+        self.abandoned = False
+        #: The TAT the decision wrote when it reserved a later slot (0: none, or given back).
+        self.written = 0
 
 
 class SlidingWindowBase(_LimitBase):
@@ -281,5 +309,7 @@ class SlidingWindowBase(_LimitBase):
             return RateLimitReply(True, limit, limit - count - cost, 0.0, window / 1e6, 0.0, now / 1e6)
         newest, leaving = int(scores[0]), int(scores[1])
         allowed = count + cost <= limit
-        return RateLimitReply(allowed, limit, limit - count, 0.0 if allowed else (leaving + window - now) / 1e6,
+        # More than the limit in the window when its rate has shrunk since: nothing remains.
+        return RateLimitReply(allowed, limit, limit - count if count < limit else 0,
+                              0.0 if allowed else (leaving + window - now) / 1e6,
                               (newest + window - now) / 1e6 if newest else 0.0, 0.0, now / 1e6)
