@@ -10,6 +10,7 @@ import asyncio
 import io
 import json
 import math
+import re
 import time
 import urllib.error
 import urllib.request
@@ -210,6 +211,14 @@ def test_good_settings_pass():
     with coord(RATELIMIT={"ENABLED": True, "DEFAULT_RATE": {"rate": "100/m", "burst": 20},
                           "RATES": {"api": "10/s", "login": "5/30s"}, "ON_UNAVAILABLE": "allow", "STATUS": 503}):
         assert check_settings() == []
+
+
+def test_the_system_checks_hint_lists_the_units_the_parser_takes():
+    from django_redis_coord.config.ratelimit_options import rate_problem
+    from django_redis_coord.core.ratelimit.rules import UNITS
+
+    hint = rate_problem("RATES['x']", "5/fortnight", None).hint
+    assert set(re.findall(r"[a-z]+", hint.partition("(units ")[2].partition(")")[0])) == set(UNITS), hint
 
 
 def test_bad_arguments_are_refused_when_decorating():
