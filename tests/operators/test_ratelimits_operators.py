@@ -162,3 +162,91 @@ def test_a_viewer_cannot_reset(redis_client, django_user_model, db):
     assert viewer.post(reverse(PAGE), {"name": "calm"}).status_code == 403
     assert Client().post(reverse(PAGE), {"name": "calm"}).status_code == 302
     assert redis_client.exists(ratelimit_key("calm"))
+
+
+# -- what each limit is: its kind as people call it, its rate, its limit, what remains -------------------
+def use_the_views(times_busy: int = 2) -> None:
+    client = Client()
+    for _ in range(times_busy):
+        client.get("/t/rl/gcra/busy/")       # @rate_limited("rl:{name}", rate="3/m", burst=2)
+    client.get("/t/rl/window/w/")            # @rate_limited("rl-window:{name}", rate="2/m", algorithm="window")
+
+
+def test_show_takes_a_named_rate_of_the_settings_and_says_what_it_knows_by_default(redis_client):
+    use_the_views()
+    RateLimit(redis_client, "core-only", "10/m").hit()
+    with coord(RATELIMIT={"RATES": {"api": {"rate": "3/m", "burst": 4}, "slow": "1/h"}}):
+        named = run("show", "rl:busy", "--rate", "api")
+        assert "rate:          3/m, burst 4 (given with --rate)" in named
+        assert "remaining:     2 of 4 (2 used)" in named and "would be admitted" in named
+        assert json.loads(run("show", "rl:busy", "--rate", "slow", "--json"))["limits"][0]["burst"] == 1
+        with pytest.raises(CommandError, match=r"--rate 'apx' is neither a rate.*its names: api, slow") as unknown:
+            run("show", "rl:busy", "--rate", "apx")
+        assert unknown.value.returncode == 1
+    shown = run("show", "rl:busy")  # the view's decorator tells its rate
+    assert "Token bucket (GCRA)" in shown and "rate:          3/m, burst 2 (its @rate_limited)" in shown
+    assert "remaining:     0 of 2 (2 used)" in shown and "free again in: " in shown
+    assert "key:           '{rl:busy}:dcoord:gcra'" in shown and "would be refused (retry in" in shown
+    window = run("show", "rl-window:w")
+    assert "Sliding window" in window and "rate:          2/m" in window and "remaining:     1 of 2 (1 used)" in window
+    core = run("show", "core-only")  # no decorator names it: its rate is not known here
+    assert "rate:          unknown" in core and "remaining" not in core and "free again in: " in core
+
+
+def test_list_shows_kind_rate_and_remaining(redis_client):
+    use_the_views()
+    RateLimit(redis_client, "core-only", "10/m").hit()
+    rows = {line.split("  ")[0]: re.split(r"\s{2,}", line) for line in run("list").splitlines()[1:]}
+    assert rows["rl:busy"][1:4] == ["Token bucket (GCRA)", "3/m, burst 2", "0/2"]
+    assert rows["rl-window:w"][1:4] == ["Sliding window", "2/m", "1/2"]
+    assert rows["core-only"][1:4] == ["Token bucket (GCRA)", "unknown", "unknown"]
+    listed = {u["name"]: u for u in json.loads(run("list", "--json"))}
+    assert (listed["rl:busy"]["kind_title"], listed["rl:busy"]["rate"], listed["rl:busy"]["burst"],
+            listed["rl:busy"]["limit"], listed["rl:busy"]["remaining"], listed["rl:busy"]["used"]) == (
+        "Token bucket (GCRA)", "3/m", 2, 2, 0, 2)
+    assert listed["core-only"]["rate"] is None and listed["core-only"]["remaining"] is None
+
+
+def test_a_named_rate_is_read_from_the_settings_when_asked():
+    from django_redis_coord import rate_limited
+    from django_redis_coord.config.settings import coord_settings
+    from django_redis_coord.ratelimited.registry import policy_for
+
+    @rate_limited("named-rate:{n}", rate="ops-test")
+    def limited(n):
+        return n
+
+    with coord(RATELIMIT={"RATES": {"ops-test": {"rate": "7/h", "burst": 3}}}):
+        policy = policy_for("named-rate:1", "gcra", coord_settings().ratelimit)
+        assert (str(policy.rate), policy.burst) == ("7/h", 3)
+        assert policy_for("named-rate:1", "window", coord_settings().ratelimit) is None  # another kind
+        assert policy_for("other:1", "gcra", coord_settings().ratelimit) is None
+    with coord(RATELIMIT={"RATES": {"ops-test": "9/m"}}):
+        policy = policy_for("named-rate:1", "gcra", coord_settings().ratelimit)
+        assert (str(policy.rate), policy.burst) == ("9/m", 9)
+
+    @rate_limited("named-rate:{n}", rate="1/s")  # a second decorator whose template fits, another rate
+    def other(n):
+        return n
+
+    with coord(RATELIMIT={"RATES": {"ops-test": "9/m"}}):
+        assert policy_for("named-rate:1", "gcra", coord_settings().ratelimit) is None  # ambiguous: unknown
+    del limited, other  # (their rate names would otherwise reach the system checks of later tests)
+    assert policy_for("named-rate:1", "gcra", coord_settings().ratelimit) is None
+
+
+def test_the_admin_shows_kind_rate_limit_and_remaining(redis_client, operator):
+    use_the_views()
+    RateLimit(redis_client, "core-only", "10/m").hit()
+    html = operator.get(reverse(PAGE)).content.decode()
+    rows = {}
+    for row in re.findall(r'<tr class="ratelimit".*?</tr>', html, re.S):
+        name = re.search(r'data-name="([^"]*)"', row).group(1)
+        rows[name] = [re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+    table = html[html.index('<table id="result_list">'):]
+    assert re.findall(r'<th scope="col"[^>]*>([^<]*)</th>', table)[:7] == [
+        "Name", "Kind", "Rate", "Limit", "Remaining", "Free again in", "Calls in window"]
+    assert rows["rl:busy"][1:5] == ["Token bucket (GCRA)", "3/m, burst 2", "2", "0"]
+    assert rows["rl-window:w"][1:5] == ["Sliding window", "2/m", "2", "1"] and rows["rl-window:w"][6] == "1"
+    assert rows["core-only"][1:5] == ["Token bucket (GCRA)", "unknown", "unknown", "unknown"]
+    assert ">gcra<" not in html and ">window<" not in html
