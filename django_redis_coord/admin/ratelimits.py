@@ -29,7 +29,7 @@ from ..config.settings import coord_settings
 from ..core.exceptions import InvalidLockArgument
 from ..core.holder_fields import format_ms
 from ..core.ratelimit.usage import SCAN_LIMIT, busiest, kind_of_key, keys_of, usages_of_keys
-from ..ratelimited.inspection import UNKNOWN, states_of
+from ..ratelimited.inspection import states_of
 
 __all__ = ["ratelimits_view_for", "limit_id", "SHOWN"]
 
@@ -102,11 +102,10 @@ def ratelimits_view_for(model_admin: Any) -> Callable[[HttpRequest], HttpRespons
         context.update({
             "limits": [{
                 "name": s.usage.name, "id": limit_id(s.usage.raw_key), "kind": s.usage.kind,
-                "kind_title": s.usage.kind_title, "rate": s.rate, "limit": UNKNOWN if s.limit is None else s.limit,
-                "remaining": UNKNOWN if s.remaining is None else s.remaining,
+                "kind_title": s.usage.kind_title, "rate": s.rate, "limit": s.limit, "remaining": s.remaining,
+                # without the rate, a window's stored admissions (a trim on its next decision may drop some)
+                "used": s.used if s.used is not None or s.usage.kind != "window" else s.usage.in_window,
                 "free_in": format_ms(s.usage.free_in_ms),
-                # a window's admissions in its period, once its period is known (ZCARD counts until a trim)
-                "in_window": s.used if s.usage.kind == "window" and s.used is not None else s.usage.in_window,
             } for s in states],
             "shown": SHOWN,
             "scan_limit": SCAN_LIMIT,

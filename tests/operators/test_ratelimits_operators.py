@@ -245,8 +245,9 @@ def test_the_admin_shows_kind_rate_limit_and_remaining(redis_client, operator):
         rows[name] = [re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
     table = html[html.index('<table id="result_list">'):]
     assert re.findall(r'<th scope="col"[^>]*>([^<]*)</th>', table)[:7] == [
-        "Name", "Kind", "Rate", "Limit", "Remaining", "Free again in", "Calls in window"]
-    assert rows["rl:busy"][1:5] == ["Token bucket (GCRA)", "3/m, burst 2", "2", "0"]
-    assert rows["rl-window:w"][1:5] == ["Sliding window", "2/m", "2", "1"] and rows["rl-window:w"][6] == "1"
-    assert rows["core-only"][1:5] == ["Token bucket (GCRA)", "unknown", "unknown", "unknown"]
+        "Name", "Kind", "Rate", "Limit", "Used", "Remaining", "Free again in"]
+    assert rows["rl:busy"][1:6] == ["Token bucket (GCRA)", "3/m, burst 2", "2", "2", "0"]
+    assert rows["rl-window:w"][1:6] == ["Sliding window", "2/m", "2", "1", "1"]
+    assert rows["core-only"][1:6] == ["Token bucket (GCRA)", "unknown", "–", "–", "–"]
+    assert 'title="unknown: its rate is not known"' in html
     assert ">gcra<" not in html and ">window<" not in html
