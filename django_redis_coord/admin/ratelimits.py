@@ -28,7 +28,7 @@ from ..config.connection import get_client
 from ..config.settings import coord_settings
 from ..core.exceptions import InvalidLockArgument
 from ..core.holder_fields import format_ms
-from ..core.ratelimit.usage import SCAN_LIMIT, busiest, kind_of_key, keys_of, usages_of_keys
+from ..core.ratelimit.usage import SCAN_LIMIT, busiest, keys_of, kind_of_key, usages_of_keys
 from ..ratelimited.inspection import states_of
 
 __all__ = ["ratelimits_view_for", "limit_id", "SHOWN"]

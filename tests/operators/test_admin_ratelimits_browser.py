@@ -39,7 +39,7 @@ def heading_lines(driver) -> dict[str, int]:
 
 
 def test_the_rate_limits_page_fits_at_1280_px_without_wrapping_its_headings(
-    browser, live_server, settings, transactional_db, django_user_model, redis_client
+    browser, live_server, settings, transactional_db, django_user_model, redis_client  # noqa: F811
 ):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys

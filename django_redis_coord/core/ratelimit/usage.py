@@ -23,8 +23,8 @@ remains of it is worked out from what is stored once the rate is known (:func:`g
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from ..exceptions import InvalidLockArgument
@@ -32,8 +32,8 @@ from ..keys import MARKER, encode_name
 from .rules import Rate, ratelimit_key, window_key
 
 __all__ = [
-    "LimitUsage", "busiest", "usage_of", "usages_of_keys", "name_of_key", "kind_of_key", "reference_of", "keys_of", "gcra_remaining",
-    "window_counts", "server_time_us", "SCAN_LIMIT", "KINDS", "KIND_TITLES",
+    "LimitUsage", "busiest", "usage_of", "usages_of_keys", "name_of_key", "kind_of_key", "reference_of", "keys_of",
+    "gcra_remaining", "window_counts", "server_time_us", "SCAN_LIMIT", "KINDS", "KIND_TITLES",
 ]
 
 #: Keys of each kind looked at, at most, by one :func:`busiest`.
