@@ -251,3 +251,15 @@ def test_the_admin_shows_kind_rate_limit_and_remaining(redis_client, operator):
     assert rows["core-only"][1:6] == ["Token bucket (GCRA)", "unknown", "–", "–", "–"]
     assert 'title="unknown: its rate is not known"' in html
     assert ">gcra<" not in html and ">window<" not in html
+
+
+@pytest.mark.parametrize("name", [b"line\nbreak", b"esc\x1b[31m:red", "tab\tand \\x41 backslash".encode(),
+                                  b"{tagged\xc3}:x", "snow\u2603man:\\".encode(), b"\\xff\xff"])
+def test_odd_names_are_printed_whole_on_one_line_and_read_back(redis_client, name):
+    limit = RateLimit(redis_client, name, "10/m")
+    limit.hit()
+    printed = listed_names(run("list"))
+    assert len(printed) == 1 and printed[0].isprintable(), printed
+    assert "Token bucket (GCRA)" in run("show", printed[0])
+    run("reset", printed[0], "--noinput")
+    assert not redis_client.exists(limit.key)
