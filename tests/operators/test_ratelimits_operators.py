@@ -253,7 +253,7 @@ def test_the_admin_shows_kind_rate_limit_and_remaining(redis_client, operator):
     assert ">gcra<" not in html and ">window<" not in html
 
 
-@pytest.mark.parametrize("name", [b"line\nbreak", b"esc\x1b[31m:red", "tab\tand \\x41 backslash".encode(),
+@pytest.mark.parametrize("name", [b"line\nbreak", b"esc\x1b[31m:red", b"tab\tand \\x41 backslash",
                                   b"{tagged\xc3}:x", "snow\u2603man:\\".encode(), b"\\xff\xff"])
 def test_odd_names_are_printed_whole_on_one_line_and_read_back(redis_client, name):
     limit = RateLimit(redis_client, name, "10/m")

@@ -155,7 +155,7 @@ def reference_of(raw_name: Optional[bytes], raw_key: bytes, prefix: str = "") ->
         name = raw_name[len(head):].decode("utf-8")
     except UnicodeDecodeError:
         return _escaped_key(raw_key)
-    return name if name.isprintable() else _escaped_key(raw_key)
+    return name if name and name.isprintable() else _escaped_key(raw_key)
 
 
 def keys_of(reference: str, prefix: str = "", *, keys: bool = True) -> list[tuple[str, bytes]]:
