@@ -220,6 +220,16 @@ class KeyTemplate:
             return self.template
         return f"{getattr(self.callable, '__module__', '?')}.{getattr(self.callable, '__qualname__', '?')}"
 
+    def name_pattern(self) -> Optional[re.Pattern[str]]:
+        """A pattern every name this key fills fully matches (each field: one or more characters),
+        for telling which decorator a name read back from Redis came from; ``None`` for a callable key."""
+        if self.callable is not None:
+            return None
+        if not self.roots:
+            return re.compile(re.escape(self.template))
+        return re.compile("".join(re.escape(literal) + ("" if field is None else "(.+)")
+                                  for literal, field, _spec, _conversion in self._parsed))
+
     def check_against(self, func: Callable[..., Any], *, view_names: bool, extra: Iterable[str] = ()) -> None:
         """Refuse, when decorating, names that ``func`` can never provide (``extra``: names given
         by ``params``), and the view's query parameters or headers used whole."""

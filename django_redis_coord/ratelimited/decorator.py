@@ -50,6 +50,7 @@ from ..decorator.task_objects import is_task, with_func
 from ..decorator.unavailable import REDIS_ERRORS, redis_unavailable, unavailable_response
 from .headers import add_fields, limit_field, policy_field, retry_after_seconds
 from .rates import Policy, checked_rate, resolved
+from .registry import register
 
 __all__ = ["rate_limited", "RateLimited", "ALGORITHMS", "ON_LIMITED", "rate_names_in_use", "current_reply"]
 
@@ -192,6 +193,7 @@ class RateLimited:
 
             wrapper = sync_wrapper
         wrapper.rate_limited = self
+        register(wrapper, key, self.algorithm, self.spec)
         if not isinstance(self.spec, Policy):
             rate_users[wrapper] = (default_name, self.spec)
         return wrapper

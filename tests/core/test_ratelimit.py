@@ -4,9 +4,11 @@ key expiry and hostile names."""
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -59,6 +61,30 @@ def test_bad_rate_strings_raise_a_value_error_that_says_what_is_expected(text):
         assert "expected '<count>/<period>' such as '100/m'" in str(raised.value)
     else:
         assert "at most 1000000 per second" in str(raised.value)
+
+
+UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+
+
+def documented_units() -> dict[str, list[str]]:
+    """The table of units in docs/ratelimits.md: unit -> its spellings."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "ratelimits.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (second|minute|hour|day) \| (.+) \|$", text, re.M)
+    return {unit: re.findall(r"`([a-z]+)`", spellings) for unit, spellings in rows}
+
+
+def test_one_rule_for_units_the_parser_its_message_and_the_docs_say_the_same():
+    documented = documented_units()
+    assert set(documented) == set(UNIT_SECONDS)
+    message = str(pytest.raises(InvalidRate, parse_rate, "5/fortnight").value)
+    spelled = {spelling for spellings in documented.values() for spelling in spellings}
+    assert set(re.findall(r"[a-z]+", message.partition("in lower case:")[2])) == spelled
+    for unit, spellings in documented.items():
+        for spelling in spellings:
+            assert parse_rate(f"5/{spelling}") == Rate(5, UNIT_SECONDS[unit]), spelling
+            assert parse_rate(f"5/2{spelling}") == Rate(5, 2 * UNIT_SECONDS[unit]), spelling
+            with pytest.raises(InvalidRate):
+                parse_rate(f"5/{spelling.upper()}" if len(spelling) > 1 else f"5/{spelling}x")
 
 
 def test_a_rate_that_is_not_a_string_is_a_type_error(redis_client):

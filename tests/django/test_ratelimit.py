@@ -10,6 +10,7 @@ import asyncio
 import io
 import json
 import math
+import re
 import time
 import urllib.error
 import urllib.request
@@ -224,6 +225,14 @@ def test_good_settings_pass():
         assert check_settings() == []
 
 
+def test_the_system_checks_hint_lists_the_units_the_parser_takes():
+    from django_redis_coord.config.ratelimit_options import rate_problem
+    from django_redis_coord.core.ratelimit.rules import UNITS
+
+    hint = rate_problem("RATES['x']", "5/fortnight", None).hint
+    assert set(re.findall(r"[a-z]+", hint.partition("(units ")[2].partition(")")[0])) == set(UNITS), hint
+
+
 def test_bad_arguments_are_refused_when_decorating():
     with pytest.raises(InvalidRate, match="100/x"):
         rate_limited("k", rate="100/x")
@@ -356,12 +365,13 @@ def test_the_command_lists_shows_and_resets(redis_client):
         client.get("/t/rl/window/w/")
         listed = run("list")
         lines = listed.splitlines()
-        assert lines[0].split() == ["NAME", "KIND", "FREE", "AGAIN", "IN", "IN", "WINDOW"]
+        assert lines[0].split() == ["NAME", "KIND", "RATE", "REMAINING", "FREE", "AGAIN", "IN", "IN", "WINDOW"]
         assert [line.split()[0] for line in lines[1:]] == ["rl:busy", "rl:calm", "rl-window:w"]
         shown = run("show", "rl:busy", "--rate", "3/m", "--burst", "2")
-        assert "gcra: free again in" in shown and "would be refused" in shown and "0 of 2 remaining" in shown
+        assert "free again in:" in shown and "would be refused" in shown and "remaining:     0 of 2" in shown
         listed_json = json.loads(run("list", "--json", "--limit", "2"))
-        assert [(u["name"], u["kind"]) for u in listed_json] == [("rl:busy", "gcra"), ("rl:calm", "gcra")]
+        assert [(u["name"], u["kind"], u["remaining"]) for u in listed_json] == [("rl:busy", "gcra", 0),
+                                                                                  ("rl:calm", "gcra", 1)]
         assert listed_json[0]["key"] == "{shop:rl:busy}:dcoord:gcra" and 0 < listed_json[0]["free_in_ms"] <= 40_000
         window = json.loads(run("show", "rl-window:w", "--json"))
         assert window["limits"][0]["kind"] == "window" and window["limits"][0]["in_window"] == 1

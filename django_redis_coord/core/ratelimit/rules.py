@@ -23,13 +23,18 @@ __all__ = [
     "NAMED_MAX", "MAX_PER_SECOND", "PendingReservation", "cancel_record_key",
 ]
 
-#: Seconds in each unit a rate's period may be written in.
-UNITS = {
-    "s": 1, "sec": 1, "second": 1, "seconds": 1,
-    "m": 60, "min": 60, "minute": 60, "minutes": 60,
-    "h": 3600, "hour": 3600, "hours": 3600,
-    "d": 86400, "day": 86400, "days": 86400,
+#: Every spelling of each unit a rate's period may be written in (lower case), by its seconds: the
+#: parser, its error message, the system check's hint and docs/ratelimits.md all say these.
+UNIT_SPELLINGS = {
+    1: ("s", "sec", "secs", "second", "seconds"),
+    60: ("m", "min", "mins", "minute", "minutes"),
+    3600: ("h", "hour", "hours"),
+    86400: ("d", "day", "days"),
 }
+#: Seconds in each unit a rate's period may be written in.
+UNITS = {spelling: seconds for seconds, spellings in UNIT_SPELLINGS.items() for spelling in spellings}
+#: The units, as the error message and the system check's hint list them.
+UNITS_TEXT = "; ".join("/".join(spellings) for spellings in UNIT_SPELLINGS.values())
 _RATE = re.compile(r"(\d+)/(\d*)([a-z]+)")
 #: The highest rate a limit takes (per second): GCRA spaces admissions by whole microseconds.
 MAX_PER_SECOND = 1_000_000
@@ -42,7 +47,7 @@ _SHORT_UNITS = {1: "s", 60: "m", 3600: "h", 86400: "d"}
 def _rate_error(text: object) -> InvalidRate:
     return InvalidRate(
         f"Invalid rate {text!r}: expected '<count>/<period>' such as '100/m', '10/s' or '5/30s' "
-        "(a positive count; the period an optional positive multiplier and a unit: s, m, h or d)"
+        f"(a positive count; the period an optional positive multiplier and a unit, in lower case: {UNITS_TEXT})"
     )
 
 
@@ -84,8 +89,9 @@ def parse_rate(text: Union[str, Rate]) -> Rate:
     """``"100/m"`` as ``Rate(100, 60)``; a :class:`Rate` as it is.
 
     The format is ``<count>/<period>``: a positive integer count, and a period made of an optional
-    positive integer multiplier and a unit (``s``, ``m``, ``h``, ``d``, or ``sec``, ``min``,
-    ``minute(s)``, ``hour(s)``, ``day(s)``...): ``"10/s"``, ``"5/30s"``, ``"20/5m"``, ``"1000/h"``.
+    positive integer multiplier and a unit in lower case (:data:`UNIT_SPELLINGS`: ``s``/``sec``/``second``,
+    ``m``/``min``/``minute``, ``h``/``hour``, ``d``/``day``, and their plurals):
+    ``"10/s"``, ``"5/30s"``, ``"20/5m"``, ``"1000/h"``, ``"5/minute"``.
     Anything else raises :class:`~django_redis_coord.exceptions.InvalidRate` (a ``ValueError``)."""
     if isinstance(text, Rate):
         return text
