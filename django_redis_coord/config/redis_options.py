@@ -64,7 +64,8 @@ def url_problem(key: str, url: object, *, client: bool = True) -> Optional[Probl
             return Problem(
                 "django_redis_coord.E006",
                 f"{SETTING_NAME}[{key!r}] has the query option {option!r}, which redis-py does not know.",
-                close_hint(option, suggested_names(kind)) or "Query options are redis-py connection arguments, e.g. ?db=2.",
+                close_hint(option, suggested_names(kind))
+                or "Query options are redis-py connection arguments, e.g. ?db=2.",
             )
     if client:
         refused = _url_refused(url)
