@@ -1,4 +1,4 @@
-"""Distributed locks and semaphores on Redis for Django, Celery workers and plain scripts.
+"""Distributed locks, semaphores and rate limits on Redis for Django, Celery workers and plain scripts.
 
 The core primitives (:class:`Lock`, :class:`Semaphore`, :class:`Redlock`, :class:`DurableLock`,
 :class:`IdentityLock`, :class:`Leader`, their asyncio twins in ``django_redis_coord.asyncio``)
