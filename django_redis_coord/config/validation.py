@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from ..core.expiry import WHY, is_no_expiry
+from .client_ip_options import client_ip_problems
 from .defaults import DEFAULTS, REDIS_CACHE_BACKENDS, SETTING_NAME, Problem
 from .metrics_options import metrics_problems
 from .ratelimit_options import ratelimit_problems
@@ -216,6 +217,7 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
     problems.extend(_redlock_problems(values["REDLOCK"]))
     problems.extend(metrics_problems(values["METRICS"]))
     problems.extend(ratelimit_problems(values["RATELIMIT"]))
+    problems.extend(client_ip_problems(values["CLIENT_IP"]))
     return problems
 
 

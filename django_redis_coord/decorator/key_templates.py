@@ -45,7 +45,7 @@ SAFE_CHARS = "-_.~@+=,!*'()"
 _QUOTE_NEVER_ENCODES = "-_.~"
 
 #: Names a view's key template may use besides the view's own arguments.
-VIEW_NAMES = frozenset({"request", "user", "query", "headers", "args", "kwargs", "view"})
+VIEW_NAMES = frozenset({"request", "user", "query", "headers", "client_ip", "args", "kwargs", "view"})
 #: View names that hold many values: a template names one of them (``{query[page]}``).
 _NAMED_VALUES = frozenset({"query", "headers"})
 
@@ -103,7 +103,7 @@ class _Formatter(string.Formatter):
         if key not in namespace:
             given = ", ".join(sorted(str(name) for name in namespace if name not in VIEW_NAMES)) or "none"
             if "request" in namespace:
-                given += "; views also offer request, user, query, headers, args, kwargs, view"
+                given += "; views also offer request, user, query, headers, client_ip, args, kwargs, view"
             raise KeyTemplateError(
                 f"The lock key {self.template!r} uses {{{key}}}, which this call does not provide "
                 f"(its arguments: {given})."
@@ -253,7 +253,8 @@ class KeyTemplate:
             raise KeyTemplateError(
                 f"The lock key {self.template!r} uses {', '.join('{' + n + '}' for n in unknown)}, but "
                 f"{getattr(func, '__qualname__', func)!r} has no such argument (its arguments: {names or 'none'}"
-                + ("; views also offer request, user, query, headers, args, kwargs, view)." if view_names else ").")
+                + ("; views also offer request, user, query, headers, client_ip, args, kwargs, view)."
+                   if view_names else ").")
             )
 
     def render(self, namespace: Mapping[str, Any]) -> str:

@@ -52,7 +52,8 @@ from .headers import add_fields, limit_field, policy_field, retry_after_seconds
 from .rates import Policy, checked_rate, resolved
 from .registry import register
 
-__all__ = ["rate_limited", "RateLimited", "ALGORITHMS", "ON_LIMITED", "rate_names_in_use", "current_reply"]
+__all__ = ["rate_limited", "RateLimited", "ALGORITHMS", "ON_LIMITED", "CLIENT_IP_KEY", "rate_names_in_use",
+           "current_reply"]
 
 logger = logging.getLogger("django_redis_coord")
 
@@ -60,6 +61,9 @@ logger = logging.getLogger("django_redis_coord")
 ALGORITHMS = ("gcra", "window")
 #: What ``on_limited`` accepts (outside views), as ``@locked``'s ``on_contended``.
 ON_LIMITED = ON_CONTENDED
+#: ``key="ip"``: one limit per client address and view, the template ``"<view's dotted name>:{client_ip}"``
+#: (the address as :mod:`~django_redis_coord.decorator.client_ip` reads it).
+CLIENT_IP_KEY = "ip"
 
 #: Rate names used by decorated functions (wrapper -> (dotted name, rate name or None for
 #: DEFAULT_RATE)), for the system check that they exist in the settings.
@@ -169,7 +173,7 @@ class RateLimited:
         return self._decorate(target, dotted_name(view_class if isinstance(view_class, type) else target))
 
     def _decorate(self, func: Callable[..., Any], default_name: str, *, force_async: bool = False) -> Any:
-        key = KeyTemplate(self.key, default_name)
+        key = KeyTemplate(f"{default_name}:{{client_ip}}" if self.key == CLIENT_IP_KEY else self.key, default_name)
         key.check_against(func, view_names=True, extra=self.params)
         is_async = force_async or iscoroutinefunction(func)
         if is_async and self.on_limited == "retry":
@@ -333,7 +337,8 @@ def rate_limited(key: Any = None, /, **options: Any) -> Any:
     """Limit a view, a view class, a task or a function to a rate per key.
 
     ``@rate_limited("api:{user.pk}", rate="100/m", burst=20)``; bare ``@rate_limited`` limits the
-    view as a whole by ``DEFAULT_RATE``; a callable key goes by keyword (``key=...``).  Options:
+    view as a whole by ``DEFAULT_RATE``; ``@rate_limited("ip", ...)`` (or ``key="ip"``) limits each
+    client address per view (``"<view>:{client_ip}"``); a callable key goes by keyword (``key=...``).  Options:
     ``rate`` (a rate string, or the name of one of ``RATELIMIT["RATES"]``; default
     ``DEFAULT_RATE``), ``burst`` (GCRA only; default the rate's count), ``algorithm`` (``"gcra"`` or
     ``"window"``), ``cost``, ``wait`` (seconds a call may wait for its reserved slot), ``on_limited``
