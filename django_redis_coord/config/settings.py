@@ -72,6 +72,8 @@ class CoordSettings:
     source: str = field(default="url")
     #: The metrics exporters turned on (``METRICS``): "prometheus", "otel", "history".
     metrics: tuple[str, ...] = ()
+    #: OpenTelemetry tracing of the waits (``TRACING``).
+    tracing: bool = False
     #: The settings of ``@rate_limited`` (``RATELIMIT``, defaults filled in).
     ratelimit: RateLimitSettings = field(default_factory=RateLimitSettings)
 
@@ -167,6 +169,7 @@ def coord_settings() -> CoordSettings:
         redlock=_freeze(values["REDLOCK"]),
         source=source,
         metrics=tuple(values["METRICS"]),
+        tracing=values["TRACING"],
         ratelimit=ratelimit_from(values["RATELIMIT"]),
     )
 
