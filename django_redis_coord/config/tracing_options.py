@@ -47,14 +47,12 @@ def apply_tracing() -> None:
 
     raw = getattr(settings, SETTING_NAME, None)
     wanted = isinstance(raw, dict) and raw.get("TRACING") is True
-    if not wanted:
-        tracing.disable()
-        return
-    try:
+    if wanted and _importable():
         tracing.enable()
-    except ImportError:  # E024 says it at start-up
+        return
+    if wanted:  # E024 says it at start-up
         logger.error("%s['TRACING'] is True, but opentelemetry cannot be imported: not tracing", SETTING_NAME)
-        tracing.disable()
+    tracing.disable()
 
 
 @receiver(setting_changed, dispatch_uid="django_redis_coord.tracing")
