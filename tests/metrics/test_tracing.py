@@ -26,6 +26,7 @@ from django_redis_coord.asyncio import Lock as AsyncLock
 from django_redis_coord.checks import check_settings
 from django_redis_coord.config import tracing_options
 from django_redis_coord.core import tracing
+from django_redis_coord.core.exceptions import LockNotOwnedError
 from django_redis_coord.core.keys import encode_name, keys_for
 from django_redis_coord.core.listing import HolderListing
 from django_redis_coord.core.tracing import TracingEvents
@@ -161,7 +162,7 @@ def test_a_lost_hold_makes_an_error_span(spans, redis_client):
     assert held.acquire()
     fence = held.fence
     time.sleep(0.5)  # the TTL ends on Redis's clock
-    with pytest.raises(Exception):
+    with pytest.raises(LockNotOwnedError):
         held.release()
     [span] = finished(spans)
     assert span.name == "lock report:{name}"
