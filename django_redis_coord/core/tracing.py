@@ -17,7 +17,8 @@ What is traced, and where it comes from:
 * :func:`trace_loss`: a hold found lost (expired, taken over, not renewed in time): a span with
   the outcome ``lost``.
 * :func:`add_rate_limit_event`: a rate-limit decision, an event on the current span.
-* :func:`add_force_release_event`: an operator's force release, an event on the current span.
+* :func:`add_force_release_event`: an operator's force release, an event on the current span
+  (on a span of its own when none records: a management command's).
 
 The attribute names (a ``dcoord.`` namespace) are listed in docs/metrics.md ("Tracing").  What
 the OpenTelemetry API raises is logged (at most once a minute), never passed to the caller.
@@ -202,20 +203,25 @@ def add_rate_limit_event(template: Optional[str], kind: str, *, allowed: bool, l
 
 
 def add_force_release_event(kind: str, *, result: str, fence: int, fence_after: int, handed_off: bool) -> None:
-    """An operator's force release as the event ``dcoord.force_release`` of the current span
-    (none when no span records).  ``kind``: the registry's (``"lock"``, ``"sem"``, ``"rw"``);
+    """An operator's force release as the event ``dcoord.force_release`` of the current span (the
+    admin request's), or of a span ``"force release <kind>"`` of its own when none records
+    (``manage.py locks release``).  ``kind``: the registry's (``"lock"``, ``"sem"``, ``"rw"``);
     ``result``: ``"released"``, ``"was_free"`` or ``"fence_mismatch"``.  The name is not given:
     a span never carries a rendered key."""
-    if _tracer is None:
+    tracer = _tracer
+    if tracer is None:
         return
     try:
+        label = REGISTRY_KINDS.get(kind, kind)
+        attributes = {"dcoord.kind": label, "dcoord.force_release.result": result, "dcoord.fence": fence,
+                      "dcoord.force_release.fence_after": fence_after,
+                      "dcoord.force_release.handed_off": handed_off}
         span = _current_span()
         if span is not None:
-            span.add_event("dcoord.force_release", {
-                "dcoord.kind": REGISTRY_KINDS.get(kind, kind), "dcoord.force_release.result": result,
-                "dcoord.fence": fence, "dcoord.force_release.fence_after": fence_after,
-                "dcoord.force_release.handed_off": handed_off,
-            })
+            span.add_event("dcoord.force_release", attributes)
+            return
+        with tracer.start_as_current_span(f"force release {label}", attributes={"dcoord.kind": label}) as own:
+            own.add_event("dcoord.force_release", attributes)
     except Exception:
         _failed("a force release's event")
 

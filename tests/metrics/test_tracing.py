@@ -276,6 +276,17 @@ def test_a_force_release_is_an_event_of_the_current_span(spans, spawn, redis_cli
     }
 
 
+def test_a_force_release_outside_any_span_gets_a_span_of_its_own(spans, spawn, redis_client):
+    holder = spawn("report:stuck", timeout=30)
+    result = HolderListing(redis_client).force_release("report:stuck", expected_fence=holder.fence)
+    assert result.released and holder.finish() == "LOST"
+    [span] = finished(spans)
+    assert span.name == "force release lock"
+    [event] = span.events
+    assert event.name == "dcoord.force_release" and event.attributes["dcoord.fence"] == holder.fence
+    assert_no_rendered_name(span, "report:stuck")
+
+
 # -- Django ----------------------------------------------------------------------------------------
 def coord(**extra):
     return override_settings(DJANGO_REDIS_COORD={**settings.DJANGO_REDIS_COORD, **extra})
