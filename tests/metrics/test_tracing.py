@@ -247,6 +247,37 @@ def test_tracing_off_makes_no_span(redis_client, spawn):
     assert EXPORTER.get_finished_spans() == ()
 
 
+def commands_of(client: redis.Redis, action) -> dict[str, int]:
+    """The commands redis-server ran for ``action()`` (a script's own commands included), by name."""
+    client.config_resetstat()
+    action()
+    stats = client.info("commandstats")
+    return {name: stat["calls"] for name, stat in stats.items() if name not in ("cmdstat_info", "cmdstat_config|resetstat")}
+
+
+def test_tracing_adds_no_redis_command(spans, redis_client, spawn):
+    """A traced lock, tracing on, runs exactly the commands of a lock without any events object."""
+    plain = Lock(redis_client, "report:calls", timeout=10)
+    traced = Lock(redis_client, "report:calls", timeout=10, events=TracingEvents("report:{name}"))
+
+    def pair(lock: Lock) -> None:
+        assert lock.acquire()
+        lock.release()
+
+    def refused(lock: Lock) -> None:
+        assert not lock.acquire(blocking=False)
+
+    pair(plain)  # the scripts are loaded, the registry made
+    assert commands_of(redis_client, lambda: pair(traced)) == commands_of(redis_client, lambda: pair(plain))
+    holder = spawn("report:calls", timeout=30)
+    refused_traced = commands_of(redis_client, lambda: refused(traced))
+    assert refused_traced == commands_of(redis_client, lambda: refused(plain))
+    assert refused_traced["cmdstat_evalsha"] == 1
+    holder.finish()
+    [span] = finished(spans)  # the refusal was traced
+    assert span.attributes["dcoord.outcome"] == "refused"
+
+
 def test_a_provider_of_its_own(redis_client, spawn):
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
