@@ -6,6 +6,7 @@ events of the current span; nothing at all while tracing is off."""
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 import time
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 import redis
 import redis.asyncio
 from django.conf import settings
+from django.core.management import call_command
 from django.test import override_settings
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -31,6 +33,7 @@ from django_redis_coord.core.keys import encode_name, keys_for
 from django_redis_coord.core.listing import HolderListing
 from django_redis_coord.core.tracing import TracingEvents
 from django_redis_coord.metrics import MetricsEvents
+from tests.operators.test_admin import client_for, confirmed_form, make_user, release_url
 from tests.support.procs import CTX
 
 #: One provider for the process (OpenTelemetry takes the global one once), its spans kept in memory.
@@ -395,3 +398,28 @@ def test_the_tracing_setting_is_checked(monkeypatch):
         [error] = check_settings()
         assert not tracing.enabled()
     assert error.id == "django_redis_coord.E024" and "django-redis-coord[otel]" in error.hint
+
+
+@pytest.mark.django_db
+def test_an_admin_force_release_is_an_event_of_the_request_span(django_spans, spawn, django_user_model,
+                                                                request_span):
+    holder = spawn("stuck:job", timeout=60)
+    client = client_for(make_user(django_user_model, "root", staff=True, superuser=True))
+    form = confirmed_form(client, "stuck:job")
+    with request_span as current:
+        assert client.post(release_url("stuck:job"), form).status_code == 302
+    assert holder.finish() == "LOST"
+    [event] = [event for event in current.events if event.name == "dcoord.force_release"]
+    assert event.attributes["dcoord.force_release.result"] == "released"
+    assert event.attributes["dcoord.fence"] == holder.fence
+
+
+def test_a_command_force_release_gets_a_span_of_its_own(django_spans, spawn):
+    holder = spawn("stuck:cron", timeout=60)
+    call_command("locks", "release", "stuck:cron", interactive=False, stdout=io.StringIO(), stderr=io.StringIO())
+    assert holder.finish() == "LOST"
+    [span] = finished(django_spans)
+    assert span.name == "force release lock"
+    [event] = span.events
+    assert event.attributes["dcoord.force_release.result"] == "released"
+    assert event.attributes["dcoord.fence"] == holder.fence
