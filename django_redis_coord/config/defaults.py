@@ -39,6 +39,8 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "REDLOCK": None,
         # Metrics exporters: any of "prometheus", "otel", "history" (docs/metrics.md).
         "METRICS": (),
+        # OpenTelemetry spans of the waits (needs opentelemetry-api; docs/metrics.md, "Tracing").
+        "TRACING": False,
         # Rate limits of @rate_limited: {"DEFAULT_RATE": "100/m", "RATES": {...}, "ENABLED": True, ...}
         # (django_redis_coord.config.ratelimit_options).
         "RATELIMIT": None,

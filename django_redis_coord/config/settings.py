@@ -73,6 +73,8 @@ class CoordSettings:
     source: str = field(default="url")
     #: The metrics exporters turned on (``METRICS``): "prometheus", "otel", "history".
     metrics: tuple[str, ...] = ()
+    #: OpenTelemetry tracing of the waits (``TRACING``).
+    tracing: bool = False
     #: The settings of ``@rate_limited`` (``RATELIMIT``, defaults filled in).
     ratelimit: RateLimitSettings = field(default_factory=RateLimitSettings)
     #: Where the client's address of a request comes from (``CLIENT_IP``, defaults filled in).
@@ -170,6 +172,7 @@ def coord_settings() -> CoordSettings:
         redlock=_freeze(values["REDLOCK"]),
         source=source,
         metrics=tuple(values["METRICS"]),
+        tracing=values["TRACING"],
         ratelimit=ratelimit_from(values["RATELIMIT"]),
         client_ip=client_ip_from(values["CLIENT_IP"]),
     )

@@ -41,6 +41,7 @@ from ..core.ratelimit.aio import RateLimit as AsyncGCRA
 from ..core.ratelimit.aio import SlidingWindowLimit as AsyncWindow
 from ..core.ratelimit.sync import RateLimit as SyncGCRA
 from ..core.ratelimit.sync import SlidingWindowLimit as SyncWindow
+from ..core.tracing import add_rate_limit_event
 from ..decorator.contention import Skipped
 from ..decorator.key_names import find_request, name_async, name_sync
 from ..decorator.key_templates import KeyTemplate
@@ -228,7 +229,7 @@ class RateLimited:
     def _refused(self, request: Optional[HttpRequest], name: str, template: str, policy_name: str,
                  policy: Policy, reply: RateLimitReply, settings: RateLimitSettings) -> Any:
         """What a refused call gives: the 429 of a view, a skip, a Celery retry or the exception."""
-        _record("limited", template, self.algorithm)
+        _record("limited", template, self.algorithm, reply)
         seconds = retry_after_seconds(reply.retry_after)
         if request is None:
             if self.on_limited == "skip":
@@ -272,7 +273,7 @@ class RateLimited:
             return func(*args, **kwargs) if answer is None else answer
         if not reply.allowed:
             return self._refused(request, name, key.metric_template, policy_name, policy, reply, settings)
-        _record("admitted", key.metric_template, self.algorithm)
+        _record("admitted", key.metric_template, self.algorithm, reply)
         if request is None:
             return func(*args, **kwargs)
         request.rate_limit = reply  # type: ignore[attr-defined]
@@ -300,7 +301,7 @@ class RateLimited:
             return await maybe_await(func(*args, **kwargs)) if answer is None else answer
         if not reply.allowed:
             return self._refused(request, name, key.metric_template, policy_name, policy, reply, settings)
-        _record("admitted", key.metric_template, self.algorithm)
+        _record("admitted", key.metric_template, self.algorithm, reply)
         if request is None:
             return await maybe_await(func(*args, **kwargs))
         request.rate_limit = reply  # type: ignore[attr-defined]
@@ -309,11 +310,14 @@ class RateLimited:
         return response
 
 
-def _record(event: str, template: str, algorithm: str) -> None:
-    """Count ``event`` (``"admitted"`` or ``"limited"``) under ``template`` for the configured exporters."""
+def _record(event: str, template: str, algorithm: str, reply: RateLimitReply) -> None:
+    """Count ``event`` (``"admitted"`` or ``"limited"``) under ``template`` for the configured exporters,
+    and tell the current span of the decision when tracing is on (``TRACING``)."""
     fanout = configured_metrics()
     if fanout is not None:
         fanout.record(event, template, _KINDS[algorithm], None)
+    add_rate_limit_event(template, _KINDS[algorithm].kind, allowed=reply.allowed, limit=reply.limit,
+                         remaining=reply.remaining, retry_after=reply.retry_after)
 
 
 def _retry_task(error: RateLimitExceeded, seconds: int) -> None:
