@@ -20,6 +20,7 @@ from ..config.connection import get_client
 from ..config.settings import coord_settings
 from ..core.holder_fields import format_ms
 from ..core.ratelimit.usage import SCAN_LIMIT, busiest, usage_of
+from .audit import log_reset
 
 __all__ = ["ratelimits_view_for", "SHOWN"]
 
@@ -45,6 +46,7 @@ def ratelimits_view_for(model_admin: Any) -> Callable[[HttpRequest], HttpRespons
                 return model_admin.unavailable(request, context, error)
             if removed:
                 messages.success(request, f"Reset the rate limit “{name}”: its next call finds it idle.")
+                log_reset(request, name, f"Reset ({', '.join(u.kind for u in usages)}): its next call finds it idle.")
             else:
                 messages.warning(request, f"Nothing to reset: the rate limit “{name}” is idle.")
             return HttpResponseRedirect(request.path)

@@ -194,7 +194,7 @@ def test_every_linked_page_shows_content():
         landing_links = links(landing)
         assert {"/report/monthly/?seconds=10", "/export.csv?seconds=10", "/async/daily/?seconds=10", "/fencing/",
                 "/hold-a-minute/", "/admin/django_redis_coord/holder/",
-                "/admin/django_redis_coord/holder/contention/"} <= set(landing_links), landing_links
+                "/admin/django_redis_coord/contention/"} <= set(landing_links), landing_links
         with ThreadPoolExecutor(max_workers=len(landing_links) + 8) as pool:
             # A visitor opens the site's own links (the slow ones take 10 s) while the operator logs in.
             session = pool.submit(log_in, demo)
@@ -224,7 +224,7 @@ def test_every_linked_page_shows_content():
             listed = wait_for(lambda: (page := fetch(holders)) and "worker " in page[2] and page,
                               timeout=2 * WALK_SECONDS)
             shows(holders, *listed[::2], 'class="holder-row"', "maintenance:nightly-backup")
-            contention = "/admin/django_redis_coord/holder/contention/"
+            contention = "/admin/django_redis_coord/contention/"
             charts = wait_for(lambda: (page := fetch(contention)) and 'data-template="report:{period}"' in page[2]
                               and page, timeout=2 * WALK_SECONDS)
             shows(contention, *charts[::2], "svg")
@@ -255,7 +255,7 @@ def test_landing_page_links_everything(demo):
     status, _, html = demo.get("/")
     assert status == 200
     for link in ("/report/monthly/", "/export.csv", "/async/daily/", "/fencing/", "/hold-a-minute/",
-                 "/admin/django_redis_coord/holder/", "/admin/django_redis_coord/holder/contention/",
+                 "/admin/django_redis_coord/holder/", "/admin/django_redis_coord/contention/",
                  "locks list --watch"):
         assert link in html
 

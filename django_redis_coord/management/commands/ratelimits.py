@@ -25,6 +25,7 @@ from ...config.settings import coord_settings
 from ...core.holder_fields import format_ms
 from ...core.ratelimit import RateLimit, parse_rate
 from ...core.ratelimit.usage import LimitUsage, busiest, usage_of
+from ..audit import log_action
 from ..locks_release import EXIT_NOT_CONFIRMED, EXIT_NOT_HELD
 from ..terminal import quoted, render_table
 from .locks import Command as LocksCommand
@@ -121,4 +122,7 @@ class Command(BaseCommand):
                 raise CommandError("Reset not confirmed: nothing changed.", returncode=EXIT_NOT_CONFIRMED)
         # The keys of one name share its hash tag: one DEL, also on a Cluster.
         removed = self.client.delete(*[u.raw_key for u in usages])
+        if removed:
+            log_action("ratelimits reset", f"Reset the rate limit {quoted(name)} "
+                       f"({', '.join(u.kind for u in usages)}, {removed} key(s) removed)", name)
         self.stdout.write(f"Reset {quoted(name)}: {removed} key(s) removed.")
