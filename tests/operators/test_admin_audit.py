@@ -22,7 +22,7 @@ from django_redis_coord import Lock
 from django_redis_coord.core.listing import holder_id
 from django_redis_coord.core.ratelimit import ratelimit_key
 from django_redis_coord.models import Holder, RateLimit
-from tests.operators.test_admin import client_for, csrf_from, detail_url, release_url, users  # noqa: F401
+from tests.operators.test_admin import admin_users, client_for, csrf_from, detail_url, release_url
 from tests.operators.test_locks_bulk_release import fence_counter
 from tests.operators.test_locks_command import run
 
@@ -32,6 +32,11 @@ INDEX = "admin:index"
 RATELIMITS = "admin:django_redis_coord_holder_ratelimits"
 CONTENTION = "admin:django_redis_coord_holder_contention"
 BULK = "admin:django_redis_coord_holder_bulk_release"
+
+
+@pytest.fixture
+def users(django_user_model):
+    return admin_users(django_user_model)
 
 
 def recent_actions(client: Client) -> str:
