@@ -251,7 +251,8 @@ def check_settings(block: Block) -> list[str]:
         try:
             logging.config.dictConfig(config)
             assert logging.getLogger("django").disabled is False
-            assert logger.level == logging.WARNING and logger.handlers
+            wanted = config.get("loggers", {}).get("django_redis_coord", {}).get("level", "WARNING")
+            assert logger.level == logging.getLevelName(wanted) and logger.handlers
         finally:
             logger.handlers[:], logger.level, logger.propagate = saved
         checked.append("LOGGING")

@@ -30,6 +30,7 @@ from ..core.exceptions import InvalidLockArgument
 from ..core.holder_fields import format_ms
 from ..core.ratelimit.usage import SCAN_LIMIT, busiest, keys_of, kind_of_key, usages_of_keys
 from ..ratelimited.inspection import states_of
+from .audit import log_reset
 
 __all__ = ["ratelimits_view_for", "limit_id", "SHOWN"]
 
@@ -84,6 +85,7 @@ def ratelimits_view_for(model_admin: Any) -> Callable[[HttpRequest], HttpRespons
         shown = usages[0].name if usages else name or key_id
         if removed:
             messages.success(request, f"Reset the rate limit “{shown}”: its next call finds it idle.")
+            log_reset(request, shown, f"Reset ({', '.join(u.kind for u in usages)}): its next call finds it idle.")
         else:
             messages.warning(request, f"Nothing to reset: the rate limit “{shown}” is idle.")
         return HttpResponseRedirect(request.path)

@@ -194,8 +194,8 @@ def test_every_linked_page_shows_content():
         landing_links = links(landing)
         assert {"/report/monthly/?seconds=10", "/export.csv?seconds=10", "/async/daily/?seconds=10", "/fencing/",
                 "/hold-a-minute/", "/admin/django_redis_coord/holder/",
-                "/admin/django_redis_coord/holder/contention/", "/limited/", "/api/quote/",
-                "/admin/django_redis_coord/holder/ratelimits/"} <= set(landing_links), landing_links
+                "/admin/django_redis_coord/contention/", "/limited/", "/api/quote/",
+                "/admin/django_redis_coord/ratelimit/"} <= set(landing_links), landing_links
         with ThreadPoolExecutor(max_workers=len(landing_links) + 8) as pool:
             # A visitor opens the site's own links (the slow ones take 10 s) while the operator logs in.
             session = pool.submit(log_in, demo)
@@ -225,7 +225,7 @@ def test_every_linked_page_shows_content():
             listed = wait_for(lambda: (page := fetch(holders)) and "worker " in page[2] and page,
                               timeout=2 * WALK_SECONDS)
             shows(holders, *listed[::2], 'class="holder-row"', "maintenance:nightly-backup")
-            contention = "/admin/django_redis_coord/holder/contention/"
+            contention = "/admin/django_redis_coord/contention/"
             charts = wait_for(lambda: (page := fetch(contention)) and 'data-template="report:{period}"' in page[2]
                               and page, timeout=2 * WALK_SECONDS)
             shows(contention, *charts[::2], "svg")
@@ -258,8 +258,8 @@ def test_landing_page_links_everything(demo):
     status, _, html = demo.get("/")
     assert status == 200
     for link in ("/report/monthly/", "/export.csv", "/async/daily/", "/fencing/", "/hold-a-minute/",
-                 "/admin/django_redis_coord/holder/", "/admin/django_redis_coord/holder/contention/",
-                 "locks list --watch", "/limited/", "/api/quote/", "/admin/django_redis_coord/holder/ratelimits/",
+                 "/admin/django_redis_coord/holder/", "/admin/django_redis_coord/contention/",
+                 "locks list --watch", "/limited/", "/api/quote/", "/admin/django_redis_coord/ratelimit/",
                  "ratelimits list", 'id="call-api"'):
         assert link in html
 
@@ -434,7 +434,7 @@ def test_the_rate_limited_page_and_api_answer_429_and_show_up_in_the_admin(demo)
     assert status == 429 and int(headers["Retry-After"]) >= 1 and "too many requests" in body
     assert fields(headers)[1:] == (0, int(headers["Retry-After"]))
     # The limit is live (its backlog lasts ~30 s): listed by the admin's page and by the command.
-    _, _, listing = demo.get("/admin/django_redis_coord/holder/ratelimits/", opener)
+    _, _, listing = demo.get("/admin/django_redis_coord/ratelimit/", opener)
     assert "demo.views.limited:127.0.0.1" in listing, listing[-3000:]
     result = demo.manage("ratelimits", "list")
     assert result.returncode == 0 and "demo.views.limited:127.0.0.1" in result.stdout, result.stdout + result.stderr

@@ -34,6 +34,7 @@ from ...core.ratelimit import RateLimit, SlidingWindowLimit, parse_rate
 from ...core.ratelimit.usage import busiest, usage_of
 from ...ratelimited.inspection import UNKNOWN, LimitState, import_url_config, states_of
 from ...ratelimited.rates import Policy
+from ..audit import log_action
 from ..locks_release import EXIT_NOT_CONFIRMED, EXIT_NOT_HELD, EXIT_USAGE
 from ..terminal import quoted, render_table
 from .locks import Command as LocksCommand
@@ -184,4 +185,7 @@ class Command(BaseCommand):
                 raise CommandError("Reset not confirmed: nothing changed.", returncode=EXIT_NOT_CONFIRMED)
         # The keys of one name share its hash tag: one DEL, also on a Cluster.
         removed = self.client.delete(*[u.raw_key for u in usages])
+        if removed:
+            log_action("ratelimits reset", f"Reset the rate limit {quoted(name)} "
+                       f"({', '.join(u.kind for u in usages)}, {removed} key(s) removed)", name)
         self.stdout.write(f"Reset {quoted(name)}: {removed} key(s) removed.")
