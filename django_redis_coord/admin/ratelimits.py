@@ -111,7 +111,6 @@ def ratelimits_view_for(model_admin: Any) -> Callable[[HttpRequest], HttpRespons
             } for s in states],
             "shown": SHOWN,
             "scan_limit": SCAN_LIMIT,
-            "changelist_url": model_admin.url("changelist"),
         })
         request.current_app = model_admin.admin_site.name
         return TemplateResponse(request, "admin/django_redis_coord/ratelimits/page.html", context)

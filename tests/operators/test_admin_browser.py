@@ -481,13 +481,12 @@ def test_the_admin_index_lists_the_pages_and_the_operators_recent_actions(
     # A rate-limit reset, from the page the index links to.
     browser.get(live_server.url + reverse("admin:index"))
     browser.find_element(By.LINK_TEXT, "Rate limits").click()
-    wait_until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, 'input[name="name"][value="rl:busy"]'),
-               what="the busy limit's reset")
+    busy = 'tr.ratelimit[data-name="rl:busy"] td.reset form'
+    wait_until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, busy), what="the busy limit's reset")
     assert app_entries(browser, "#nav-sidebar") == ENTRIES
     current = browser.find_elements(By.CSS_SELECTOR, "#nav-sidebar .current-model th a")
     assert [link.text for link in current] == ["Rate limits"]
-    browser.find_element(By.CSS_SELECTOR, 'input[name="name"][value="rl:busy"]').find_element(
-        By.XPATH, "./ancestor::form").submit()
+    browser.find_element(By.CSS_SELECTOR, busy).submit()
     wait_until(browser, lambda d: "Reset the rate limit" in d.page_source, what="the reset's message")
 
     browser.set_window_size(1280, 800)  # the index has no sidebar
