@@ -60,6 +60,7 @@ include_patterns = [
 exclude_patterns = [
     ".*",
     "docs/_build",
+    "_readthedocs",
     "build",
     "dist",
     "test-artifacts",
@@ -99,3 +100,7 @@ html_theme_options = {
     "fixed_sidebar": True,
 }
 html_show_sourcelink = False
+# The pages keep the repository's layout (docs/django.html, README.html): the site's own front page,
+# index.html, sends the reader to docs/index.html.
+templates_path = ["_templates"]
+html_additional_pages = {"index": "redirect.html"}

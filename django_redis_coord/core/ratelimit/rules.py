@@ -179,6 +179,7 @@ class _LimitBase:
 
     @property
     def capacity(self) -> int:
+        """The largest cost one call can ever be admitted with (a higher one raises ``CostTooHigh``)."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -216,6 +217,7 @@ class RateLimitBase(_LimitBase):
 
     @property
     def capacity(self) -> int:
+        """The largest cost one call can ever be admitted with: ``burst``."""
         return self.burst
 
     def decide_args(self, cost: int, wait: Optional[Number], peek: bool) -> tuple[int, int, int, int]:
@@ -265,6 +267,7 @@ class SlidingWindowBase(_LimitBase):
 
     @property
     def capacity(self) -> int:
+        """The largest cost one call can ever be admitted with: the rate's count."""
         return self.rate.count
 
     def decide_args(self, cost: int, peek: bool) -> tuple[int, int, int, int]:
