@@ -98,6 +98,7 @@ html_title = f"django-redis-coord {release}"
 html_theme_options = {
     "description": "Distributed locks, semaphores and rate limits on Redis for Django",
     "fixed_sidebar": True,
+    "sidebar_includehidden": False,  # the benchmark results: reached from the pages that quote them
 }
 html_show_sourcelink = False
 # The pages keep the repository's layout (docs/django.html, README.html): the site's own front page,

@@ -209,7 +209,8 @@ def aredlock(
     template: Optional[str] = None,
     **kwargs: Any,
 ) -> AsyncRedlock:
-    """The asyncio form of :func:`~django_redis_coord.get_redlock` (call it inside a coroutine: the clients are per event loop)."""
+    """The asyncio form of :func:`~django_redis_coord.get_redlock` (call it inside a coroutine: the
+    clients are per event loop)."""
     return _new_redlock(name, timeout, auto_renew, asyncio=True, masters=masters, template=template, **kwargs)
 
 
@@ -312,5 +313,6 @@ def arwlock(
     client: Any = None,
     **kwargs: Any,
 ) -> AsyncReadWriteLock:
-    """The asyncio form of :func:`~django_redis_coord.get_rwlock` (call it inside a coroutine: the client is per event loop)."""
+    """The asyncio form of :func:`~django_redis_coord.get_rwlock` (call it inside a coroutine: the
+    client is per event loop)."""
     return _configured_rwlock(name, timeout, auto_renew, client, asyncio=True, **kwargs)

@@ -223,8 +223,10 @@ def fenced_set(
     ``key`` is a hash holding the value and the highest fence that wrote it.  Without ``client``
     the configured Redis and ``KEY_PREFIX`` are used (Django settings).  ``ttl`` (seconds) expires
     the value *and* its fence memory: after that, any fence is accepted again.  A ``ttl`` that is
-    not a finite number of seconds above 0 and at most ten years raises :class:`~django_redis_coord.exceptions.InvalidLockArgument`
-    (:class:`~django_redis_coord.exceptions.InvalidLockArgumentType` for a non-number) before anything is written.
+    not a finite number of seconds above 0 and at most ten years raises
+    :class:`~django_redis_coord.exceptions.InvalidLockArgument`
+    (:class:`~django_redis_coord.exceptions.InvalidLockArgumentType` for a non-number) before
+    anything is written.
     """
     if client is None:
         client, key = _default_client(key, asyncio=False)

@@ -79,8 +79,9 @@ class Leader(LeaderBase):
     def campaign(self, blocking: bool = True, blocking_timeout: Optional[Number] = None) -> bool:
         """Start campaigning (unless already), and with ``blocking`` wait until elected.
 
-        Returns :attr:`~django_redis_coord.Leader.is_leader`: True once elected and ``on_elected`` returned; False when not
-        ``blocking`` and not leader yet, or when ``blocking_timeout`` seconds passed first.  The
+        Returns :attr:`~django_redis_coord.Leader.is_leader`: True once elected and ``on_elected``
+        returned; False when not ``blocking`` and not leader yet, or when ``blocking_timeout``
+        seconds passed first.  The
         campaign goes on in the background either way, until :meth:`resign`.
         """
         check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=self.name)

@@ -245,8 +245,9 @@ class Redlock(WithBlock, RedlockBase):
         """Acquire the lock on a quorum of masters; True once held, False when busy.
 
         A blocking call retries after a random delay (uniform up to ``sleep``, never past the
-        holder's remaining lease or ``blocking_timeout``).  Raises :class:`~django_redis_coord.exceptions.QuorumUnavailable`
-        when fewer than a quorum of masters answer an attempt.
+        holder's remaining lease or ``blocking_timeout``).  Raises
+        :class:`~django_redis_coord.exceptions.QuorumUnavailable` when fewer than a quorum of
+        masters answer an attempt.
         """
         started = time.monotonic()
         sleep, blocking, stop_at, raw = self.acquire_arguments(sleep, blocking, blocking_timeout, token)

@@ -54,7 +54,7 @@ __all__ = ["ReadWriteLock", "RWHold"]
 
 
 class RWHold(WithBlock, RWHoldBase):
-    """The read (``lock.read``) or write (``lock.write``) side of a :class:`~django_redis_coord.asyncio.ReadWriteLock`, with
+    """The read (``lock.read``) or write (``lock.write``) side of a ``ReadWriteLock``, with
     redis-py's ``Lock`` methods.  A hold belongs to the thread (task) that acquired it (to the lock
     object, with ``thread_local=False``: any thread or task may release it)."""
 
@@ -65,7 +65,7 @@ class RWHold(WithBlock, RWHoldBase):
 
         A blocking call queues in FIFO order (across both modes) and is woken when it is its turn,
         or when a hold it waits for reaches its TTL, or at ``blocking_timeout`` (on the client's
-        monotonic clock).  Re-entry rules: see :class:`~django_redis_coord.asyncio.ReadWriteLock`."""
+        monotonic clock).  Re-entry rules: see ``ReadWriteLock``."""
         return self.lock._acquire_mode(self.mode, blocking, blocking_timeout)
 
     def release(self) -> None:
