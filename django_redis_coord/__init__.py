@@ -1,4 +1,4 @@
-"""Distributed locks and semaphores on Redis for Django, Celery workers and plain scripts.
+"""Distributed locks, semaphores and rate limits on Redis for Django, Celery workers and plain scripts.
 
 The core primitives (:class:`Lock`, :class:`Semaphore`, :class:`Redlock`, :class:`DurableLock`,
 :class:`IdentityLock`, :class:`Leader`, their asyncio twins in ``django_redis_coord.asyncio``)
@@ -56,6 +56,7 @@ if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
     from .core.rwlock.sync import ReadWriteLock
     from .core.semaphore.sync import Semaphore
     from .core.transactions import optimistic
+    from .decorator.client_ip import client_ip
     from .decorator.locked import KeyTemplateError, KeyTooLong, LockContended, MissingKeyValue, current_lock, locked
     from .integrations.cache_fill.aio import aget_or_set
     from .integrations.cache_fill.sync import get_or_set
@@ -125,6 +126,7 @@ __all__ = [
     "lock",
     "locked",
     "rate_limited",
+    "client_ip",
     "semaphore",
     "afenced_get",
     "afenced_set",
@@ -162,6 +164,7 @@ _LAZY: dict[str, str] = {
     "locked": ".decorator.locked",
     "current_lock": ".decorator.locked",
     "rate_limited": ".ratelimited",
+    "client_ip": ".decorator.client_ip",
     "LockContended": ".decorator.locked",
     "KeyTemplateError": ".decorator.locked",
     "MissingKeyValue": ".decorator.locked",

@@ -12,7 +12,7 @@ configured Redis (short timeouts) and warn about what silently breaks locks in p
   ``appendfsync always``): fences then rest on its clock alone (see docs/safety.md).  When
   ``CONFIG GET`` is refused, ``django_redis_coord.I001`` says it was not checked.
 
-The settings errors (E001-E016, E018-E022) come from :func:`django_redis_coord.conf.settings_problems`
+The settings errors (E001-E016, E018-E022, E024, E025) come from :func:`django_redis_coord.conf.settings_problems`
 (listed in docs/django.md); none of them connects.
 ``django_redis_coord.E017``: something was decorated with ``@locked(redlock=True)`` but
 ``REDLOCK["MASTERS"]`` is not set.

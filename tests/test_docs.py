@@ -251,7 +251,8 @@ def check_settings(block: Block) -> list[str]:
         try:
             logging.config.dictConfig(config)
             assert logging.getLogger("django").disabled is False
-            assert logger.level == logging.WARNING and logger.handlers
+            wanted = config.get("loggers", {}).get("django_redis_coord", {}).get("level", "WARNING")
+            assert logger.level == logging.getLevelName(wanted) and logger.handlers
         finally:
             logger.handlers[:], logger.level, logger.propagate = saved
         checked.append("LOGGING")
@@ -368,3 +369,27 @@ def test_relative_links_resolve(page):
         assert target.exists(), f"{page.name}: {link} names no file"
         if anchor and target.suffix == ".md":
             assert anchor in anchors(target), f"{page.name}: {link}: no such heading in {target.name}"
+
+
+def test_a_name_is_imported_from_one_module_across_the_pages():
+    """A reader copying imports from two pages never meets two paths for one name: each name the
+    pages import from a module of the package comes from one module (the package itself and the
+    asyncio twins aside: ``from django_redis_coord import Lock`` next to
+    ``from django_redis_coord.fencing import fenced_set``, ``django_redis_coord.asyncio.Lock``)."""
+    modules: dict[str, dict[str, list[str]]] = {}
+    for block in ALL_BLOCKS:
+        if block.language != "python":
+            continue
+        source = block.code
+        if source.lstrip().startswith(">>>"):
+            source = "\n".join(line[4:] for line in source.splitlines() if line.startswith((">>> ", "... ")))
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith("django_redis_coord."):
+                continue
+            if node.module.startswith("django_redis_coord.asyncio"):
+                continue
+            for alias in node.names:
+                modules.setdefault(alias.name, {}).setdefault(node.module, []).append(block.where)
+    several = {name: found for name, found in modules.items() if len(found) > 1}
+    assert not several, several
+    assert "django_redis_coord.contention" in modules["is_skipped"]  # the collector read the pages

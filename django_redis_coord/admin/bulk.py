@@ -23,6 +23,7 @@ from ..core.exceptions import InvalidLockArgument
 from ..core.holders import KINDS, HolderInfo, parse_holder_id
 from ..core.keys import encode_name
 from ..core.listing import HolderListing, HoldSelection, RegistryEntry
+from .audit import log_releases
 
 __all__ = ["BulkReleaseViews", "BULK_LIMIT", "FILTERS"]
 
@@ -127,6 +128,10 @@ class BulkReleaseViews:
         except RedisError as error:
             return self.unavailable(request, self.base_context(request, "Force release by filter"), error)
         released = [holder for holder, result in results if result.released]
+        log_releases(request, [(holder.primitive_id, f"{_what(holder)} “{holder.short_name}”, fence {holder.fence}")
+                               for holder in released],
+                     f"Force released by filter ({len(released)} of {len(confirmed)} confirmed holds); each fence "
+                     "counter moved past its hold.")
         if released:
             messages.success(request, f"Released {len(released)} hold{'s' if len(released) != 1 else ''}: "
                                       f"{_names(released)}; each fence counter moved past it.")
@@ -135,6 +140,10 @@ class BulkReleaseViews:
             messages.warning(request, f"{left} hold{'s' if left != 1 else ''} had already ended or changed: "
                                       "left alone.")
         return HttpResponseRedirect(self.url("changelist"))
+
+
+def _what(holder: HolderInfo) -> str:
+    return f"{holder.mode} hold of {KINDS[holder.kind].lower()}" if holder.mode else KINDS[holder.kind].lower()
 
 
 def _names(holders: list[HolderInfo], shown: int = 10) -> str:

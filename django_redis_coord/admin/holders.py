@@ -36,6 +36,7 @@ from django.http import (
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.http import urlencode
+from django.views.generic import RedirectView
 from redis.exceptions import RedisError
 
 from ..config.connection import describe_connection, get_client
@@ -45,9 +46,8 @@ from ..core.holders import KINDS, format_ms, parse_holder_id
 from ..core.keys import encode_name
 from ..core.listing import HolderListing
 from ..models import Holder
+from .audit import history_of, log_releases
 from .bulk import BulkReleaseViews
-from .contention import contention_view_for
-from .ratelimits import ratelimits_view_for
 
 FORCE_RELEASE_PERMISSION = "django_redis_coord.force_release_holder"
 
@@ -80,8 +80,10 @@ class HolderAdmin(BulkReleaseViews, admin.ModelAdmin):
         return [
             path("", wrap(self.changelist_view), name=f"{base}_changelist"),
             path("bulk-release/", wrap(self.bulk_release_view), name=f"{base}_bulk_release"),
-            path("contention/", wrap(contention_view_for(self)), name=f"{base}_contention"),
-            path("ratelimits/", wrap(ratelimits_view_for(self)), name=f"{base}_ratelimits"),
+            # The rate-limits and contention pages live at their own entries (admin.pages); their
+            # first addresses, under the holders, lead there.
+            path("contention/", RedirectView.as_view(pattern_name=f"admin:{base}_contention", query_string=True)),
+            path("ratelimits/", RedirectView.as_view(pattern_name=f"admin:{base}_ratelimits", query_string=True)),
             path("<str:holder_id>/", wrap(self.detail_view), name=f"{base}_detail"),
             path("<str:holder_id>/release/", wrap(self.release_view), name=f"{base}_release"),
         ]
@@ -209,6 +211,7 @@ class HolderAdmin(BulkReleaseViews, admin.ModelAdmin):
                 "holders": holders,
                 "usage": holders[0].usage if holders else None,
                 "waiters": [{**w.as_dict(now_ms), "lease": format_ms(w.as_dict(now_ms)["lease_ms"])} for w in waiters],
+                "history": list(history_of(holder_id)),
                 "changelist_url": self.url("changelist"),
             }
         )
@@ -262,6 +265,8 @@ class HolderAdmin(BulkReleaseViews, admin.ModelAdmin):
                     f"Released {_what(target, kind)} “{name}” (fence {result.fence}); the fence counter moved to "
                     f"{result.fence_after} and {follow}.",
                 )
+                log_releases(request, [(holder_id, f"{_what(target, kind)} “{name}”, fence {result.fence}")],
+                             f"Force released: the fence counter moved to {result.fence_after} and {follow}.")
             else:
                 messages.warning(
                     request, f"Nothing released: the hold of “{name}” with fence {fence} had already ended or changed."

@@ -39,9 +39,15 @@ DEFAULTS: Mapping[str, Any] = MappingProxyType(
         "REDLOCK": None,
         # Metrics exporters: any of "prometheus", "otel", "history" (docs/metrics.md).
         "METRICS": (),
+        # OpenTelemetry spans of the waits (needs opentelemetry-api; docs/metrics.md, "Tracing").
+        "TRACING": False,
         # Rate limits of @rate_limited: {"DEFAULT_RATE": "100/m", "RATES": {...}, "ENABLED": True, ...}
         # (django_redis_coord.config.ratelimit_options).
         "RATELIMIT": None,
+        # Where {client_ip} and @rate_limited(key="ip") read the client's address:
+        # {"TRUSTED_PROXIES": 1, "HEADER": "X-Forwarded-For", "IPV6_PREFIX": 64}
+        # (django_redis_coord.config.client_ip_options).
+        "CLIENT_IP": None,
     }
 )
 

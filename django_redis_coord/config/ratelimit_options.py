@@ -32,6 +32,7 @@ from typing import Any, Optional, Union
 
 from ..core.exceptions import InvalidLockArgument
 from ..core.ratelimit import parse_rate
+from ..core.ratelimit.rules import UNITS_TEXT
 from .defaults import SETTING_NAME, Problem
 
 __all__ = ["RATELIMIT_DEFAULTS", "ON_UNAVAILABLE", "RateLimitSettings", "ratelimit_from", "ratelimit_problems",
@@ -106,7 +107,8 @@ def check_burst(burst: object, key: Any) -> None:
 
 def rate_problem(where: str, rate: object, burst: object) -> Optional[Problem]:
     """What is wrong with a rate of the settings (``where``: its place), else ``None``."""
-    hint = 'A rate is "<count>/<period>", e.g. "100/m", "10/s" or "5/30s" (units s, m, h, d); burst a positive int.'
+    hint = (f'A rate is "<count>/<period>", e.g. "100/m", "10/s" or "5/30s" (units {UNITS_TEXT}); '
+            "burst a positive int.")
     if not isinstance(rate, str):
         return Problem("django_redis_coord.E022", f"{where} must be a rate string, not {rate!r}.", hint)
     try:

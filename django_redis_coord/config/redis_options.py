@@ -14,7 +14,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from .defaults import DEFAULT_CLIENT_OPTIONS, SETTING_NAME, Problem
 
-__all__ = ["url_problem", "init_parameters", "client_parameters", "option_names", "unknown_option_problems",
+__all__ = ["url_problem", "init_parameters", "client_parameters", "option_names", "suggested_names",
+           "unknown_option_problems",
            "options_refused", "host_port_problem", "close_hint", "is_number", "for_asyncio", "mirror_async"]
 
 
@@ -56,13 +57,15 @@ def url_problem(key: str, url: object, *, client: bool = True) -> Optional[Probl
                 f"{SETTING_NAME}[{key!r}] has the database {db!r}; it must be a number.",
                 URL_HINT,
             )
-    names = option_names("client" if client else "cluster")
+    kind = "client" if client else "cluster"
+    names = option_names(kind)
     for option in parse_qs(parts.query):
         if option not in names:
             return Problem(
                 "django_redis_coord.E006",
                 f"{SETTING_NAME}[{key!r}] has the query option {option!r}, which redis-py does not know.",
-                close_hint(option, names) or "Query options are redis-py connection arguments, e.g. ?db=2.",
+                close_hint(option, suggested_names(kind))
+                or "Query options are redis-py connection arguments, e.g. ?db=2.",
             )
     if client:
         refused = _url_refused(url)
@@ -117,6 +120,27 @@ def option_names(kind: str) -> frozenset[str]:
     return frozenset(names)
 
 
+@functools.cache
+def suggested_names(kind: str) -> frozenset[str]:
+    """The options of :func:`option_names` a "did you mean" may offer: the arguments of the
+    constructors redis-py documents for a client of ``kind`` (``Redis``, ``ConnectionPool``,
+    ``RedisCluster``, ``Sentinel``).  The arguments only its connection classes take are left out:
+    most are internals its pools fill in themselves (``orig_socket_timeout``, ``maintenance_state``,
+    ``command_packer``...), accepted when given but never worth suggesting."""
+    import redis
+    from redis.cluster import RedisCluster
+    from redis.sentinel import Sentinel
+
+    if kind == "sentinel_kwargs":
+        return option_names(kind)
+    names = init_parameters(redis.Redis) | init_parameters(redis.ConnectionPool)
+    if kind == "cluster":
+        names |= init_parameters(RedisCluster)
+    elif kind == "sentinel":
+        names |= init_parameters(Sentinel)
+    return frozenset(names & option_names(kind))
+
+
 def close_hint(name: object, names: frozenset[str]) -> Optional[str]:
     close = difflib.get_close_matches(str(name), sorted(names), n=3)
     if not close:
@@ -130,7 +154,7 @@ def unknown_option_problems(where: str, options: Mapping[str, Any], kind: str) -
         Problem(
             "django_redis_coord.E018",
             f"{SETTING_NAME}{where} has the option {key!r}, which redis-py does not accept.",
-            close_hint(key, names) or "Use keyword arguments of redis.Redis (e.g. socket_timeout, "
+            close_hint(key, suggested_names(kind)) or "Use keyword arguments of redis.Redis (e.g. socket_timeout, "
             "health_check_interval, retry_on_timeout, ssl_ca_certs).",
         )
         for key in options

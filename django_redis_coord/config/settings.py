@@ -29,6 +29,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from ..core.expiry import is_no_expiry
+from .client_ip_options import ClientIPSettings, client_ip_from
 from .defaults import DEFAULT_CLIENT_OPTIONS, DEFAULTS, REDIS_CACHE_BACKENDS, SETTING_NAME, Problem
 from .ratelimit_options import RateLimitSettings, ratelimit_from
 from .validation import settings_problems
@@ -72,8 +73,12 @@ class CoordSettings:
     source: str = field(default="url")
     #: The metrics exporters turned on (``METRICS``): "prometheus", "otel", "history".
     metrics: tuple[str, ...] = ()
+    #: OpenTelemetry tracing of the waits (``TRACING``).
+    tracing: bool = False
     #: The settings of ``@rate_limited`` (``RATELIMIT``, defaults filled in).
     ratelimit: RateLimitSettings = field(default_factory=RateLimitSettings)
+    #: Where the client's address of a request comes from (``CLIENT_IP``, defaults filled in).
+    client_ip: ClientIPSettings = field(default_factory=ClientIPSettings)
 
     def __getitem__(self, key: str) -> Any:
         if key not in DEFAULTS:
@@ -167,7 +172,9 @@ def coord_settings() -> CoordSettings:
         redlock=_freeze(values["REDLOCK"]),
         source=source,
         metrics=tuple(values["METRICS"]),
+        tracing=values["TRACING"],
         ratelimit=ratelimit_from(values["RATELIMIT"]),
+        client_ip=client_ip_from(values["CLIENT_IP"]),
     )
 
 

@@ -7,7 +7,8 @@ primitives with a :class:`DjangoSignals` as their ``events``: it carries the nam
 application wrote it (without ``KEY_PREFIX``) and sends the signals with the primitive's class as
 ``sender`` and the primitive as ``instance``.  It also records each hold's duration for
 :func:`retry_after` (see :mod:`django_redis_coord.core.hold_times`), and feeds the exporters of
-``DJANGO_REDIS_COORD["METRICS"]`` under its key template (see :mod:`django_redis_coord.metrics`).
+``DJANGO_REDIS_COORD["METRICS"]`` under its key template (see :mod:`django_redis_coord.metrics`),
+and the spans of ``DJANGO_REDIS_COORD["TRACING"]`` (see :mod:`django_redis_coord.core.tracing`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Optional, Union
 
 from ..core import hold_times
 from ..core.events import Events
+from ..core.tracing import trace_loss, trace_wait
 from ..metrics import DEFAULT_TEMPLATE
 from ..signals import asend, lock_acquired, lock_contended, lock_lost, lock_released, send
 from .metrics import configured_metrics
@@ -90,9 +92,16 @@ class DjangoSignals(Events):
 
     def lost(self, primitive: Any, *, fence: Optional[int], held_time: Optional[float]) -> None:
         self._measure("lost", primitive, held_time)
+        trace_loss(primitive, self.template, fence=fence, held_time=held_time)
         if lock_lost.receivers:
             sender, args = self._sender(primitive)
             send(lock_lost, sender, fence=fence, held_time=held_time, **args)
+
+    def waited(self, primitive: Any, *, outcome: str, wait_time: float, fence: Optional[int],
+               pttl: Optional[int], limit: Optional[int]) -> None:
+        """An acquire that waited or failed: its span, when tracing is on (both flavours call it)."""
+        trace_wait(primitive, self.template, outcome=outcome, wait_time=wait_time, fence=fence, pttl=pttl,
+                   limit=limit)
 
     # -- asyncio -------------------------------------------------------------------------------
     async def aacquired(self, primitive: Any, *, fence: Optional[int], wait_time: float) -> None:
@@ -117,6 +126,7 @@ class DjangoSignals(Events):
 
     async def alost(self, primitive: Any, *, fence: Optional[int], held_time: Optional[float]) -> None:
         self._measure("lost", primitive, held_time)
+        trace_loss(primitive, self.template, fence=fence, held_time=held_time)
         if lock_lost.receivers:
             sender, args = self._sender(primitive)
             await asend(lock_lost, sender, fence=fence, held_time=held_time, **args)

@@ -10,10 +10,12 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from ..core.expiry import WHY, is_no_expiry
+from .client_ip_options import client_ip_problems
 from .defaults import DEFAULTS, REDIS_CACHE_BACKENDS, SETTING_NAME, Problem
 from .metrics_options import metrics_problems
 from .ratelimit_options import ratelimit_problems
 from .redis_options import host_port_problem, is_number, options_refused, unknown_option_problems, url_problem
+from .tracing_options import tracing_problems
 
 __all__ = ["settings_problems"]
 
@@ -176,7 +178,7 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
                     "409 (Conflict), 423 (Locked) or 429 (Too Many Requests) for contention; 503 when unavailable.",
                 )
             )
-    for name in ("AUTO_RENEW", "FAIL_OPEN"):
+    for name in ("AUTO_RENEW", "FAIL_OPEN", "TRACING"):
         if not isinstance(values[name], bool):
             problems.append(
                 Problem("django_redis_coord.E013", f"{SETTING_NAME}[{name!r}] must be True or False.",
@@ -216,6 +218,8 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
     problems.extend(_redlock_problems(values["REDLOCK"]))
     problems.extend(metrics_problems(values["METRICS"]))
     problems.extend(ratelimit_problems(values["RATELIMIT"]))
+    problems.extend(client_ip_problems(values["CLIENT_IP"]))
+    problems.extend(tracing_problems(values["TRACING"]))
     return problems
 
 

@@ -24,6 +24,13 @@ Each call is about a new hold only (not an inner hold of a re-entrant lock):
 * ``released(primitive, fence=, held_time=)``: the hold ended by a release.
 * ``lost(primitive, fence=, held_time=)``: the hold was found lost (by the watchdog, or by the
   release), once per hold.  ``held_time`` is ``None`` when the start is not known here.
+* ``waited(primitive, outcome=, wait_time=, fence=, pttl=, limit=)``: an acquire that did not get
+  its grant at once ended: ``outcome`` ``"acquired"`` (after waiting in line), ``"timeout"`` (its
+  ``blocking_timeout`` passed while in line) or ``"refused"`` (not blocking, or it gave up before
+  queueing); ``pttl`` and ``limit`` are what the refusal said.  Told just before ``acquired`` or
+  ``contended``, never for an uncontended grant: the tracing's hook
+  (:mod:`django_redis_coord.core.tracing`).  Sync in both flavours (keep it in memory); what it
+  raises is logged, not raised.  Optional: an object without it is not told.
 
 ``primitive`` is the lock, semaphore or Redlock (for a semaphore, ``fence`` is the permit's).  An
 asyncio primitive awaits the ``a``-prefixed twins, which call the sync ones unless overridden; ``lost``
@@ -60,6 +67,10 @@ class Events:
 
     def lost(self, primitive: Any, *, fence: Optional[int], held_time: Optional[float]) -> None:
         """A hold of ``primitive`` was found lost (once per hold)."""
+
+    def waited(self, primitive: Any, *, outcome: str, wait_time: float, fence: Optional[int],
+               pttl: Optional[int], limit: Optional[int]) -> None:
+        """An acquire of ``primitive`` that did not get its grant at once ended (``outcome``)."""
 
     async def aacquired(self, primitive: Any, *, fence: Optional[int], wait_time: float) -> None:
         self.acquired(primitive, fence=fence, wait_time=wait_time)

@@ -3,6 +3,10 @@ place the sync and asyncio locks, semaphores and Redlocks tell of a hold's start
 
 A hold record (a lock's per-thread state, a permit, a Redlock's hold) gets ``started`` when it is
 granted; a refused acquire leaves what the refusal said in :meth:`Reporting._note_refusal`.
+
+An acquire that finds its name taken and waits in line says so through :meth:`Reporting._note_wait`
+(the waiting path's one call); when it ends, ``events.waited`` is told how (the tracing's seam,
+see :mod:`django_redis_coord.core.tracing`).  An uncontended grant never gets that far.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any, Optional
 
 from .concurrency import in_background, run_to_completion
@@ -20,6 +25,12 @@ from .holds import first_time
 __all__ = ["Reporting", "check_events", "report_loss"]
 
 logger = logging.getLogger("django_redis_coord")
+
+#: The acquire of this thread (or asyncio task) that waits in line: (the primitive's id, when it
+#: queued on the monotonic clock, the refusal's ``pttl`` and ``limit``).  Set by
+#: :meth:`Reporting._note_wait`, read when that acquire ends; a note older than the acquire that
+#: reads it is an earlier one's, ignored.
+_queued: ContextVar[Optional[tuple[int, float, int, Optional[int]]]] = ContextVar("dcoord_queued", default=None)
 
 _METHODS = ("acquired", "contended", "released", "lost", "aacquired", "acontended", "areleased", "alost")
 
@@ -77,17 +88,59 @@ class Reporting:
         """What ``events`` is told about for ``hold``: the primitive (a read-write lock: its side)."""
         return self
 
+    # -- waits (what the tracing hears) ---------------------------------------------------------
+    def _note_wait(self, refusal: Any) -> None:
+        """The waiting path: this acquire found the name taken and waits in line (``refusal``: the
+        :class:`~django_redis_coord.core.grants.Grant` that said so).  Nothing without events."""
+        if self.events is not None:
+            _queued.set((id(self), time.monotonic(), refusal.pttl, refusal.limit))
+
+    def _queued_since(self, started: float) -> Optional[tuple[int, float, int, Optional[int]]]:
+        """The note of :meth:`_note_wait` when the acquire that began at ``started`` made it."""
+        note = _queued.get()
+        if note is None or note[0] != id(self) or note[1] < started:
+            return None
+        return note
+
+    def _tell_waited(self, subject: Any, outcome: str, wait_time: float, fence: Optional[int],
+                     pttl: Optional[int], limit: Optional[int]) -> None:
+        """``events.waited``, when the events object has it; what it raises is logged."""
+        waited = getattr(self.events, "waited", None)
+        if waited is None:
+            return
+        try:
+            waited(subject, outcome=outcome, wait_time=wait_time, fence=fence, pttl=pttl, limit=limit)
+        except Exception:
+            logger.exception("events.waited of %r raised", self.name)
+
+    def _tell_failed(self, started: float, subject: Any) -> tuple[float, Optional[int], Optional[int]]:
+        """``waited`` of an acquire that got no hold: ``"timeout"`` when it waited in line, else
+        ``"refused"``; returns the wait and what the refusal said, for ``contended``."""
+        pttl, limit = self._refusal()
+        wait_time = time.monotonic() - started
+        outcome = "refused" if self._queued_since(started) is None else "timeout"
+        self._tell_waited(subject, outcome, wait_time, None, pttl, limit)
+        return wait_time, pttl, limit
+
+    def _tell_waited_acquired(self, hold: Any, started: float) -> None:
+        """``waited`` of an acquire that got ``hold`` after waiting in line (nothing when it did not)."""
+        note = self._queued_since(started)
+        if note is not None:
+            self._tell_waited(self._event_subject(hold), "acquired", hold.started - started, hold.fence,
+                              note[2], note[3])
+
     # -- sync --------------------------------------------------------------------------------------
     def _tell_contended(self, started: float, subject: Any = None) -> None:
         if self.events is not None:
-            pttl, limit = self._refusal()
-            self.events.contended(self if subject is None else subject, wait_time=time.monotonic() - started,
-                                  pttl=pttl, limit=limit)
+            subject = self if subject is None else subject
+            wait_time, pttl, limit = self._tell_failed(started, subject)
+            self.events.contended(subject, wait_time=wait_time, pttl=pttl, limit=limit)
 
     def _tell_acquired(self, hold: Any, started: float, give_back: Callable[[], Any]) -> None:
         """After a new hold: tell it; when that raises, give the hold back and re-raise."""
         if self.events is None:
             return
+        self._tell_waited_acquired(hold, started)
         try:
             self.events.acquired(self._event_subject(hold), fence=hold.fence, wait_time=hold.started - started)
         except BaseException:
@@ -115,14 +168,15 @@ class Reporting:
     # -- asyncio -----------------------------------------------------------------------------------
     async def _atell_contended(self, started: float, subject: Any = None) -> None:
         if self.events is not None:
-            pttl, limit = self._refusal()
-            await self.events.acontended(self if subject is None else subject, wait_time=time.monotonic() - started,
-                                         pttl=pttl, limit=limit)
+            subject = self if subject is None else subject
+            wait_time, pttl, limit = self._tell_failed(started, subject)
+            await self.events.acontended(subject, wait_time=wait_time, pttl=pttl, limit=limit)
 
     async def _atell_acquired(self, hold: Any, started: float, give_back: Callable[[], Awaitable[Any]]) -> None:
         """The asyncio :meth:`_tell_acquired`: the hold is given back even when cancelled meanwhile."""
         if self.events is None:
             return
+        self._tell_waited_acquired(hold, started)
         try:
             await self.events.aacquired(self._event_subject(hold), fence=hold.fence, wait_time=hold.started - started)
         except BaseException:

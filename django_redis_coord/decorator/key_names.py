@@ -1,9 +1,9 @@
 """The key of one call of a ``@locked`` function: what its template is filled from.
 
 A view's template sees its arguments by name, ``{args[0]}``, ``{kwargs[pk]}``, ``{user}``,
-``{query[name]}``, ``{headers[X-Tenant]}``, ``{request}`` and ``{view}``; a plain function's
-sees its arguments by name; both see ``params``.  A key callable is called with the view's
-arguments (without ``self``) or the function's.
+``{query[name]}``, ``{headers[X-Tenant]}``, ``{client_ip}`` (:mod:`.client_ip`), ``{request}``
+and ``{view}``; a plain function's sees its arguments by name; both see ``params``.  A key
+callable is called with the view's arguments (without ``self``) or the function's.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 
 from ..core.exceptions import KeyTemplateError
+from .client_ip import client_ip
 from .key_templates import KeyTemplate, KeyTooLong, MissingKeyValue, RequestValues, bound_arguments
 from .key_values import check_key_length
 
@@ -74,6 +75,8 @@ def _view_namespace(
         namespace["query"] = RequestValues(request.GET, "query parameter", key.template)
     if "headers" in roots:
         namespace["headers"] = RequestValues(request.headers, "header", key.template)
+    if "client_ip" in roots:
+        namespace["client_ip"] = client_ip(request)
     namespace["request"] = request
     for name, value in (("args", args[index + 1 :]), ("kwargs", kwargs), ("view", key.default_name)):
         if name not in key.shadowed:

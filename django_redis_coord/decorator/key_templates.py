@@ -45,7 +45,7 @@ SAFE_CHARS = "-_.~@+=,!*'()"
 _QUOTE_NEVER_ENCODES = "-_.~"
 
 #: Names a view's key template may use besides the view's own arguments.
-VIEW_NAMES = frozenset({"request", "user", "query", "headers", "args", "kwargs", "view"})
+VIEW_NAMES = frozenset({"request", "user", "query", "headers", "client_ip", "args", "kwargs", "view"})
 #: View names that hold many values: a template names one of them (``{query[page]}``).
 _NAMED_VALUES = frozenset({"query", "headers"})
 
@@ -103,7 +103,7 @@ class _Formatter(string.Formatter):
         if key not in namespace:
             given = ", ".join(sorted(str(name) for name in namespace if name not in VIEW_NAMES)) or "none"
             if "request" in namespace:
-                given += "; views also offer request, user, query, headers, args, kwargs, view"
+                given += "; views also offer request, user, query, headers, client_ip, args, kwargs, view"
             raise KeyTemplateError(
                 f"The lock key {self.template!r} uses {{{key}}}, which this call does not provide "
                 f"(its arguments: {given})."
@@ -220,6 +220,16 @@ class KeyTemplate:
             return self.template
         return f"{getattr(self.callable, '__module__', '?')}.{getattr(self.callable, '__qualname__', '?')}"
 
+    def name_pattern(self) -> Optional[re.Pattern[str]]:
+        """A pattern every name this key fills fully matches (each field: one or more characters),
+        for telling which decorator a name read back from Redis came from; ``None`` for a callable key."""
+        if self.callable is not None:
+            return None
+        if not self.roots:
+            return re.compile(re.escape(self.template))
+        return re.compile("".join(re.escape(literal) + ("" if field is None else "(.+)")
+                                  for literal, field, _spec, _conversion in self._parsed))
+
     def check_against(self, func: Callable[..., Any], *, view_names: bool, extra: Iterable[str] = ()) -> None:
         """Refuse, when decorating, names that ``func`` can never provide (``extra``: names given
         by ``params``), and the view's query parameters or headers used whole."""
@@ -243,7 +253,8 @@ class KeyTemplate:
             raise KeyTemplateError(
                 f"The lock key {self.template!r} uses {', '.join('{' + n + '}' for n in unknown)}, but "
                 f"{getattr(func, '__qualname__', func)!r} has no such argument (its arguments: {names or 'none'}"
-                + ("; views also offer request, user, query, headers, args, kwargs, view)." if view_names else ").")
+                + ("; views also offer request, user, query, headers, client_ip, args, kwargs, view)."
+                   if view_names else ").")
             )
 
     def render(self, namespace: Mapping[str, Any]) -> str:

@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ..core.holders import KINDS, HolderInfo, format_ms
 from ..core.listing import HolderListing, HoldSelection
+from .audit import log_action
 from .terminal import holders_table, printable, quoted
 
 __all__ = ["ReleaseAction", "EXIT_USAGE", "EXIT_NOT_HELD", "EXIT_NOT_CONFIRMED", "EXIT_CHANGED"]
@@ -115,6 +116,8 @@ class ReleaseAction(BaseCommand):
                 f"The hold changed before the release (now fence {result.fence}): nothing released.",
                 returncode=EXIT_CHANGED,
             )
+        log_action("locks release", f"Force released {summary}; fence counter moved to {result.fence_after}",
+                   summary)
         self.stdout.write(
             self.style.SUCCESS(f"Released {summary}.")
             + f"\nFence counter moved to {result.fence_after}; "
@@ -135,6 +138,9 @@ class ReleaseAction(BaseCommand):
         left = 0
         for holder, result in self.listing.force_release_holds(holders):
             if result.released:
+                log_action("locks release", f"Force released {describe(holder)} (by filter: "
+                           f"{printable(selection.describe())}); fence counter moved to {result.fence_after}",
+                           describe(holder))
                 self.stdout.write(self.style.SUCCESS(f"Released {describe(holder)}") +
                                   f"; fence counter moved to {result.fence_after}, "
                                   f"{result.what_followed(holder.waiters)}.")

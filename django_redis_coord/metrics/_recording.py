@@ -22,7 +22,9 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any, Optional
 
+from ..core import tracing
 from ..core.events import Events
+from ..core.tracing import trace_loss, trace_wait
 from ._background import Periodic
 
 __all__ = [
@@ -44,7 +46,7 @@ logger = logging.getLogger("django_redis_coord.metrics")
 
 #: The label of a hold made without a template (``lock("invoice:42")`` without ``template=``, a
 #: core primitive whose :class:`MetricsEvents` has none): never the rendered name.
-DEFAULT_TEMPLATE = "(untemplated)"
+DEFAULT_TEMPLATE = tracing.DEFAULT_TEMPLATE  # "(untemplated)", the spans' too
 #: The label of every template past :data:`MAX_TEMPLATES` in one process.
 OTHER_TEMPLATE = "(other)"
 #: Distinct template labels one process reports; later ones are counted under :data:`OTHER_TEMPLATE`.
@@ -239,7 +241,9 @@ class MetricsEvents(Events):
 
     Without ``template`` the label is ``DEFAULT_TEMPLATE``.  :meth:`bound` gives the same
     recorders under another template.  No method raises; the recorders get the events from
-    ``feed()`` (see the module's text).
+    ``feed()`` (see the module's text).  While tracing is on
+    (``django_redis_coord.core.tracing.enable()``), the waits and losses are traced too, under
+    the same template.
     """
 
     def __init__(self, *recorders: Recorder, template: Optional[str] = None) -> None:
@@ -263,3 +267,9 @@ class MetricsEvents(Events):
 
     def lost(self, primitive: Any, *, fence: Optional[int], held_time: Optional[float]) -> None:
         self.fanout.record("lost", self.template, primitive, held_time)
+        trace_loss(primitive, self.template, fence=fence, held_time=held_time)
+
+    def waited(self, primitive: Any, *, outcome: str, wait_time: float, fence: Optional[int],
+               pttl: Optional[int], limit: Optional[int]) -> None:
+        trace_wait(primitive, self.template, outcome=outcome, wait_time=wait_time, fence=fence, pttl=pttl,
+                   limit=limit)

@@ -4,13 +4,17 @@ acquisitions, contentions and losses and the histograms of waits and holds.
 A lock never pays a round trip for it: :class:`HistoryRecorder` adds each event (handed over by
 the metrics' thread) to counts kept in this process, and a thread of its own writes them every
 :data:`FLUSH_SECONDS` seconds, all the minutes pending in one pipeline (one ``history_add``
-script call per minute).  What Redis keeps is bounded:
+script call per minute).  The histograms have log-spaced buckets
+(:mod:`~django_redis_coord.metrics.log_buckets`): the percentiles read back are within 2 % of a
+recorded duration, whatever its length.  What Redis keeps is bounded:
 
 * one hash per minute, ``[KEY_PREFIX:]{history}:dcoord:history:<minute>`` (the minute since the
   epoch, by the recording process's clock), expiring :data:`RETENTION_SECONDS` after its last write;
 * at most :data:`TEMPLATES_PER_MINUTE` templates in a minute's hash, whichever processes wrote
   them (the script counts them): the counts of any further template go to ``(other)``;
-* a bounded number of fields per template: 3 counters and 2 x 17 histogram buckets.
+* a bounded number of fields per template: 3 counters and, per histogram, one count per bucket
+  its durations fell in (at most :data:`~django_redis_coord.metrics.log_buckets.SIZE`; a few dozen
+  in practice).
 
 A failed write (Redis unreachable) drops that batch and is logged now and then.  After a fork the
 child starts with no pending counts (the parent writes its own) and its own thread.
@@ -19,7 +23,6 @@ child starts with no pending counts (the parent writes its own) and its own thre
 from __future__ import annotations
 
 import atexit
-import bisect
 import os
 import threading
 import time
@@ -28,12 +31,15 @@ from typing import Any, Optional
 
 from ..core.scripts import queue_script, sync_scripts
 from ._background import Periodic
-from ._recording import BUCKETS, OTHER_TEMPLATE, Recorder, failures, feed
+from ._recording import OTHER_TEMPLATE, Recorder, failures, feed
+from .log_buckets import bucket
 
 __all__ = [
     "HistoryRecorder",
     "history_key",
-    "FIELDS",
+    "wait_field",
+    "hold_field",
+    "COUNTERS",
     "FLUSH_SECONDS",
     "RETENTION_SECONDS",
     "TEMPLATES_PER_MINUTE",
@@ -46,22 +52,28 @@ RETENTION_SECONDS = 65 * 60
 #: Templates one minute's hash holds at most, over every process (then ``(other)``).
 TEMPLATES_PER_MINUTE = 50
 
-_BUCKET_COUNT = len(BUCKETS) + 1  # the last one is +Inf
-#: The counts of one template in one minute, in this order (see ``lua/history_add.lua``).
-FIELDS: tuple[str, ...] = ("a", "c", "l", *(f"w{i}" for i in range(_BUCKET_COUNT)),
-                           *(f"h{i}" for i in range(_BUCKET_COUNT)))
-_ACQUIRED, _CONTENDED, _LOST, _WAITS, _HOLDS = 0, 1, 2, 3, 3 + _BUCKET_COUNT
+#: The counters of one template in one minute (see ``lua/history_add.lua``): acquisitions,
+#: contentions, losses.  The histograms' fields are ``w:<bucket>`` (waits) and ``h:<bucket>``
+#: (holds), a bucket of :mod:`~django_redis_coord.metrics.log_buckets`.
+COUNTERS = ("a", "c", "l")
+_ACQUIRED, _CONTENDED, _LOST = COUNTERS
+WAIT_PREFIX, HOLD_PREFIX = "w:", "h:"
+
+
+def wait_field(seconds: float) -> str:
+    """The field counting a wait of ``seconds``."""
+    return f"{WAIT_PREFIX}{bucket(seconds)}"
+
+
+def hold_field(seconds: float) -> str:
+    """The field counting a hold of ``seconds``."""
+    return f"{HOLD_PREFIX}{bucket(seconds)}"
 
 
 def history_key(prefix: str, minute: int) -> bytes:
     """The hash of ``minute`` (minutes since the epoch) under ``prefix`` (a ``KEY_PREFIX``)."""
     head = f"{prefix}:" if prefix else ""
     return f"{head}{{history}}:dcoord:history:{minute}".encode()
-
-
-def bucket(seconds: float) -> int:
-    """The histogram bucket of ``seconds``: the first whose upper bound is at least it."""
-    return bisect.bisect_left(BUCKETS, seconds)
 
 
 #: Every recorder of this process, for the fork and exit hooks.
@@ -90,14 +102,14 @@ class HistoryRecorder(Recorder):
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
-        self._pending: dict[int, dict[str, list[int]]] = {}
+        self._pending: dict[int, dict[str, dict[str, int]]] = {}
 
     def target(self) -> tuple[Any, str]:
         """The client written to and the prefix of the keys, at each write."""
         return self.client, self.prefix
 
     # -- recording (in memory) -----------------------------------------------------------------
-    def _add(self, template: str, index: int, extra: Optional[int] = None) -> None:
+    def _add(self, template: str, *fields: str) -> None:
         minute = int(self.clock() // 60)
         with self._lock:
             rows = self._pending.get(minute)
@@ -109,21 +121,20 @@ class HistoryRecorder(Recorder):
                     template = OTHER_TEMPLATE
                 row = rows.get(template)
                 if row is None:
-                    row = rows[template] = [0] * len(FIELDS)
-            row[index] += 1
-            if extra is not None:
-                row[extra] += 1
+                    row = rows[template] = {}
+            for name in fields:
+                row[name] = row.get(name, 0) + 1
         self._writer.ensure()
 
     def acquired(self, template: str, kind: str, wait_time: float) -> None:
-        self._add(template, _ACQUIRED, _WAITS + bucket(wait_time))
+        self._add(template, _ACQUIRED, wait_field(wait_time))
 
     def contended(self, template: str, kind: str, wait_time: float) -> None:
         self._add(template, _CONTENDED)
 
     def released(self, template: str, kind: str, held_time: Optional[float]) -> None:
         if held_time is not None:
-            self._add(template, _HOLDS + bucket(held_time))
+            self._add(template, hold_field(held_time))
 
     def lost(self, template: str, kind: str, held_time: Optional[float]) -> None:
         self._add(template, _LOST)
@@ -150,7 +161,7 @@ class HistoryRecorder(Recorder):
                 for minute, rows in sorted(pending.items()):
                     args: list[Any] = [self.templates_per_minute, ttl_ms, OTHER_TEMPLATE]
                     for template, row in rows.items():
-                        counts = [(FIELDS[i], n) for i, n in enumerate(row) if n]
+                        counts = [(name, n) for name, n in row.items() if n]
                         args += [template, len(counts), *(part for pair in counts for part in pair)]
                     queue_script(pipe, script, [history_key(prefix, minute)], args)
                 pipe.execute()

@@ -1,40 +1,21 @@
 """Reading the contention history back (see :mod:`~django_redis_coord.metrics.history`): per
 template, a series per minute of acquisitions, contentions, losses and the waits' and holds'
-50th and 99th percentiles, estimated from the histogram buckets as Prometheus'
-``histogram_quantile`` does (linear within a bucket; past the last bound, the last bound).
+50th and 99th percentiles, from the log-spaced histograms
+(:mod:`~django_redis_coord.metrics.log_buckets`): the nearest-rank percentile of what was
+recorded, within :data:`~django_redis_coord.metrics.log_buckets.RELATIVE_ERROR` (2 %).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..core.arguments import as_bytes
-from ._recording import BUCKETS
-from .history import FIELDS, history_key
+from .history import COUNTERS, HOLD_PREFIX, WAIT_PREFIX, history_key
+from .log_buckets import merged, quantile
 
 __all__ = ["TemplateHistory", "read_history", "quantile"]
-
-_BUCKET_COUNT = len(BUCKETS) + 1
-
-
-def quantile(counts: Sequence[int], q: float) -> Optional[float]:
-    """The ``q`` quantile (0-1) of a histogram of :data:`BUCKETS` counts; ``None`` when empty."""
-    total = sum(counts)
-    if total <= 0:
-        return None
-    rank = q * total
-    seen = 0
-    for index, count in enumerate(counts):
-        if count and seen + count >= rank:
-            if index >= len(BUCKETS):
-                return BUCKETS[-1]
-            lower = BUCKETS[index - 1] if index else 0.0
-            return lower + (BUCKETS[index] - lower) * (rank - seen) / count
-        seen += count
-    return BUCKETS[-1]
 
 
 @dataclass
@@ -47,11 +28,11 @@ class TemplateHistory:
     acquisitions: list[int] = field(default_factory=list)
     contentions: list[int] = field(default_factory=list)
     losses: list[int] = field(default_factory=list)
-    #: Per minute, the waits' and holds' histogram bucket counts.
-    waits: list[list[int]] = field(default_factory=list)
-    holds: list[list[int]] = field(default_factory=list)
+    #: Per minute, the waits' and holds' histograms (bucket -> count, see ``log_buckets``).
+    waits: list[dict[int, int]] = field(default_factory=list)
+    holds: list[dict[int, int]] = field(default_factory=list)
 
-    def _quantiles(self, histograms: list[list[int]], q: float) -> list[Optional[float]]:
+    def _quantiles(self, histograms: list[dict[int, int]], q: float) -> list[Optional[float]]:
         return [quantile(counts, q) for counts in histograms]
 
     @property
@@ -74,10 +55,13 @@ class TemplateHistory:
         """The sum over the minutes of ``"acquisitions"``, ``"contentions"`` or ``"losses"``."""
         return sum(getattr(self, what))
 
+    def count(self, histograms: str) -> int:
+        """The number of ``"waits"`` or ``"holds"`` recorded over the minutes."""
+        return sum(sum(counts.values()) for counts in getattr(self, histograms))
+
     def overall(self, histograms: str, q: float) -> Optional[float]:
         """The ``q`` quantile of ``"waits"`` or ``"holds"`` over all the minutes."""
-        merged = [sum(column) for column in zip(*getattr(self, histograms))]
-        return quantile(merged, q) if merged else None
+        return quantile(merged(getattr(self, histograms)), q)
 
 
 def _text(value: Any) -> str:
@@ -96,23 +80,35 @@ def read_history(client: Any, prefix: str = "", *, minutes: int = 60, now: Optio
             pipe.hgetall(history_key(prefix, minute))
         replies = pipe.execute()
     found: dict[str, TemplateHistory] = {}
-    index = {name: position for position, name in enumerate(FIELDS)}
+    counters = {name: position for position, name in enumerate(COUNTERS)}
     for slot, reply in enumerate(replies):
         for raw_field, raw_value in (reply or {}).items():
             name, sep, template = _text(raw_field).partition("|")
-            position = index.get(name)
-            if not sep or position is None:
-                continue  # "t|<template>" and "#templates": the script's bookkeeping
+            if not sep:
+                continue  # "#templates": the script's bookkeeping
+            position = counters.get(name)
+            histograms: Optional[str] = None
+            index = 0
+            if position is None:
+                for prefix_, which in ((WAIT_PREFIX, "waits"), (HOLD_PREFIX, "holds")):
+                    if name.startswith(prefix_):
+                        try:
+                            index = int(name[len(prefix_):])
+                        except ValueError:
+                            break
+                        histograms = which
+                if histograms is None:
+                    continue  # "t|<template>" (the script's bookkeeping), or a field of another version
             history = found.get(template)
             if history is None:
                 history = found[template] = _empty(template, span)
             count = int(_text(raw_value) or 0)
-            if position < 3:
+            if histograms is None:
+                assert position is not None
                 (history.acquisitions, history.contentions, history.losses)[position][slot] += count
-            elif position < 3 + _BUCKET_COUNT:
-                history.waits[slot][position - 3] += count
             else:
-                history.holds[slot][position - 3 - _BUCKET_COUNT] += count
+                counts = getattr(history, histograms)[slot]
+                counts[index] = counts.get(index, 0) + count
     return sorted(found.values(), key=lambda h: (-h.total("contentions"), -h.total("acquisitions"), h.template))
 
 
@@ -120,5 +116,5 @@ def _empty(template: str, span: list[int]) -> TemplateHistory:
     size = len(span)
     return TemplateHistory(
         template=template, minutes=list(span), acquisitions=[0] * size, contentions=[0] * size, losses=[0] * size,
-        waits=[[0] * _BUCKET_COUNT for _ in span], holds=[[0] * _BUCKET_COUNT for _ in span],
+        waits=[{} for _ in span], holds=[{} for _ in span],
     )

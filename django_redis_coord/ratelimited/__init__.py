@@ -8,11 +8,14 @@ tasks framework and functions.  The limits themselves are the Django-free
 * :mod:`.decorator`: the decorator, its refusals (429, ``on_limited``) and Redis outages;
 * :mod:`.headers`: ``Retry-After``, ``RateLimit-Policy`` and ``RateLimit``;
 * :mod:`.rates`: the rate of a call (given, named in the settings, or the default);
-* :mod:`.checks`: the rates named by decorators and missing from the settings (system check E023).
+* :mod:`.checks`: the rates named by decorators and missing from the settings (system check E023);
+* :mod:`.registry`: which rate each decorator gives the names it fills, for operators;
+* :mod:`.inspection`: what operators see of a live limit (kind, rate, limit, remaining).
 """
 
 from __future__ import annotations
 
+from ..decorator.client_ip import client_ip
 from .decorator import RateLimited, current_reply, rate_limited
 
-__all__ = ["rate_limited", "RateLimited", "current_reply"]
+__all__ = ["rate_limited", "RateLimited", "current_reply", "client_ip"]

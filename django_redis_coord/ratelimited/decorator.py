@@ -41,6 +41,7 @@ from ..core.ratelimit.aio import RateLimit as AsyncGCRA
 from ..core.ratelimit.aio import SlidingWindowLimit as AsyncWindow
 from ..core.ratelimit.sync import RateLimit as SyncGCRA
 from ..core.ratelimit.sync import SlidingWindowLimit as SyncWindow
+from ..core.tracing import add_rate_limit_event
 from ..decorator.contention import Skipped
 from ..decorator.key_names import find_request, name_async, name_sync
 from ..decorator.key_templates import KeyTemplate
@@ -50,8 +51,10 @@ from ..decorator.task_objects import is_task, with_func
 from ..decorator.unavailable import REDIS_ERRORS, redis_unavailable, unavailable_response
 from .headers import add_fields, limit_field, policy_field, retry_after_seconds
 from .rates import Policy, checked_rate, resolved
+from .registry import register
 
-__all__ = ["rate_limited", "RateLimited", "ALGORITHMS", "ON_LIMITED", "rate_names_in_use", "current_reply"]
+__all__ = ["rate_limited", "RateLimited", "ALGORITHMS", "ON_LIMITED", "CLIENT_IP_KEY", "rate_names_in_use",
+           "current_reply"]
 
 logger = logging.getLogger("django_redis_coord")
 
@@ -59,6 +62,9 @@ logger = logging.getLogger("django_redis_coord")
 ALGORITHMS = ("gcra", "window")
 #: What ``on_limited`` accepts (outside views), as ``@locked``'s ``on_contended``.
 ON_LIMITED = ON_CONTENDED
+#: ``key="ip"``: one limit per client address and view, the template ``"<view's dotted name>:{client_ip}"``
+#: (the address as :mod:`~django_redis_coord.decorator.client_ip` reads it).
+CLIENT_IP_KEY = "ip"
 
 #: Rate names used by decorated functions (wrapper -> (dotted name, rate name or None for
 #: DEFAULT_RATE)), for the system check that they exist in the settings.
@@ -168,7 +174,7 @@ class RateLimited:
         return self._decorate(target, dotted_name(view_class if isinstance(view_class, type) else target))
 
     def _decorate(self, func: Callable[..., Any], default_name: str, *, force_async: bool = False) -> Any:
-        key = KeyTemplate(self.key, default_name)
+        key = KeyTemplate(f"{default_name}:{{client_ip}}" if self.key == CLIENT_IP_KEY else self.key, default_name)
         key.check_against(func, view_names=True, extra=self.params)
         is_async = force_async or iscoroutinefunction(func)
         if is_async and self.on_limited == "retry":
@@ -192,6 +198,7 @@ class RateLimited:
 
             wrapper = sync_wrapper
         wrapper.rate_limited = self
+        register(wrapper, key, self.algorithm, self.spec)
         if not isinstance(self.spec, Policy):
             rate_users[wrapper] = (default_name, self.spec)
         return wrapper
@@ -222,7 +229,7 @@ class RateLimited:
     def _refused(self, request: Optional[HttpRequest], name: str, template: str, policy_name: str,
                  policy: Policy, reply: RateLimitReply, settings: RateLimitSettings) -> Any:
         """What a refused call gives: the 429 of a view, a skip, a Celery retry or the exception."""
-        _record("limited", template, self.algorithm)
+        _record("limited", template, self.algorithm, reply)
         seconds = retry_after_seconds(reply.retry_after)
         if request is None:
             if self.on_limited == "skip":
@@ -266,7 +273,7 @@ class RateLimited:
             return func(*args, **kwargs) if answer is None else answer
         if not reply.allowed:
             return self._refused(request, name, key.metric_template, policy_name, policy, reply, settings)
-        _record("admitted", key.metric_template, self.algorithm)
+        _record("admitted", key.metric_template, self.algorithm, reply)
         if request is None:
             return func(*args, **kwargs)
         request.rate_limit = reply  # type: ignore[attr-defined]
@@ -294,7 +301,7 @@ class RateLimited:
             return await maybe_await(func(*args, **kwargs)) if answer is None else answer
         if not reply.allowed:
             return self._refused(request, name, key.metric_template, policy_name, policy, reply, settings)
-        _record("admitted", key.metric_template, self.algorithm)
+        _record("admitted", key.metric_template, self.algorithm, reply)
         if request is None:
             return await maybe_await(func(*args, **kwargs))
         request.rate_limit = reply  # type: ignore[attr-defined]
@@ -303,11 +310,14 @@ class RateLimited:
         return response
 
 
-def _record(event: str, template: str, algorithm: str) -> None:
-    """Count ``event`` (``"admitted"`` or ``"limited"``) under ``template`` for the configured exporters."""
+def _record(event: str, template: str, algorithm: str, reply: RateLimitReply) -> None:
+    """Count ``event`` (``"admitted"`` or ``"limited"``) under ``template`` for the configured exporters,
+    and tell the current span of the decision when tracing is on (``TRACING``)."""
     fanout = configured_metrics()
     if fanout is not None:
         fanout.record(event, template, _KINDS[algorithm], None)
+    add_rate_limit_event(template, _KINDS[algorithm].kind, allowed=reply.allowed, limit=reply.limit,
+                         remaining=reply.remaining, retry_after=reply.retry_after)
 
 
 def _retry_task(error: RateLimitExceeded, seconds: int) -> None:
@@ -331,7 +341,8 @@ def rate_limited(key: Any = None, /, **options: Any) -> Any:
     """Limit a view, a view class, a task or a function to a rate per key.
 
     ``@rate_limited("api:{user.pk}", rate="100/m", burst=20)``; bare ``@rate_limited`` limits the
-    view as a whole by ``DEFAULT_RATE``; a callable key goes by keyword (``key=...``).  Options:
+    view as a whole by ``DEFAULT_RATE``; ``@rate_limited("ip", ...)`` (or ``key="ip"``) limits each
+    client address per view (``"<view>:{client_ip}"``); a callable key goes by keyword (``key=...``).  Options:
     ``rate`` (a rate string, or the name of one of ``RATELIMIT["RATES"]``; default
     ``DEFAULT_RATE``), ``burst`` (GCRA only; default the rate's count), ``algorithm`` (``"gcra"`` or
     ``"window"``), ``cost``, ``wait`` (seconds a call may wait for its reserved slot), ``on_limited``

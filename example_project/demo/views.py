@@ -7,6 +7,11 @@
 * ``async_status`` — ``@locked`` on an ``async def`` view.
 * ``fencing`` — a holder paused past its TTL tries to write after the next holder: refused.
 * ``hold_a_minute`` — a lock left held for a minute, to explore its admin page and force release.
+* ``limited`` — ``@rate_limited("ip")``: a page each client may open 5 times at once, then once
+  every 6 seconds; it shows its own decision (limit, remaining, reset), and the 6th quick click
+  gets 429 with ``Retry-After``.
+* ``api_quote`` — ``@rate_limited("api:{client_ip}")`` on a JSON endpoint: 3 calls at once, then
+  one every 2 seconds; a client reads the ``RateLimit-Policy`` / ``RateLimit`` fields of each answer.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
-from django_redis_coord import fenced_update, lock, locked
+from django_redis_coord import fenced_update, lock, locked, parse_rate, rate_limited
 from django_redis_coord.decorators import current_lock
 from django_redis_coord.listing import holder_id
+from django_redis_coord.ratelimited import current_reply
 
 from .management.commands.contend import SEMAPHORE
 from .models import Report
@@ -59,8 +65,27 @@ def manage_command() -> str:
     return f"DEMO_REDIS_URL={shlex.quote(settings.REDIS_URL)} {shlex.quote(sys.executable)} {shlex.quote(str(manage))}"
 
 
+#: The rate limits of the demo's rate-limited page and JSON endpoint: (rate, burst).
+PAGE_RATE = ("10/m", 5)
+API_RATE = ("30/m", 3)
+QUOTES = [
+    "A lock without a fence is a suggestion.",
+    "Deadlines come from the server's clock.",
+    "At most so many, exactly, on every machine.",
+]
+
+
+def rate_limit_urls() -> dict[str, str]:
+    """Where the landing page and the rate-limited page point an operator at the live limits."""
+    page, api = parse_rate(PAGE_RATE[0]), parse_rate(API_RATE[0])
+    return {"ratelimits_url": reverse("admin:django_redis_coord_holder_ratelimits"),
+            "page_rate": PAGE_RATE[0], "page_burst": PAGE_RATE[1], "page_interval": page.period / page.count,
+            "api_rate": API_RATE[0], "api_burst": API_RATE[1], "api_interval": api.period / api.count}
+
+
 def index(request: HttpRequest) -> HttpResponse:
     return render(request, "demo/index.html", {
+        **rate_limit_urls(),
         "reports": Report.objects.order_by("name"),
         "holders_url": reverse("admin:django_redis_coord_holder_changelist"),
         "contention_url": reverse("admin:django_redis_coord_holder_contention"),
@@ -140,3 +165,23 @@ def fencing(request: HttpRequest) -> HttpResponse:
     steps.append(f"A woke up and wrote what it computed before the pause: {'accepted' if stale else 'refused'}.")
     second.release()
     return render(request, "demo/fencing.html", {"steps": steps, "report": rows.first(), "stale_refused": not stale})
+
+
+@rate_limited("ip", rate=PAGE_RATE[0], burst=PAGE_RATE[1], policy="page")
+def limited(request: HttpRequest) -> HttpResponse:
+    """A page each client address may open ``PAGE_RATE`` times: it shows the decision that let it in
+    (``current_reply``), the same numbers its ``RateLimit-Policy`` / ``RateLimit`` fields carry."""
+    reply = current_reply(request)
+    return render(request, "demo/limited.html", {**rate_limit_urls(), "reply": reply})
+
+
+@rate_limited("api:{client_ip}", rate=API_RATE[0], burst=API_RATE[1], policy="api")
+def api_quote(request: HttpRequest) -> JsonResponse:
+    """A JSON endpoint: ``API_RATE`` calls per client address; a refused call is a 429 with
+    ``Retry-After`` (plain text), every answer carries the ``RateLimit`` fields."""
+    reply = current_reply(request)  # None only when RATELIMIT["ENABLED"] is False
+    return JsonResponse({
+        "quote": QUOTES[int(time.time()) % len(QUOTES)],
+        "rate_limit": reply and {"limit": reply.limit, "remaining": reply.remaining,
+                                 "reset_after": round(reply.reset_after, 3)},
+    })

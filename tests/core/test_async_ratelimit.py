@@ -138,3 +138,72 @@ def test_a_slot_that_would_open_after_the_wait_is_not_reserved(async_redis):
         await client.aclose()
 
     run(scenario())
+
+
+def test_a_task_cancelled_while_its_reservation_is_decided_gives_the_slot_back(redis_server):
+    """The reserving script ran, but the task was cancelled before it read the reply (held back
+    on the client here): the call goes on, reads the reservation and gives the slot back, rather
+    than leave a slot nobody will use."""
+    import redis.asyncio
+    from redis.asyncio.connection import Connection
+
+    held_back = {"seconds": 0.0}
+
+    class SlowReplies(Connection):
+        async def read_response(self, *args, **kwargs):
+            await asyncio.sleep(held_back["seconds"])
+            return await super().read_response(*args, **kwargs)
+
+    async def scenario():
+        client = redis.asyncio.Redis.from_url(redis_server.url, connection_class=SlowReplies)
+        observer = redis.asyncio.Redis.from_url(redis_server.url)
+        await observer.flushall()
+        limit = RateLimit(client, "cancelled-deciding", "1/10s", burst=1)
+        await limit.acquire(wait=30)  # admitted now (and the script loaded)
+        held = await observer.get(limit.key)
+        held_back["seconds"] = 1.0
+        task = asyncio.ensure_future(limit.acquire(wait=30))  # its slot opens in 10 s
+        for _ in range(400):  # until the script has run on the server and reserved the slot
+            if await observer.get(limit.key) != held:
+                break
+            await asyncio.sleep(0.005)
+        reserved = await observer.get(limit.key)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        held_back["seconds"] = 0.0
+        for _ in range(1000):  # the call reads its reply in the background, then gives the slot back
+            if await observer.get(limit.key) == held:
+                break
+            await asyncio.sleep(0.01)
+        left = await observer.get(limit.key)
+        await client.aclose()
+        await observer.aclose()
+        return held, reserved, left
+
+    held, reserved, left = asyncio.run(scenario())
+    assert reserved != held  # the slot was reserved while the reply was held back
+    assert left == held  # and given back
+
+
+def test_reset_forgets_the_counted_calls_not_a_caller_asleep_for_its_slot(async_redis):
+    """docs/ratelimits.md, "What a limit forgets": a reservation made before ``reset`` was an
+    admission; its caller still runs at its slot, on top of what the reset limit admits."""
+    async def scenario():
+        client = async_redis()
+        limit = RateLimit(client, "reset-under", "1/2s", burst=1)
+        await limit.hit()
+        held = await client.get(limit.key)
+        waiting = asyncio.ensure_future(limit.acquire(wait=5))  # its slot opens 2 s later
+        for _ in range(400):  # until it has reserved its slot
+            if await client.get(limit.key) != held:
+                break
+            await asyncio.sleep(0.005)
+        assert not waiting.done()
+        assert await limit.reset() is True
+        fresh = await limit.hit()
+        reply = await waiting
+        assert fresh.allowed and reply.allowed and reply.waited > 0
+        await client.aclose()
+
+    run(scenario())

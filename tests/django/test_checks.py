@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -245,6 +246,38 @@ def test_unknown_client_option_hint_names_the_close_matches():
     with override_settings(DJANGO_REDIS_COORD={"URL": GOOD_URL, "CLIENT_OPTIONS": {"zzzz": 5}}):
         (message,) = check_settings()
     assert message.id == "django_redis_coord.E018" and "socket_timeout" in message.hint
+
+
+#: Misspellings next to the arguments redis-py's connection classes take from its own pools
+#: (``orig_socket_timeout``, ``maintenance_state``...), in the options and in a URL's query.
+NEAR_INTERNALS = ["socket_timeot", "socket_conect_timeout", "host_adress", "maintenance", "command_packr"]
+
+
+@pytest.mark.parametrize("typo", NEAR_INTERNALS)
+def test_did_you_mean_never_offers_redis_py_internals(typo):
+    """A hint names only the arguments of the constructors redis-py documents (``Redis``,
+    ``ConnectionPool``, ``RedisCluster``, ``Sentinel``), never the ones its pools pass to their
+    connections themselves; those are still accepted."""
+    from redis.connection import AbstractConnection
+
+    from django_redis_coord.config.redis_options import init_parameters, option_names
+    from django_redis_coord.config.settings import settings_problems
+
+    documented = init_parameters(redis.Redis) | init_parameters(redis.ConnectionPool)
+    internals = init_parameters(AbstractConnection) - documented
+    assert {"orig_socket_timeout", "orig_host_address"} <= internals <= option_names("client")  # still accepted
+    settings = [
+        {"URL": GOOD_URL, "CLIENT_OPTIONS": {typo: 5}},
+        {"URL": GOOD_URL + f"?{typo}=5"},
+        {"URL": GOOD_URL, "CLUSTER": True, "CLIENT_OPTIONS": {typo: 5}},
+        {"SENTINEL": {"SENTINELS": [("127.0.0.1", 26379)], "SERVICE_NAME": "m"}, "CLIENT_OPTIONS": {typo: 5}},
+    ]
+    for value in settings:
+        (problem,) = [p for p in settings_problems(value, {}) if typo in p.msg]
+        offered = set(re.findall(r"'(\w+)'", problem.hint)) if problem.hint.startswith("Did you mean") else set()
+        assert not offered & internals, (value, problem.hint)
+        if typo == "socket_timeot":
+            assert problem.hint.startswith("Did you mean 'socket_timeout' or 'socket_connect_timeout'"), problem.hint
 
 
 def test_every_argument_of_redis_py_is_a_known_client_option():

@@ -10,6 +10,7 @@ import asyncio
 import io
 import json
 import math
+import re
 import time
 import urllib.error
 import urllib.request
@@ -32,7 +33,7 @@ from django_redis_coord.core.ratelimit import ratelimit_key, window_key
 from django_redis_coord.decorator.contention import is_skipped
 from django_redis_coord.metrics import feed
 from django_redis_coord.ratelimited.decorator import rate_users
-from django_redis_coord.ratelimited.headers import sf_string
+from django_redis_coord.ratelimited.headers import retry_after_seconds, sf_string
 from django_redis_coord.testing.server import free_port
 from tests.operators.test_admin import client_for, make_user
 
@@ -48,7 +49,10 @@ def dead_url() -> str:
 # -- views: the answers and their fields ------------------------------------------------------------------
 def test_a_sync_view_admits_its_burst_then_answers_429_with_the_fields(redis_client):
     client = Client()
+    sec, usec = redis_client.time()
     first, second, third = (client.get("/t/rl/gcra/a/") for _ in range(3))
+    after, after_usec = redis_client.time()
+    elapsed = after - sec + (after_usec - usec) / 1e6  # server seconds, at least from first to third
     # rate 3/m, burst 2: q is the burst, w the seconds a drained limit takes to refill it (2 x 20 s).
     for response in (first, second, third):
         assert response["RateLimit-Policy"] == '"rl:{name}";q=2;w=40'
@@ -62,7 +66,8 @@ def test_a_sync_view_admits_its_burst_then_answers_429_with_the_fields(redis_cli
     assert second.status_code == 200 and 20 < reset_after(second) <= 40
     assert second["RateLimit"] == f'"rl:{{name}}";r=0;t={math.ceil(reset_after(second))}'
     # Refused: Retry-After is retry_after rounded up, at most the interval (20 s); t is the same.
-    assert third.status_code == 429 and 1 <= int(third["Retry-After"]) <= 20
+    # retry_after is 20 s less the time from the first decision to the third: over 20 - elapsed.
+    assert third.status_code == 429 and math.ceil(20 - elapsed) <= int(third["Retry-After"]) <= 20
     assert third["RateLimit"] == f'"rl:{{name}}";r=0;t={third["Retry-After"]}'  # the draft: t <= Retry-After
     assert b"too many requests" in third.content
     # One key, expiring when the limit is entirely free again (at most burst x interval = 40 s).
@@ -105,6 +110,14 @@ def test_stacked_decorators_list_both_policies(redis_client):
     assert first["RateLimit"] == '"inner";r=0;t=60, "outer";r=9;t=6'
     assert 1 <= int(second["Retry-After"]) <= 60  # retry_after rounded up, at most the interval
     assert second["RateLimit"].startswith(f'"inner";r=0;t={second["Retry-After"]}, "outer";r=8;')
+
+
+@pytest.mark.parametrize("retry_after, seconds", [
+    (1.9, 2), (1.0, 1), (1.000001, 2), (0.2, 1), (0.0, 1), (19.999, 20), (3599.01, 3600),
+])
+def test_retry_after_is_rounded_up_to_whole_seconds(retry_after, seconds):
+    """A client coming back after ``Retry-After`` seconds must not come back early: 1.9 s is 2."""
+    assert retry_after_seconds(retry_after) == seconds
 
 
 def test_the_policy_name_is_a_structured_field_string():
@@ -210,6 +223,14 @@ def test_good_settings_pass():
     with coord(RATELIMIT={"ENABLED": True, "DEFAULT_RATE": {"rate": "100/m", "burst": 20},
                           "RATES": {"api": "10/s", "login": "5/30s"}, "ON_UNAVAILABLE": "allow", "STATUS": 503}):
         assert check_settings() == []
+
+
+def test_the_system_checks_hint_lists_the_units_the_parser_takes():
+    from django_redis_coord.config.ratelimit_options import rate_problem
+    from django_redis_coord.core.ratelimit.rules import UNITS
+
+    hint = rate_problem("RATES['x']", "5/fortnight", None).hint
+    assert set(re.findall(r"[a-z]+", hint.partition("(units ")[2].partition(")")[0])) == set(UNITS), hint
 
 
 def test_bad_arguments_are_refused_when_decorating():
@@ -344,12 +365,13 @@ def test_the_command_lists_shows_and_resets(redis_client):
         client.get("/t/rl/window/w/")
         listed = run("list")
         lines = listed.splitlines()
-        assert lines[0].split() == ["NAME", "KIND", "FREE", "AGAIN", "IN", "IN", "WINDOW"]
+        assert lines[0].split() == ["NAME", "KIND", "RATE", "REMAINING", "FREE", "AGAIN", "IN", "IN", "WINDOW"]
         assert [line.split()[0] for line in lines[1:]] == ["rl:busy", "rl:calm", "rl-window:w"]
         shown = run("show", "rl:busy", "--rate", "3/m", "--burst", "2")
-        assert "gcra: free again in" in shown and "would be refused" in shown and "0 of 2 remaining" in shown
+        assert "free again in:" in shown and "would be refused" in shown and "remaining:     0 of 2" in shown
         listed_json = json.loads(run("list", "--json", "--limit", "2"))
-        assert [(u["name"], u["kind"]) for u in listed_json] == [("rl:busy", "gcra"), ("rl:calm", "gcra")]
+        assert [(u["name"], u["kind"], u["remaining"]) for u in listed_json] == [("rl:busy", "gcra", 0),
+                                                                                  ("rl:calm", "gcra", 1)]
         assert listed_json[0]["key"] == "{shop:rl:busy}:dcoord:gcra" and 0 < listed_json[0]["free_in_ms"] <= 40_000
         window = json.loads(run("show", "rl-window:w", "--json"))
         assert window["limits"][0]["kind"] == "window" and window["limits"][0]["in_window"] == 1

@@ -10,10 +10,11 @@ import pytest
 import redis
 
 from django_redis_coord import Lock
-from django_redis_coord.metrics import BUCKETS, OTHER_TEMPLATE, HistoryRecorder, MetricsEvents, feed, read_history
+from django_redis_coord.metrics import OTHER_TEMPLATE, HistoryRecorder, MetricsEvents, feed, read_history
 from django_redis_coord.metrics._recording import failures
 from django_redis_coord.metrics.history import RETENTION_SECONDS, history_key
 from django_redis_coord.metrics.history_reading import quantile
+from django_redis_coord.metrics.log_buckets import MAX_SECONDS, MIN_SECONDS, RELATIVE_ERROR, bucket, merged, value
 from tests.support.expiry import keys_without_expiry
 from tests.support.procs import run_processes
 
@@ -47,7 +48,7 @@ def test_counts_and_percentiles_read_back_exactly(redis_client):
         assert not Lock(redis_client, f"invoice:{pk}", timeout=5, events=events).acquire(blocking=False)
         holder.release()
     assert feed() == 60  # what the metrics' thread does every second
-    for wait in [0.002] * 98 + [2.0] * 2:  # known waits: p50 in (0.001, 0.0025], p99 in (1, 2.5]
+    for wait in [0.002] * 98 + [2.0] * 2:  # known waits: p50 is 2 ms, p99 2 s (the 99th of 100)
         history.acquired("report", "lock", wait)
     history.lost("report", "lock", None)
     assert history.flush() == 1 and history.pending() == 0
@@ -56,22 +57,35 @@ def test_counts_and_percentiles_read_back_exactly(redis_client):
     invoice, report = found["invoice:{pk}"], found["report"]
     assert invoice.minutes[-1] == MINUTE and len(invoice.minutes) == 60
     assert invoice.acquisitions[-1] == 20 and invoice.contentions[-1] == 20 and invoice.total("losses") == 0
-    assert sum(invoice.holds[-1]) == 20 and sum(invoice.acquisitions[:-1]) == 0
+    assert sum(invoice.holds[-1].values()) == 20 and sum(invoice.acquisitions[:-1]) == 0
     assert report.total("acquisitions") == 100 and report.total("losses") == 1
-    assert 0.001 < report.wait_p50[-1] <= 0.0025 and 1.0 < report.wait_p99[-1] <= 2.5
+    assert report.wait_p50[-1] == pytest.approx(0.002, rel=RELATIVE_ERROR)
+    assert report.wait_p99[-1] == pytest.approx(2.0, rel=RELATIVE_ERROR)
     assert report.wait_p50[0] is None  # nothing that minute
     assert read_history(redis_client, "", minutes=60, now=NOW) == []  # another prefix: nothing
     # The templates with the most contentions come first.
     assert [h.template for h in read_history(redis_client, "shop", now=NOW)] == ["invoice:{pk}", "report"]
 
 
-def test_quantiles_interpolate_within_buckets_as_prometheus_does():
-    counts = [0] * (len(BUCKETS) + 1)
-    assert quantile(counts, 0.5) is None
-    counts[1] = 10  # ten values in (0.001, 0.0025]
-    assert quantile(counts, 0.5) == pytest.approx(0.001 + 0.0015 * 0.5)
-    counts[-1] = 90  # past the last bound: the last bound
-    assert quantile(counts, 0.99) == BUCKETS[-1]
+def test_quantiles_are_the_recorded_durations_within_the_stated_error():
+    assert quantile({}, 0.5) is None
+    # Three holds of exactly 10 s: every percentile is 10 s (not a bucket's bounds).
+    tens = {bucket(10.0): 3}
+    assert quantile(tens, 0.5) == pytest.approx(10.0, rel=RELATIVE_ERROR)
+    assert quantile(tens, 0.99) == pytest.approx(10.0, rel=RELATIVE_ERROR)
+    # Nearest rank: of 100 durations 1..100 s, p50 is the 50th, p99 the 99th.
+    spread = merged({bucket(float(n)): 1} for n in range(1, 101))
+    assert quantile(spread, 0.5) == pytest.approx(50.0, rel=RELATIVE_ERROR)
+    assert quantile(spread, 0.99) == pytest.approx(99.0, rel=RELATIVE_ERROR)
+    # No upper bound short of days: a minute, an hour, a day are what they are.
+    for seconds in (60.0, 61.0, 3600.0, 86400.0):
+        assert quantile({bucket(seconds): 1}, 0.5) == pytest.approx(seconds, rel=RELATIVE_ERROR)
+    # The error holds for every duration from 0.1 ms to 7 days, bucket by bucket.
+    seconds = MIN_SECONDS
+    while seconds < MAX_SECONDS:
+        assert value(bucket(seconds)) == pytest.approx(seconds, rel=RELATIVE_ERROR)
+        seconds *= 1.0123
+    assert value(bucket(0.0)) == pytest.approx(MIN_SECONDS, rel=RELATIVE_ERROR)  # shorter: counted as 0.1 ms
 
 
 def test_a_lock_pays_no_round_trip_for_the_history(redis_client):

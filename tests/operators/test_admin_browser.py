@@ -18,9 +18,11 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.request
 import warnings
 from pathlib import Path
 from typing import Optional
+from urllib.parse import quote
 
 import django
 import pytest
@@ -369,3 +371,129 @@ def test_operator_finds_a_holder_and_sees_it_go(
     wait_until(browser, lambda d: leader.term is not None and leader.term > deposed, what="a new term")
     leader.resign()
     task.release()
+
+
+def log_in(driver, live_server, user: str, next_url: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    driver.get(f"{live_server.url}{reverse('admin:login')}?next={next_url}")
+    driver.find_element(By.ID, "id_username").send_keys(user)
+    driver.find_element(By.ID, "id_password").send_keys(PASSWORD + Keys.ENTER)
+
+
+def as_ms(text: str) -> int:
+    """A duration as the page writes it (``850ms``, ``12.3s``, ``5m03s``, ``2h05m``) in milliseconds."""
+    units = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1000, "ms": 1}
+    parts = re.findall(r"([0-9.]+)(ms|d|h|m|s)", text)
+    assert parts and "".join(n + u for n, u in parts) == text, text
+    return round(sum(float(number) * units[unit] for number, unit in parts))
+
+
+#: The TTL of the hold that ends while the page is open (seconds).
+SHORT_TTL = 20
+
+
+def test_times_count_on_between_refreshes(browser, live_server, settings, transactional_db, django_user_model,
+                                          redis_client):
+    """With auto-refresh off, "held for" counts up and the time left down; a hold that ends while
+    the page is open says "expired" (not "expired left"), and its "held for" stops there."""
+    settings.STATIC_ROOT = str(ADMIN_STATIC)
+    operator = django_user_model.objects.create_user("operator", password=PASSWORD, is_staff=True)
+    operator.user_permissions.add(Permission.objects.get(codename="view_holder"))
+    # One hold that outlives the test, one that ends on its TTL while the page is open (long enough
+    # for the page to load first on a loaded machine: the test waits for it, never less).
+    Lock(redis_client, "countdown:long", timeout=600, auto_renew=False).acquire()
+    short = Lock(redis_client, "countdown:short", timeout=SHORT_TTL, auto_renew=False)
+    short.acquire()
+    changelist = reverse("admin:django_redis_coord_holder_changelist") + "?q=countdown&refresh=0"
+    log_in(browser, live_server, "operator", quote(changelist))
+
+    def cell(name: str, which: str) -> str:
+        """The time cell's "held for" (``.held``: its text before the line below) or its line below (``.sub``)."""
+        return browser.execute_script(
+            "var cell = document.querySelector(arguments[0]).cloneNode(true), below = cell.querySelector('.sub');"
+            "if (arguments[1] === '.sub') return below.textContent.replace(/\\s+/g, ' ').trim();"
+            "below.remove(); return cell.textContent.trim();",
+            f'tr.holder-row[data-name="{name}"] td.time', which)
+
+    wait_until(browser, lambda d: len(rows(d)) == 2, what="the two holds")
+    assert browser.execute_script("return document.querySelector('meta[http-equiv=refresh]') === null")
+    first_held, first_left = as_ms(cell("countdown:long", ".held")), cell("countdown:long", ".sub")
+    assert first_left.endswith(" left"), first_left
+    # "held for" counts up, the time left down (by the page's script: the page is never reloaded).
+    wait_until(browser, lambda d: as_ms(cell("countdown:long", ".held")) >= first_held + 1500,
+               what="'held for' counting up")
+    left = cell("countdown:long", ".sub")
+    assert left.endswith(" left") and as_ms(left.removesuffix(" left")) < as_ms(first_left.removesuffix(" left"))
+    # The short hold ends: "expired", and "held for" stops where its TTL ran out.
+    wait_until(browser, lambda d: cell("countdown:short", ".sub") == "expired", timeout=90,
+               what="the short hold's 'expired'")
+    stopped = as_ms(cell("countdown:short", ".held"))
+    long_then = as_ms(cell("countdown:long", ".held"))
+    wait_until(browser, lambda d: as_ms(cell("countdown:long", ".held")) >= long_then + 1500, what="time passing")
+    assert as_ms(cell("countdown:short", ".held")) == stopped and cell("countdown:short", ".sub") == "expired"
+    # It stopped at its TTL: held for + left as the server read them (to the page's 0.1 s).
+    assert abs(stopped - SHORT_TTL * 1000) <= 100, stopped
+    screenshot(browser, "admin-holders-countdown.png")
+
+
+DOCS_INDEX_SCREENSHOT = ROOT / "docs" / "img" / "admin-index.png"
+#: The app's entries on the admin index and in its sidebar, with their pages.
+ENTRIES = {"Contention": "/admin/django_redis_coord/contention/", "Live holders": "/admin/django_redis_coord/holder/",
+           "Rate limits": "/admin/django_redis_coord/ratelimit/"}
+
+
+def app_entries(driver, where: str) -> dict[str, str]:
+    """The app's entries (name -> path) in the element ``where`` (the index's content, the sidebar)."""
+    from selenium.webdriver.common.by import By
+
+    found = driver.find_elements(By.CSS_SELECTOR, f"{where} .app-django_redis_coord th[scope=row] a")
+    return {link.text: link.get_attribute("pathname") for link in found}
+
+
+def test_the_admin_index_lists_the_pages_and_the_operators_recent_actions(
+    browser, live_server, settings, transactional_db, django_user_model, redis_client
+):
+    """The index lists Live holders, Rate limits and Contention; a force release and a rate-limit
+    reset made in the admin show under "Recent actions"; the sidebar lists the three pages too."""
+    from selenium.webdriver.common.by import By
+
+    settings.STATIC_ROOT = str(ADMIN_STATIC)
+    operator = django_user_model.objects.create_user("operator", password=PASSWORD, is_staff=True)
+    for codename in ("view_holder", "force_release_holder"):
+        operator.user_permissions.add(Permission.objects.get(codename=codename))
+    stuck = Lock(redis_client, "orders:sync", timeout=600, label="orders sync")
+    stuck.acquire()
+    for _ in range(2):
+        urllib.request.urlopen(f"{live_server.url}/t/rl/gcra/busy/").close()  # a live rate limit
+
+    log_in(browser, live_server, "operator", reverse("admin:index"))
+    wait_until(browser, lambda d: d.find_elements(By.ID, "recent-actions-module"), what="the admin index")
+    assert app_entries(browser, "#content-main") == ENTRIES
+    assert "None available" in browser.find_element(By.ID, "recent-actions-module").text
+
+    # A force release, confirmed on its page.
+    browser.get(live_server.url + reverse("admin:django_redis_coord_holder_release",
+                                          args=[holder_id("lock", b"orders:sync")]))
+    browser.find_element(By.ID, "confirm-release").click()
+    wait_until(browser, lambda d: "Released lock" in d.page_source, what="the release's message")
+    # A rate-limit reset, from the page the index links to.
+    browser.get(live_server.url + reverse("admin:index"))
+    browser.find_element(By.LINK_TEXT, "Rate limits").click()
+    wait_until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, 'input[name="name"][value="rl:busy"]'),
+               what="the busy limit's reset")
+    assert app_entries(browser, "#nav-sidebar") == ENTRIES
+    current = browser.find_elements(By.CSS_SELECTOR, "#nav-sidebar .current-model th a")
+    assert [link.text for link in current] == ["Rate limits"]
+    browser.find_element(By.CSS_SELECTOR, 'input[name="name"][value="rl:busy"]').find_element(
+        By.XPATH, "./ancestor::form").submit()
+    wait_until(browser, lambda d: "Reset the rate limit" in d.page_source, what="the reset's message")
+
+    browser.set_window_size(1280, 800)  # the index has no sidebar
+    browser.get(live_server.url + reverse("admin:index"))
+    recent = browser.find_element(By.ID, "recent-actions-module").text
+    assert f"lock “orders:sync”, fence {stuck.fence}" in recent and "rate limit “rl:busy”" in recent, recent
+    assert "Live holder" in recent and "Rate limit" in recent  # each entry's type
+    assert app_entries(browser, "#content-main") == ENTRIES and page_fits(browser)
+    screenshot(browser, "admin-index-1280.png", DOCS_INDEX_SCREENSHOT)

@@ -3,7 +3,9 @@ and the link from the holders page."""
 
 from __future__ import annotations
 
+import math
 import re
+import time
 
 import pytest
 from django.conf import settings
@@ -13,7 +15,9 @@ from django.urls import reverse
 from django_redis_coord import lock, locked
 from django_redis_coord.admin.svg_charts import format_seconds
 from django_redis_coord.config.metrics import configured_recorder
-from django_redis_coord.metrics import HistoryRecorder, feed
+from django_redis_coord.metrics import HistoryRecorder, MetricsEvents, feed
+from django_redis_coord.metrics.log_buckets import RELATIVE_ERROR
+from django_redis_coord.signals import lock_released
 from django_redis_coord.testing.server import free_port
 from tests.operators.test_admin import client_for, make_user
 
@@ -113,3 +117,64 @@ def test_the_history_of_other_processes_shows_without_recording_here(viewer, red
     elsewhere.flush()
     html = client_for(viewer).get(reverse(PAGE)).content.decode()
     assert 'data-template="worker:{n}"' in html and 'id="history-off"' in html
+
+
+def nearest_rank(durations: list[float], q: float) -> float:
+    """The ``q`` percentile of ``durations`` by nearest rank: the ``ceil(q * n)``-th shortest."""
+    ordered = sorted(durations)
+    return ordered[max(1, math.ceil(round(q * len(ordered), 9))) - 1]
+
+
+def figures(html: str, template: str) -> dict[str, float]:
+    """The percentiles (seconds) the page gives for ``template``, and its count of holds."""
+    start = html.index(f'data-template="{template}"')
+    section = html[start:html.index("dcoord-charts", start)]
+    found = {name: float(value) for name, value in re.findall(r'class="(\w+-p\d+)" data-seconds="([^"]+)"', section)}
+    found["holds"] = int(re.search(r'class="holds">(\d+)<', section).group(1))
+    return found
+
+
+def test_hold_percentiles_are_the_held_durations_within_the_stated_error(viewer, recording, redis_client):
+    """Locks held for known durations, templated and not: the page's hold p50 and p99 are the
+    nearest-rank percentiles of the durations held, within the error the page states; holds of a
+    minute and of an hour (their release events fed as a release sends them) are counted as such."""
+    feed()
+    recording.flush()
+    redis_client.flushdb()  # nothing but this test's holds
+    held: dict[str, list[float]] = {}
+
+    def note(sender, held_time=None, template=None, **kwargs):  # every release of this process, as recorded
+        if held_time is not None:
+            held.setdefault(template or "(untemplated)", []).append(held_time)
+
+    lock_released.connect(note, weak=False)
+    try:
+        for n, seconds in enumerate((0.3, 0.3, 1.0)):
+            with lock(f"job:{n}", timeout=30, template="job:{n}"):
+                time.sleep(seconds)
+        for n, seconds in enumerate((0.3, 1.0, 1.0)):
+            with lock(f"maintenance:{n}", timeout=30):  # no template: "(untemplated)"
+                time.sleep(seconds)
+        feed()
+    finally:
+        lock_released.disconnect(note)
+    # Long holds, through the same path a release takes (the events of a core primitive's hold).
+    long_holds = [60.0, 60.0, 3600.0]
+    events = MetricsEvents(recording, template="backup:{night}")
+    for seconds in long_holds:
+        events.released(None, fence=1, held_time=seconds)
+    feed()
+    recording.flush()
+    held["backup:{night}"] = long_holds
+    assert len(held["job:{n}"]) == 3 and len(held["(untemplated)"]) >= 3
+
+    html = client_for(viewer).get(reverse(PAGE)).content.decode()
+    method = re.search(r'<span id="percentiles-method">(.*?)</span>', html, re.S).group(1)
+    assert "nearest-rank" in method and f"within {RELATIVE_ERROR * 100:g} %" in method
+    for template, durations in held.items():
+        shown = figures(html, template)
+        assert shown["holds"] == len(durations), template
+        for name, q in (("hold-p50", 0.5), ("hold-p99", 0.99)):
+            assert shown[name] == pytest.approx(nearest_rank(durations, q), rel=RELATIVE_ERROR), (template, name)
+    assert figures(html, "backup:{night}")["hold-p99"] == pytest.approx(3600.0, rel=RELATIVE_ERROR)
+    assert "hold p50 <strong" in html and ">60.4 s</strong>" in html  # a minute, for people

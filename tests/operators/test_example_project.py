@@ -194,7 +194,8 @@ def test_every_linked_page_shows_content():
         landing_links = links(landing)
         assert {"/report/monthly/?seconds=10", "/export.csv?seconds=10", "/async/daily/?seconds=10", "/fencing/",
                 "/hold-a-minute/", "/admin/django_redis_coord/holder/",
-                "/admin/django_redis_coord/holder/contention/"} <= set(landing_links), landing_links
+                "/admin/django_redis_coord/contention/", "/limited/", "/api/quote/",
+                "/admin/django_redis_coord/ratelimit/"} <= set(landing_links), landing_links
         with ThreadPoolExecutor(max_workers=len(landing_links) + 8) as pool:
             # A visitor opens the site's own links (the slow ones take 10 s) while the operator logs in.
             session = pool.submit(log_in, demo)
@@ -224,7 +225,7 @@ def test_every_linked_page_shows_content():
             listed = wait_for(lambda: (page := fetch(holders)) and "worker " in page[2] and page,
                               timeout=2 * WALK_SECONDS)
             shows(holders, *listed[::2], 'class="holder-row"', "maintenance:nightly-backup")
-            contention = "/admin/django_redis_coord/holder/contention/"
+            contention = "/admin/django_redis_coord/contention/"
             charts = wait_for(lambda: (page := fetch(contention)) and 'data-template="report:{period}"' in page[2]
                               and page, timeout=2 * WALK_SECONDS)
             shows(contention, *charts[::2], "svg")
@@ -244,6 +245,8 @@ def test_every_linked_page_shows_content():
         assert status == 200 and headers["Content-Type"] == "text/csv" and body.startswith("name,builds,fence")
         assert json.loads(pages["/async/daily/?seconds=10"][2])["lock"] == "demo:async:daily"
         shows("/fencing/", *pages["/fencing/"][::2], "csrfmiddlewaretoken")
+        shows("/limited/", *pages["/limited/"][::2], 'id="decision"', 'class="remaining"')
+        assert json.loads(pages["/api/quote/"][2])["rate_limit"]["limit"] == 3
         elapsed = time.monotonic() - started
         print(f"demo walk: every linked page showed its content {elapsed:.1f} s after the start "
               f"(promised on an idle machine: {WALK_SECONDS} s)")
@@ -255,8 +258,9 @@ def test_landing_page_links_everything(demo):
     status, _, html = demo.get("/")
     assert status == 200
     for link in ("/report/monthly/", "/export.csv", "/async/daily/", "/fencing/", "/hold-a-minute/",
-                 "/admin/django_redis_coord/holder/", "/admin/django_redis_coord/holder/contention/",
-                 "locks list --watch"):
+                 "/admin/django_redis_coord/holder/", "/admin/django_redis_coord/contention/",
+                 "locks list --watch", "/limited/", "/api/quote/", "/admin/django_redis_coord/ratelimit/",
+                 "ratelimits list", 'id="call-api"'):
         assert link in html
 
 
@@ -379,6 +383,98 @@ def test_the_two_tabs_report_is_free_while_the_workers_run(demo):
     finally:
         workers.send_signal(signal.SIGINT)
         workers.communicate(timeout=60)
+
+
+def forget_rate_limits(demo) -> None:
+    """The demo's limits of this machine's address start idle (earlier tests of the module used them)."""
+    import redis
+
+    from django_redis_coord import RateLimit
+
+    client = redis.Redis.from_url(demo.redis_url)
+    try:
+        for name in ("demo:demo.views.limited:127.0.0.1", "demo:api:127.0.0.1"):
+            RateLimit(client, name, "1/s").reset()
+    finally:
+        client.close()
+
+
+def fields(headers: dict) -> tuple[int, int, int]:
+    """(q, r, t) of a response's ``RateLimit-Policy`` and ``RateLimit`` fields."""
+    q = int(re.search(r";q=(\d+)", headers["RateLimit-Policy"]).group(1))
+    r, t = (int(value) for value in re.search(r";r=(\d+);t=(\d+)", headers["RateLimit"]).groups())
+    return q, r, t
+
+
+def until_refused(demo, path: str, tries: int = 100) -> list[tuple[int, dict, str]]:
+    """GETs of ``path``, one after the other, up to the first refusal (each admitted one uses the
+    burst faster than the rate refills it, however slow the machine: one more try each time)."""
+    answers = []
+    for _ in range(tries):
+        answers.append(demo.get(path))
+        if answers[-1][0] != 200:
+            return answers
+    raise AssertionError(f"{path} admitted {tries} calls in a row")
+
+
+def test_the_rate_limited_page_and_api_answer_429_and_show_up_in_the_admin(demo):
+    """What the landing page promises: the rate-limited page shows the decision that let it in, the
+    same numbers as its fields; the JSON endpoint gives them in its body and fields; a refusal is a
+    429 with Retry-After; then the admin's Rate limits page and ``manage.py ratelimits list`` list
+    the live limit."""
+    forget_rate_limits(demo)
+    opener = log_in(demo)
+    pages = until_refused(demo, "/limited/")
+    status, headers, html = pages[0]
+    assert fields(headers)[:2] == (5, 4)  # an idle limit: the burst of 5, one used
+    assert '<td class="limit">5</td>' in html and '<td class="remaining">4</td>' in html
+    for status, headers, html in pages[:-1]:
+        assert status == 200 and f'<td class="remaining">{fields(headers)[1]}</td>' in html
+    status, headers, body = pages[-1]
+    assert status == 429 and int(headers["Retry-After"]) >= 1 and "too many requests" in body
+    assert fields(headers)[1:] == (0, int(headers["Retry-After"]))
+    # The limit is live (its backlog lasts ~30 s): listed by the admin's page and by the command.
+    _, _, listing = demo.get("/admin/django_redis_coord/ratelimit/", opener)
+    assert "demo.views.limited:127.0.0.1" in listing, listing[-3000:]
+    result = demo.manage("ratelimits", "list")
+    assert result.returncode == 0 and "demo.views.limited:127.0.0.1" in result.stdout, result.stdout + result.stderr
+
+    calls = until_refused(demo, "/api/quote/")
+    status, headers, body = calls[0]
+    assert json.loads(body)["rate_limit"]["remaining"] == 2 and fields(headers)[:2] == (3, 2)
+    for status, headers, body in calls[:-1]:
+        assert status == 200 and headers["Content-Type"] == "application/json"
+        data = json.loads(body)["rate_limit"]
+        assert (data["limit"], data["remaining"]) == fields(headers)[:2]
+    status, headers, body = calls[-1]
+    assert status == 429 and int(headers["Retry-After"]) >= 1 and fields(headers)[1] == 0
+
+
+def test_the_api_widget_shows_each_answers_fields_in_chromium(demo, browser):  # noqa: F811 (a fixture)
+    """The rate-limited page in a browser: "Call the API" adds a row per answer with its status,
+    limit, remaining, reset and Retry-After read from the response's fields, up to a 429.  Its
+    screenshot is docs/img/demo-ratelimited.png (written when missing or asked for, as the admin's)."""
+    from selenium.webdriver.common.by import By
+
+    from tests.operators.test_admin_browser import screenshot, wait_until
+
+    forget_rate_limits(demo)
+    browser.set_window_size(1100, 1000)
+    browser.get(demo.base + "/limited/")
+    assert browser.find_element(By.CSS_SELECTOR, "#decision .limit").text == "5"
+    for count in range(1, 101):
+        browser.find_element(By.ID, "call-api").click()
+        wait_until(browser, lambda d, count=count: len(d.find_elements(By.CSS_SELECTOR, "tr.api-call")) == count,
+                   what=f"row {count} of the API calls")
+        if browser.find_elements(By.CSS_SELECTOR, "tr.api-call.refused"):
+            break
+    rows = [[cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+            for row in browser.find_elements(By.CSS_SELECTOR, "tr.api-call")]
+    assert rows[0][1:4] == ["200 OK", "3", "2"], rows
+    assert rows[-1][1] == "429 Too Many Requests" and rows[-1][3] == "0" and int(rows[-1][5]) >= 1, rows
+    assert all(row[1] == "200 OK" for row in rows[:-1]), rows
+    assert not clipped(browser, "#api-calls td, code") and page_fits(browser)
+    screenshot(browser, "demo-ratelimited.png", ROOT / "docs" / "img" / "demo-ratelimited.png")
 
 
 def test_demo_stops_cleanly_with_its_redis_server(demo):

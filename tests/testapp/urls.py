@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import ratelimit_views, rw_views, views
+from . import client_ip_views, ratelimit_views, rw_views, views
 
 urlpatterns = [
     path("hold/<str:name>/", views.hold),
@@ -40,6 +40,11 @@ urlpatterns = [
     path("rl/header/", ratelimit_views.by_header),
     path("rl/aquery/", ratelimit_views.aby_query),
     path("rl/fast/<str:name>/", ratelimit_views.fast),
+    path("ip/", client_ip_views.per_ip),
+    path("aip/", client_ip_views.aper_ip),
+    path("ip/login/", client_ip_views.login),
+    path("ip/callable/", client_ip_views.by_callable),
+    path("ip/locked/", client_ip_views.locked_per_ip),
     path("rl/deny/<str:name>/", ratelimit_views.deny),
     path("rl/aallow/<str:name>/", ratelimit_views.aallow),
     path("rl/stacked/<str:name>/", ratelimit_views.stacked),

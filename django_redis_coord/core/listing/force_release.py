@@ -1,5 +1,6 @@
 """The listing's one write: an operator takes a hold back (``manage.py locks release``, the
-admin's force-release button), or several (a bulk release: one hold after the other)."""
+admin's force-release button), or several (a bulk release: one hold after the other).  While
+tracing is on, each is an event of the current span (:mod:`django_redis_coord.core.tracing`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ..holders import KINDS, MANY_HOLDERS, HolderInfo
 from ..keys import encode_name, keys_for
 from ..queue.rules import META_RETENTION_MS
 from ..scripts import sync_scripts
+from ..tracing import add_force_release_event
 
 __all__ = ["ForceReleaseResult", "ForceReleasing"]
 
@@ -78,7 +80,7 @@ class ForceReleasing:
             args = (member, META_RETENTION_MS, "" if expected_fence is None else str(expected_fence))
         reply = script(all_keys, args, client=self.client)
         status = int(reply[0])
-        return ForceReleaseResult(
+        result = ForceReleaseResult(
             released=status == 1,
             was_free=status == 0,
             fence_mismatch=status == -1,
@@ -86,6 +88,10 @@ class ForceReleasing:
             fence_after=int(reply[2] or 0),
             handed_off=bool(reply[3]),
         )
+        add_force_release_event(kind, result="released" if result.released else "was_free" if result.was_free
+                                else "fence_mismatch", fence=result.fence, fence_after=result.fence_after,
+                                handed_off=result.handed_off)
+        return result
 
     def force_release_holds(self, holds: Iterable[HolderInfo]) -> list[tuple[HolderInfo, ForceReleaseResult]]:
         """:meth:`force_release` each of ``holds`` (as read by the listing), each only while it

@@ -3,8 +3,8 @@
 -- KEYS[1] = the minute's hash; ARGV = cap, expiry ms, the "other" template, then per template:
 -- the template, its number of counts N, then N pairs (field, increment).
 -- Fields: "t|<template>" marks a template of the minute, "#templates" counts them, and
--- "<field>|<template>" holds the counts ("a" acquisitions, "c" contentions, "l" losses, "w<i>"
--- and "h<i>" the wait and hold histogram buckets).  The hash expires ARGV[2] ms after its last write.
+-- "<field>|<template>" holds the counts ("a" acquisitions, "c" contentions, "l" losses, "w:<i>"
+-- and "h:<i>" the wait and hold histograms' log-spaced buckets).  The hash expires ARGV[2] ms after its last write.
 local key = KEYS[1]
 local cap = tonumber(ARGV[1])
 local other = ARGV[3]

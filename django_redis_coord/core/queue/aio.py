@@ -122,6 +122,7 @@ class QueuedPrimitive(QueuedBase):
             grant = await self._attempt(token, self.acquire_mode(1, own), worker, cancels, waiter)
             self._contended = not grant.acquired
             if not grant.acquired:
+                self._note_wait(grant)  # the waiting path (see core.reporting): tracing hears of it
                 try:
                     grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at, own, waiter, cancels)
                 except BaseException:

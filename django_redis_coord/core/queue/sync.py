@@ -73,6 +73,7 @@ class QueuedPrimitive(QueuedBase):
             grant = self._attempt(token, self.acquire_mode(1, own), worker, waiter)
             self._contended = not grant.acquired
             if not grant.acquired:
+                self._note_wait(grant)  # the waiting path (see core.reporting): tracing hears of it
                 try:
                     grant, sent_at = self._wait(token, worker, grant, stop_at, sent_at, own, waiter)
                 except BaseException:

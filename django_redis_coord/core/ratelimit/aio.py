@@ -8,7 +8,9 @@ sync module is generated from the asyncio one (docs/twins.md).
   ``TIME``: clients whose clocks disagree share one limit exactly.
 * :meth:`RateLimit.acquire` waits for a slot without polling: the same script call reserves the
   caller's future slot (GCRA knows when it opens) and the caller sleeps until then.  A sleep cut
-  short (an exception, the asyncio task cancelled) gives the slot back.
+  short (an exception, the asyncio task cancelled) gives the slot back, and so does a task
+  cancelled while its reserving call is on its way (the call goes on; its reply is not lost).
+  The give-back is safe to send twice (``ratelimit_gcra_cancel.lua``).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import asyncio
 from typing import Any, Optional, Union
 
 from ..arguments import Number
+from ..concurrency import run_to_completion
 from ..scripts import async_scripts
-from .rules import Rate, RateLimitBase, RateLimitReply, SlidingWindowBase
+from .rules import PendingReservation, Rate, RateLimitBase, RateLimitReply, SlidingWindowBase
 
 __all__ = ["RateLimit", "SlidingWindowLimit"]
 
@@ -52,16 +55,40 @@ class RateLimit(RateLimitBase):
         call sleeps until it opens (``reply.waited``); callers are admitted in the order they
         arrived.  When it would open later, nothing is reserved (``allowed`` is False).  A sleep
         cut short (an exception, the task cancelled) gives the slot back unless a later call was
-        counted on top."""
+        counted on top.  So does a task cancelled while the call deciding is on its way: that
+        call goes on, and gives back the slot it reserved."""
         args = self.decide_args(cost, wait, peek=False)
-        reply, written = self.decision(await self.do_decide(args), args)
+        if args[3] <= 0:  # a decision now: nothing is reserved ahead
+            return self.decision(await self.do_decide(args), args)[0]
+        pending = PendingReservation()
+        try:
+            reply, written = await run_to_completion(self.decide_reserving(args, pending))
+        except BaseException:
+            pending.abandoned = True
+            if pending.written:  # decided and reserved, but the reply never reached this caller
+                await run_to_completion(self.do_cancel(self.cancel_args(pending.written, cost)))
+            raise
         if reply.waited > 0:
             try:
                 await asyncio.sleep(reply.waited)
             except BaseException:
-                await self.do_cancel(self.cancel_args(written, cost))
+                await run_to_completion(self.do_cancel(self.cancel_args(written, cost)))
                 raise
         return reply
+
+    async def decide_reserving(
+        self, args: tuple[int, int, int, int], pending: PendingReservation
+    ) -> tuple[RateLimitReply, int]:
+        """The decision of an ``acquire`` that may reserve a later slot (``args`` as
+        :meth:`decide_args` gives them), and the TAT it wrote; a slot reserved for a caller gone
+        meanwhile (``pending.abandoned``) is given back here."""
+        reply, written = self.decision(await self.do_decide(args), args)
+        if reply.waited > 0:
+            if pending.abandoned:
+                await self.do_cancel(self.cancel_args(written, args[2]))
+            else:
+                pending.written = written
+        return reply, written
 
     async def reset(self) -> bool:
         """Forget every call counted (for operators); True when there was any."""
@@ -74,7 +101,7 @@ class RateLimit(RateLimitBase):
 
     async def do_cancel(self, args: tuple) -> bool:
         script = async_scripts.get(self.redis, "ratelimit_gcra_cancel")
-        return int(await script((self.key,), args, client=self.redis)) == 1
+        return int(await script(self.cancel_keys(args), args, client=self.redis)) == 1
 
 
 class SlidingWindowLimit(SlidingWindowBase):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -19,16 +20,21 @@ from ..keys import CACHED_NAME_MAX, MARKER, encode_name, key_slot, slot_tag, tag
 
 __all__ = [
     "Rate", "RateLimitReply", "RateLimitBase", "SlidingWindowBase", "parse_rate", "ratelimit_key", "window_key",
-    "NAMED_MAX", "MAX_PER_SECOND",
+    "NAMED_MAX", "MAX_PER_SECOND", "PendingReservation", "cancel_record_key",
 ]
 
-#: Seconds in each unit a rate's period may be written in.
-UNITS = {
-    "s": 1, "sec": 1, "second": 1, "seconds": 1,
-    "m": 60, "min": 60, "minute": 60, "minutes": 60,
-    "h": 3600, "hour": 3600, "hours": 3600,
-    "d": 86400, "day": 86400, "days": 86400,
+#: Every spelling of each unit a rate's period may be written in (lower case), by its seconds: the
+#: parser, its error message, the system check's hint and docs/ratelimits.md all say these.
+UNIT_SPELLINGS = {
+    1: ("s", "sec", "secs", "second", "seconds"),
+    60: ("m", "min", "mins", "minute", "minutes"),
+    3600: ("h", "hour", "hours"),
+    86400: ("d", "day", "days"),
 }
+#: Seconds in each unit a rate's period may be written in.
+UNITS = {spelling: seconds for seconds, spellings in UNIT_SPELLINGS.items() for spelling in spellings}
+#: The units, as the error message and the system check's hint list them.
+UNITS_TEXT = "; ".join("/".join(spellings) for spellings in UNIT_SPELLINGS.values())
 _RATE = re.compile(r"(\d+)/(\d*)([a-z]+)")
 #: The highest rate a limit takes (per second): GCRA spaces admissions by whole microseconds.
 MAX_PER_SECOND = 1_000_000
@@ -41,7 +47,7 @@ _SHORT_UNITS = {1: "s", 60: "m", 3600: "h", 86400: "d"}
 def _rate_error(text: object) -> InvalidRate:
     return InvalidRate(
         f"Invalid rate {text!r}: expected '<count>/<period>' such as '100/m', '10/s' or '5/30s' "
-        "(a positive count; the period an optional positive multiplier and a unit: s, m, h or d)"
+        f"(a positive count; the period an optional positive multiplier and a unit, in lower case: {UNITS_TEXT})"
     )
 
 
@@ -83,8 +89,9 @@ def parse_rate(text: Union[str, Rate]) -> Rate:
     """``"100/m"`` as ``Rate(100, 60)``; a :class:`Rate` as it is.
 
     The format is ``<count>/<period>``: a positive integer count, and a period made of an optional
-    positive integer multiplier and a unit (``s``, ``m``, ``h``, ``d``, or ``sec``, ``min``,
-    ``minute(s)``, ``hour(s)``, ``day(s)``...): ``"10/s"``, ``"5/30s"``, ``"20/5m"``, ``"1000/h"``.
+    positive integer multiplier and a unit in lower case (:data:`UNIT_SPELLINGS`: ``s``/``sec``/``second``,
+    ``m``/``min``/``minute``, ``h``/``hour``, ``d``/``day``, and their plurals):
+    ``"10/s"``, ``"5/30s"``, ``"20/5m"``, ``"1000/h"``, ``"5/minute"``.
     Anything else raises :class:`~django_redis_coord.exceptions.InvalidRate` (a ``ValueError``)."""
     if isinstance(text, Rate):
         return text
@@ -151,6 +158,13 @@ def ratelimit_key(name: Union[str, bytes]) -> bytes:
 def window_key(name: Union[str, bytes]) -> bytes:
     """The Redis key (a sorted set) of the sliding-window limit ``name``, named as :func:`ratelimit_key`."""
     return _key(name, b"window")
+
+
+def cancel_record_key(name: Union[str, bytes], token: bytes) -> bytes:
+    """The key recording what the cancel ``token`` of a GCRA reservation on ``name`` did, in the
+    limit's slot: ``{name}:dcoord:ratelimit-cancel:<token>`` (see ``ratelimit_gcra_cancel.lua``).
+    Not under ``:dcoord:gcra``: what lists the live limits never finds it."""
+    return _key(name, b"ratelimit-cancel") + b":" + token
 
 
 def check_cost(cost: object, capacity: int, name: object) -> int:
@@ -253,9 +267,29 @@ class RateLimitBase(_LimitBase):
                                wait / 1e6 if wait > 0 else 0.0, now / 1e6)
         return reply, new_tat
 
-    def cancel_args(self, written: int, cost: int) -> tuple[int, int]:
-        """ARGV of ``ratelimit_gcra_cancel`` for the reservation of ``cost`` that wrote TAT ``written``."""
-        return written, cost * self.interval_us
+    def cancel_args(self, written: int, cost: int) -> tuple[int, int, bytes]:
+        """ARGV of ``ratelimit_gcra_cancel`` for the reservation of ``cost`` that wrote TAT ``written``,
+        and the token naming this cancel's record (:func:`cancel_record_key`): made once per cancel,
+        so a client resending the call after a lost reply sends the same one."""
+        return written, cost * self.interval_us, os.urandom(8).hex().encode()
+
+    def cancel_keys(self, args: tuple[int, int, bytes]) -> tuple[bytes, bytes]:
+        """KEYS of ``ratelimit_gcra_cancel`` called with ``args``: the limit's, the cancel's record."""
+        return self.key, cancel_record_key(self.name, args[2])
+
+
+class PendingReservation:
+    """What an ``acquire`` that may reserve a slot shares with the call deciding it.  In asyncio
+    that call goes on when its caller is cancelled: whichever of the two learns last that the
+    caller is gone and that a slot was reserved gives the slot back, once."""
+
+    __slots__ = ("abandoned", "written")
+
+    def __init__(self) -> None:
+        #: The caller stopped waiting for the decision (an exception, a cancellation).
+        self.abandoned = False
+        #: The TAT the decision wrote when it reserved a later slot (0: none, or given back).
+        self.written = 0
 
 
 class SlidingWindowBase(_LimitBase):
@@ -284,5 +318,7 @@ class SlidingWindowBase(_LimitBase):
             return RateLimitReply(True, limit, limit - count - cost, 0.0, window / 1e6, 0.0, now / 1e6)
         newest, leaving = int(scores[0]), int(scores[1])
         allowed = count + cost <= limit
-        return RateLimitReply(allowed, limit, limit - count, 0.0 if allowed else (leaving + window - now) / 1e6,
+        # More than the limit in the window when its rate has shrunk since: nothing remains.
+        return RateLimitReply(allowed, limit, limit - count if count < limit else 0,
+                              0.0 if allowed else (leaving + window - now) / 1e6,
                               (newest + window - now) / 1e6 if newest else 0.0, 0.0, now / 1e6)
