@@ -6,6 +6,8 @@
     python3 dev.py bench   # the benchmarks (writes benchmarks/results/)
     python3 dev.py lint    # the twin check, ruff + mypy
     python3 dev.py twins   # regenerate the sync twins from their asyncio sources (--check: fail on drift)
+    python3 dev.py docs    # the documentation site into docs/_build/html (Sphinx; fails on any warning)
+    python3 dev.py build   # an sdist and a wheel into dist/ (python -m build): pip install dist/*.whl
 
 Each command first makes ``.venv`` (if missing) and installs the project with its ``dev`` extras
 into it (again only when setup.cfg or pyproject.toml changed).  Needs only Python 3.10+.
@@ -50,7 +52,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PYTHON = VENV / ("Scripts" if os.name == "nt" else "bin") / "python"
 OLDEST = ROOT / ".venv-oldest"  # the oldest redis-py setup.cfg accepts, for the core tests
-COMMANDS = ("demo", "test", "bench", "lint", "twins")
+COMMANDS = ("demo", "test", "bench", "lint", "twins", "docs", "build")
 TWINS = ROOT / "tools" / "unasync.py"  # the generator of the sync twins (docs/twins.md)
 BROWSER_TESTS = ("tests/operators/test_admin_browser.py", "tests/operators/test_admin_contention_browser.py")
 
@@ -343,6 +345,36 @@ def print_summary(rows: list[tuple[Leg, Result | None]]) -> None:
     print(f"total: {totals[0]} passed, {totals[1]} failed, {totals[2]} skipped", flush=True)
 
 
+# -- docs and build --------------------------------------------------------------------------------
+DOCS_OUT = ROOT / "docs" / "_build"  # git-ignored
+
+
+def sphinx_args(html: Path, doctrees: Path, *extra: str) -> list[str]:
+    """``python -m sphinx`` arguments that build the site into ``html``: the source folder is the
+    repository, the configuration docs/conf.py; any warning fails the build (nitpicky: every
+    cross-reference must resolve).  tests/test_site.py runs the same build."""
+    return ["-m", "sphinx", "-W", "--keep-going", "-n", "-b", "html", "-c", str(ROOT / "docs"),
+            "-d", str(doctrees), *extra, str(ROOT), str(html)]
+
+
+def build_args(outdir: Path, *extra: str, source: Path = ROOT) -> list[str]:
+    """``python -m build`` arguments: the sdist into ``outdir``, then the wheel built from that sdist
+    (so the wheel holds what the sdist ships).  tests/test_packaging.py installs what they make."""
+    return ["-m", "build", "--outdir", str(outdir), *extra, str(source)]
+
+
+def build(extra: list[str]) -> int:
+    dist = ROOT / "dist"
+    # Earlier builds' files go, so that dist/*.whl names one wheel: this version's.
+    for old in [*dist.glob("django_redis_coord-*"), *dist.glob("django-redis-coord-*")]:
+        old.unlink()
+    status = run(*build_args(dist, *extra))
+    if status == 0:
+        print("\n".join(["Built:", *(f"  {path.relative_to(ROOT)}" for path in sorted(dist.iterdir()))]))
+        print("Install with: pip install dist/*.whl")
+    return status
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in COMMANDS:
         print(__doc__)
@@ -357,6 +389,13 @@ def main(argv: list[str]) -> int:
         return replace_with(str(ROOT / "example_project" / "run_demo.py"), *rest)
     if command == "bench":
         return replace_with(str(ROOT / "benchmarks" / "run.py"), *rest)
+    if command == "docs":
+        status = run(*sphinx_args(DOCS_OUT / "html", DOCS_OUT / "doctrees", *rest))
+        if status == 0:
+            print(f"The site: {DOCS_OUT / 'html' / 'docs' / 'index.html'}")
+        return status
+    if command == "build":
+        return build(rest)
     status = run(str(TWINS), "--check")
     status = run("-m", "ruff", "check", "django_redis_coord", "tests", "benchmarks", "tools") or status
     return status or run("-m", "mypy")

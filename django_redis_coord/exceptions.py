@@ -1,5 +1,10 @@
-"""The documented path ``django_redis_coord.exceptions``: its names live in
-:mod:`django_redis_coord.core.exceptions`.  Nothing in the package imports this module."""
+"""The documented path ``django_redis_coord.exceptions``: every exception the package raises.
+
+Catch :class:`CoordError` to catch them all.  Every error about a lock or a permit is also redis-py's
+``LockError`` (through :class:`CoordLockError`), so code written for redis-py's ``Lock`` keeps
+catching it; bad arguments are also ``ValueError`` or ``TypeError``.  They are defined in
+``django_redis_coord.core.exceptions`` (whose text draws the whole tree) and importable from
+``django_redis_coord`` as well.  Nothing in the package imports this module."""
 
 from __future__ import annotations
 

@@ -42,9 +42,13 @@ __all__ = ["lock_acquired", "lock_released", "lock_contended", "lock_lost", "sen
 
 logger = logging.getLogger("django_redis_coord")
 
+#: A hold began: ``fence``, ``wait_time``.
 lock_acquired = Signal()
+#: A hold ended by its release: ``fence``, ``held_time``.
 lock_released = Signal()
+#: An acquire gave up, the name being held: ``wait_time``, ``retry_after``.
 lock_contended = Signal()
+#: A hold ended without a release (expired, taken over, not renewed in time): ``fence``, ``held_time``.
 lock_lost = Signal()
 
 

@@ -167,3 +167,126 @@ def test_a_test_run_reports_the_server_and_client_it_talked_to(tmp_path):
     facts = json.loads(report.read_text())
     assert facts["client"] == f"redis-py {redis.__version__}"
     assert facts["server"].startswith(("Redis ", "Valkey ")) and facts["protocol"] in ("RESP2", "RESP3")
+
+
+# -- the built wheel, installed ----------------------------------------------------------------------
+#: What a checkout holds besides the project's files: left out of the copy the wheel is built from.
+NOT_SOURCE = (".git", ".venv", ".venv-oldest", ".tox", "build", "dist", "*.egg-info", "__pycache__", "*.pyc",
+              "_build", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis", "test-artifacts", "db.sqlite3")
+
+
+def source_files() -> list[str]:
+    """The project's files, as a fresh clone has them: those git tracks (a checkout's stray files
+    are not the project's), or every file but the build's and tools' leftovers outside git."""
+    import fnmatch
+
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True)
+    if listed.returncode == 0 and listed.stdout:
+        names = listed.stdout.strip("\0").split("\0")
+    else:
+        names = [str(path.relative_to(ROOT)) for path in ROOT.rglob("*") if path.is_file()]
+    return sorted(name for name in names if (ROOT / name).is_file() and not any(
+        fnmatch.fnmatch(part, pattern) for part in Path(name).parts for pattern in NOT_SOURCE))
+
+
+def test_the_built_wheel_installs_into_a_fresh_venv_and_runs_the_demo_check(tmp_path):
+    """``python3 dev.py build`` (its ``python -m build`` arguments: the sdist, then the wheel built
+    from that sdist) makes a wheel that holds the whole package, and that wheel, installed into a
+    fresh virtualenv, is what the example project's ``manage.py`` imports and checks.
+
+    Without the network: the build uses this environment's setuptools (``--no-isolation``), and the
+    wheel is installed with ``--no-deps --no-index``; its dependencies (Django, redis-py,
+    django-redis) come from this environment's site-packages, put on the new venv's path behind its
+    own (a path entry, so this environment's editable install of the project is not seen there).
+    The wheel's ``Requires-Dist`` is compared with setup.cfg instead."""
+    import shutil
+    import sysconfig
+    import venv
+    import zipfile
+
+    dev = load_dev_py()
+    # Built from a copy of the project's files, as in a fresh clone: a checkout's leftovers (an old
+    # build's django_redis_coord.egg-info/SOURCES.txt lists files setup.cfg may no longer ship)
+    # cannot make up for what setup.cfg leaves out.
+    source = tmp_path / "source"
+    files = source_files()
+    for name in files:
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, source / name)
+    dist = tmp_path / "dist"
+    built = subprocess.run([sys.executable, *dev.build_args(dist, "--no-isolation", source=source)], cwd=source,
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    # setuptools' warning for data folders left out of `packages` (they would be dropped one day).
+    assert "is absent from the `packages` configuration" not in built.stdout + built.stderr
+    wheels = list(dist.glob("django_redis_coord-*-py3-none-any.whl"))
+    sdists = list(dist.glob("django_redis_coord-*.tar.gz"))
+    assert len(wheels) == 1 and len(sdists) == 1, sorted(p.name for p in dist.iterdir())
+    assert wheels[0].name.startswith(f"django_redis_coord-{django_redis_coord.__version__}-")
+
+    # The wheel holds every file of the package: modules, py.typed, the Lua scripts, the admin's
+    # templates (the admin pages use Django admin's own static files: the package has none, and
+    # any it gets must be in the wheel too).
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        names = set(wheel.namelist())
+        metadata = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    in_wheel = {name for name in names if name.startswith("django_redis_coord/")}
+    expected = {name for name in files if name.startswith("django_redis_coord/")}
+    assert expected - in_wheel == set(), "left out of the wheel"
+    assert in_wheel - expected == set(), "in the wheel but not in the package"
+    assert "django_redis_coord/py.typed" in in_wheel
+    data = {name.split("/")[-1] for name in in_wheel if not name.endswith(".py")}
+    assert {"lock_acquire.lua", "semaphore.lua", "rwlock.lua", "change_list.html", "page.html"} <= data
+    requires = sorted(line.split(":", 1)[1].strip() for line in metadata.splitlines()
+                      if line.startswith("Requires-Dist:") and "extra ==" not in line)
+    setup_cfg = (ROOT / "setup.cfg").read_text()
+    install_requires = setup_cfg.split("install_requires =", 1)[1].split("\n\n", 1)[0].split()
+    assert requires == sorted(install_requires)
+
+    # A fresh venv, the wheel alone installed in it.
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = env_dir / ("Scripts" if os.name == "nt" else "bin") / "python"
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
+         "--disable-pip-version-check", "-q", str(wheels[0])],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    fresh_site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+    (Path(fresh_site) / "dependencies_of_the_suite.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+
+    # The demo, copied away from the checkout (its manage.py puts its parent folder on the path).
+    demo = tmp_path / "example_project"
+    shutil.copytree(ROOT / "example_project", demo, ignore=shutil.ignore_patterns("__pycache__", "db.sqlite3"))
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("DJANGO_SETTINGS_MODULE", "PYTHONPATH", "PYTHONHOME")}
+    env["DEMO_DB_PATH"] = str(tmp_path / "demo.sqlite3")
+
+    def manage(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(python), "manage.py", *args], cwd=demo, env=env, capture_output=True,
+                              text=True, timeout=300)
+
+    checked = manage("check")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "System check identified no issues" in checked.stdout
+    probe = (
+        "import django_redis_coord, pathlib\n"
+        "from importlib import resources\n"
+        "from django.template.loader import get_template\n"
+        "from django_redis_coord.core.scripts import script_text\n"
+        "package = pathlib.Path(django_redis_coord.__file__).parent\n"
+        "print(package)\n"
+        "print(django_redis_coord.__version__)\n"
+        "print((resources.files('django_redis_coord') / 'py.typed').is_file())\n"
+        "print('redis.call' in script_text('lock_acquire') and 'redis.call' in script_text('rw_acquire'))\n"
+        "print(get_template('admin/django_redis_coord/holder/change_list.html').origin.name)\n"
+    )
+    shell = manage("shell", "-c", probe)
+    assert shell.returncode == 0, shell.stdout + shell.stderr
+    package, version, typed, scripts, template = shell.stdout.strip().splitlines()[-5:]
+    assert Path(package).resolve() == (Path(fresh_site) / "django_redis_coord").resolve()
+    assert version == django_redis_coord.__version__
+    assert typed == "True" and scripts == "True"
+    assert Path(template).resolve().is_relative_to(Path(package).resolve())

@@ -209,7 +209,8 @@ def aredlock(
     template: Optional[str] = None,
     **kwargs: Any,
 ) -> AsyncRedlock:
-    """The asyncio form of :func:`redlock` (call it inside a coroutine: the clients are per event loop)."""
+    """The asyncio form of :func:`~django_redis_coord.get_redlock` (call it inside a coroutine: the
+    clients are per event loop)."""
     return _new_redlock(name, timeout, auto_renew, asyncio=True, masters=masters, template=template, **kwargs)
 
 
@@ -234,7 +235,7 @@ def semaphore(name: Name, limit: int, timeout: Any = DEFAULT, **kwargs: Any) -> 
     ``timeout`` (each permit's lease) defaults to ``DEFAULT_TIMEOUT`` and ``auto_renew`` to
     ``AUTO_RENEW``; ``template`` labels its metrics; other keywords go to the Semaphore (``blocking``,
     ``blocking_timeout``, ``label``, ``on_lost``, ...).  The limit is stored in Redis by the first
-    acquire of the name; see :meth:`~django_redis_coord.core.semaphore.sync.Semaphore.set_max_size` to change it.
+    acquire of the name; see :meth:`~django_redis_coord.Semaphore.set_max_size` to change it.
     """
     return make_semaphore(name, limit, timeout, asyncio=False, **kwargs)
 
@@ -289,7 +290,7 @@ def rwlock(
     client: Any = None,
     **kwargs: Any,
 ) -> ReadWriteLock:
-    """A :class:`~django_redis_coord.rwlock.ReadWriteLock` named ``KEY_PREFIX:name`` on the
+    """A :class:`~django_redis_coord.ReadWriteLock` named ``KEY_PREFIX:name`` on the
     configured Redis, sending the signals (for ``lock.read`` or ``lock.write``).
 
     ``timeout`` (each hold's TTL) defaults to ``DEFAULT_TIMEOUT`` and ``auto_renew`` to
@@ -312,5 +313,6 @@ def arwlock(
     client: Any = None,
     **kwargs: Any,
 ) -> AsyncReadWriteLock:
-    """The asyncio form of :func:`rwlock` (call it inside a coroutine: the client is per event loop)."""
+    """The asyncio form of :func:`~django_redis_coord.get_rwlock` (call it inside a coroutine: the
+    client is per event loop)."""
     return _configured_rwlock(name, timeout, auto_renew, client, asyncio=True, **kwargs)

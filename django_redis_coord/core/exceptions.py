@@ -114,7 +114,7 @@ class LockAcquireTimeout(CoordLockError):
 
 class ConnectionPoolTooSmall(CoordLockError, ValueError):
     """A blocking acquire needs one connection of the client's pool for its process's waiting
-    connection (see :mod:`django_redis_coord.core.waiting.sync`) and at least one more for its commands."""
+    connection (see ``django_redis_coord.core.waiting``) and at least one more for its commands."""
 
 
 class LockLostError(CoordLockError, LockNotOwnedError):
@@ -165,7 +165,7 @@ class QuorumUnavailable(CoordLockError, RedisConnectionError):
 
 class ReplicationNotAcknowledged(CoordLockError):
     """Fewer than the required replicas acknowledged a DurableLock's grant in time; the hold was
-    released (see :mod:`django_redis_coord.durable`)."""
+    released (see :class:`~django_redis_coord.DurableLock`)."""
 
     def __init__(self, message: str, acknowledged: int, required: int, lock_name: Any = None) -> None:
         super().__init__(message, lock_name=lock_name)

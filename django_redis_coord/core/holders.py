@@ -47,7 +47,7 @@ class HolderInfo:
     cost eight times as much to create.)
     """
 
-    #: ``"lock"``, ``"sem"`` or ``"rw"`` (see :data:`KINDS`).
+    #: ``"lock"``, ``"sem"`` or ``"rw"`` (see ``KINDS``).
     kind: str
     #: The Redis key of the lock or semaphore (``KEY_PREFIX`` included), as bytes.
     raw_name: bytes
@@ -90,7 +90,7 @@ class HolderInfo:
 
     @property
     def primitive_id(self) -> str:
-        """The lock's or semaphore's id (:func:`holder_id`): its admin page."""
+        """The lock's or semaphore's id (``holder_id()``): its admin page."""
         return holder_id(self.kind, self.raw_name)
 
     @property
@@ -109,7 +109,7 @@ class HolderInfo:
 
     @property
     def digest(self) -> str:
-        """:func:`hold_digest` of the token."""
+        """``hold_digest()`` of the token."""
         return hold_digest(self.token)
 
     @property
@@ -180,7 +180,7 @@ class HolderInfo:
 
     @property
     def ttl(self) -> str:
-        """The remaining time, for people (:func:`format_ms`)."""
+        """The remaining time, for people (``format_ms()``)."""
         return format_ms(self.ttl_ms)
 
     @property
@@ -191,7 +191,7 @@ class HolderInfo:
 
     @property
     def mode(self) -> Optional[str]:
-        """A read-write lock's hold: ``"read"`` or ``"write"`` (:func:`token_mode`); ``None`` otherwise."""
+        """A read-write lock's hold: ``"read"`` or ``"write"`` (``token_mode()``); ``None`` otherwise."""
         return token_mode(self.kind, self.token)
 
     @property
@@ -276,7 +276,7 @@ def holders(client: Any, name: Union[str, bytes]) -> list[HolderInfo]:
 
 
 async def async_lock_holder(client: Any, name: Union[str, bytes]) -> Optional[HolderInfo]:
-    """Asyncio twin of :func:`lock_holder`."""
+    """Asyncio twin of :func:`~django_redis_coord.lock_holder`."""
     raw, reply = _inspect_call(client, async_scripts, name)
     return HolderInfo.from_inspect(raw, "lock", await reply)
 
@@ -317,7 +317,7 @@ def semaphore_holders(client: Any, name: Union[str, bytes]) -> list[HolderInfo]:
 
 
 async def async_semaphore_holders(client: Any, name: Union[str, bytes]) -> list[HolderInfo]:
-    """Asyncio twin of :func:`semaphore_holders`."""
+    """Asyncio twin of :func:`~django_redis_coord.holders.semaphore_holders`."""
     raw, reply = _sem_inspect_call(client, async_scripts, name)
     return permits_from_inspect(raw, await reply)
 
@@ -335,6 +335,6 @@ def rwlock_holders(client: Any, name: Union[str, bytes]) -> list[HolderInfo]:
 
 
 async def async_rwlock_holders(client: Any, name: Union[str, bytes]) -> list[HolderInfo]:
-    """Asyncio twin of :func:`rwlock_holders`."""
+    """Asyncio twin of :func:`~django_redis_coord.rwlock_holders`."""
     raw, reply = _sem_inspect_call(client, async_scripts, name, b"rw")
     return permits_from_inspect(raw, await reply, "rw")

@@ -223,8 +223,10 @@ def fenced_set(
     ``key`` is a hash holding the value and the highest fence that wrote it.  Without ``client``
     the configured Redis and ``KEY_PREFIX`` are used (Django settings).  ``ttl`` (seconds) expires
     the value *and* its fence memory: after that, any fence is accepted again.  A ``ttl`` that is
-    not a finite number of seconds above 0 and at most ten years raises :class:`InvalidLockArgument`
-    (:class:`InvalidLockArgumentType` for a non-number) before anything is written.
+    not a finite number of seconds above 0 and at most ten years raises
+    :class:`~django_redis_coord.exceptions.InvalidLockArgument`
+    (:class:`~django_redis_coord.exceptions.InvalidLockArgumentType` for a non-number) before
+    anything is written.
     """
     if client is None:
         client, key = _default_client(key, asyncio=False)
@@ -275,7 +277,7 @@ def fenced_get(
 
     Pass the reader's ``fence`` for a read-modify-write: the read then records it, so that a
     stale holder's write can no longer land between this read and the reader's own write, and
-    raises :class:`StaleFenceError` when a newer holder has already read or written.
+    raises :class:`~django_redis_coord.exceptions.StaleFenceError` when a newer holder has already read or written.
     """
     if client is None:
         client, key = _default_client(key, asyncio=False)

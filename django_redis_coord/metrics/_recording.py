@@ -102,10 +102,10 @@ label_of = _Labels()
 
 class Recorder:
     """A metrics backend: one method per event of a hold, given the bounded template label, the
-    primitive's kind (``"lock"``, ``"semaphore"``, ``"rwlock"``, ``"redlock"``: :data:`KIND_LABELS`)
+    primitive's kind (``"lock"``, ``"semaphore"``, ``"rwlock"``, ``"redlock"``: ``KIND_LABELS``)
     and a duration in seconds.
 
-    The methods are called by :func:`feed` (one thread at a time), never in the lock's call;
+    The methods are called by ``feed()`` (one thread at a time), never in the lock's call;
     :meth:`batch_done` after each batch.  Keep them in memory (no I/O).  What they raise is logged
     now and then, never passed to a lock.
     """
@@ -239,10 +239,10 @@ class MetricsEvents(Events):
     >>> with Lock(client, "invoice:42", events=MetricsEvents(recorder, template="invoice:{pk}")):  # doctest: +SKIP
     ...     ...
 
-    Without ``template`` the label is :data:`DEFAULT_TEMPLATE`.  :meth:`bound` gives the same
+    Without ``template`` the label is ``DEFAULT_TEMPLATE``.  :meth:`bound` gives the same
     recorders under another template.  No method raises; the recorders get the events from
-    :func:`feed` (see the module's text).  While tracing is on
-    (:func:`django_redis_coord.core.tracing.enable`), the waits and losses are traced too, under
+    ``feed()`` (see the module's text).  While tracing is on
+    (``django_redis_coord.core.tracing.enable()``), the waits and losses are traced too, under
     the same template.
     """
 

@@ -5,8 +5,8 @@ grant with it, and the replica promoted in its place (by Sentinel or Redis Clust
 client take the same lock.  :class:`DurableLock` closes that window for the grants it confirms:
 after acquiring (and after ``extend``/``reacquire``) it waits until ``replicas`` replicas have the
 hold, for at most ``replica_timeout`` seconds.  When they do not acknowledge in time, the hold is
-released and :class:`ReplicationNotAcknowledged` is raised, so the caller never runs on a grant
-that a failover could forget.
+released and :class:`~django_redis_coord.exceptions.ReplicationNotAcknowledged` is raised, so the
+caller never runs on a grant that a failover could forget.
 
 >>> from redis.sentinel import Sentinel                                  # doctest: +SKIP
 >>> from django_redis_coord.durable import DurableLock
@@ -52,8 +52,8 @@ class DurableLock(DurableBase, Lock):
 
     Takes the Lock's arguments plus, keyword-only, ``replicas`` (default 1) and
     ``replica_timeout`` (seconds, default 0.5).  ``acquire``, ``extend`` and ``reacquire`` raise
-    :class:`ReplicationNotAcknowledged` (after releasing, for ``acquire``) when too few replicas
-    acknowledge in time.
+    :class:`~django_redis_coord.exceptions.ReplicationNotAcknowledged` (after releasing, for
+    ``acquire``) when too few replicas acknowledge in time.
     """
 
     def __init__(

@@ -41,7 +41,7 @@ class Leader(LeaderBase):
     resign.
     """
 
-    lock: _LeaderLock
+    lock: Lock  # a _LeaderLock: a Lock whose holder record says it is the leader's
 
     def _new_campaign_state(self) -> None:
         self._task: Optional[asyncio.Future[None]] = None
@@ -58,7 +58,7 @@ class Leader(LeaderBase):
     # -- public API ----------------------------------------------------------------------------
     async def campaign(self, blocking: bool = True, blocking_timeout: Optional[Number] = None) -> bool:
         """Start campaigning (unless already), and with ``blocking`` wait until elected; see
-        :meth:`django_redis_coord.core.leader.sync.Leader.campaign`."""
+        :meth:`django_redis_coord.Leader.campaign`."""
         check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=self.name)
         self._start()
         if blocking and not self._elected.is_set():

@@ -64,7 +64,7 @@ class Leader(LeaderBase):
     at the end of the block.
     """
 
-    lock: _LeaderLock
+    lock: Lock  # a _LeaderLock: a Lock whose holder record says it is the leader's
 
     def _new_campaign_state(self) -> None:
         self._control = threading.RLock()  # campaign(), resign() and the callbacks, one at a time
@@ -79,8 +79,9 @@ class Leader(LeaderBase):
     def campaign(self, blocking: bool = True, blocking_timeout: Optional[Number] = None) -> bool:
         """Start campaigning (unless already), and with ``blocking`` wait until elected.
 
-        Returns :attr:`is_leader`: True once elected and ``on_elected`` returned; False when not
-        ``blocking`` and not leader yet, or when ``blocking_timeout`` seconds passed first.  The
+        Returns :attr:`~django_redis_coord.Leader.is_leader`: True once elected and ``on_elected``
+        returned; False when not ``blocking`` and not leader yet, or when ``blocking_timeout``
+        seconds passed first.  The
         campaign goes on in the background either way, until :meth:`resign`.
         """
         check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=self.name)
@@ -92,7 +93,7 @@ class Leader(LeaderBase):
     def resign(self) -> None:
         """Stop campaigning; if leading, run ``on_revoked(term)`` and release, which hands the
         lead to the next contender in line at once.  Returns once the campaign thread stopped
-        (within :data:`~django_redis_coord.core.leader.rules.CAMPAIGN_ROUND` seconds and a round trip
+        (within ``CAMPAIGN_ROUND`` seconds and a round trip
         when it was waiting in line)."""
         with self._control:
             with self._mutex:

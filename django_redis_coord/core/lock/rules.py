@@ -165,7 +165,7 @@ class LockBase(ReleaseOnExit, QueuedBase):
         return deadline is None or time.monotonic() < deadline
 
     def ensure_valid(self) -> None:
-        """Raise :class:`LockLostError` unless the hold is still valid."""
+        """Raise :class:`~django_redis_coord.exceptions.LockLostError` unless the hold is still valid."""
         if not self.valid:
             raise LockLostError("The lock is no longer held", lock_name=self.name)
 

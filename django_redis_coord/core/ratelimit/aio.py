@@ -29,7 +29,7 @@ __all__ = ["RateLimit", "SlidingWindowLimit"]
 class RateLimit(RateLimitBase):
     """A GCRA limit: ``rate`` sustained, at most ``burst`` cost units at once (default ``rate.count``).
 
-    ``RateLimit(redis, name, rate, burst=None)``; ``rate`` is a :class:`Rate` or a text such as
+    ``RateLimit(redis, name, rate, burst=None)``; ``rate`` is a :class:`~django_redis_coord.Rate` or a text such as
     ``"100/m"``.  Over any interval of ``t`` seconds it admits at most ``burst + rate * t`` cost units.
     """
 

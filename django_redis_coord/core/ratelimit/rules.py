@@ -89,7 +89,7 @@ def parse_rate(text: Union[str, Rate]) -> Rate:
     """``"100/m"`` as ``Rate(100, 60)``; a :class:`Rate` as it is.
 
     The format is ``<count>/<period>``: a positive integer count, and a period made of an optional
-    positive integer multiplier and a unit in lower case (:data:`UNIT_SPELLINGS`: ``s``/``sec``/``second``,
+    positive integer multiplier and a unit in lower case (``UNIT_SPELLINGS``: ``s``/``sec``/``second``,
     ``m``/``min``/``minute``, ``h``/``hour``, ``d``/``day``, and their plurals):
     ``"10/s"``, ``"5/30s"``, ``"20/5m"``, ``"1000/h"``, ``"5/minute"``.
     Anything else raises :class:`~django_redis_coord.exceptions.InvalidRate` (a ``ValueError``)."""
@@ -193,6 +193,7 @@ class _LimitBase:
 
     @property
     def capacity(self) -> int:
+        """The largest cost one call can ever be admitted with (a higher one raises ``CostTooHigh``)."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -230,6 +231,7 @@ class RateLimitBase(_LimitBase):
 
     @property
     def capacity(self) -> int:
+        """The largest cost one call can ever be admitted with: ``burst``."""
         return self.burst
 
     def decide_args(self, cost: int, wait: Optional[Number], peek: bool) -> tuple[int, int, int, int]:
@@ -299,6 +301,7 @@ class SlidingWindowBase(_LimitBase):
 
     @property
     def capacity(self) -> int:
+        """The largest cost one call can ever be admitted with: the rate's count."""
         return self.rate.count
 
     def decide_args(self, cost: int, peek: bool) -> tuple[int, int, int, int]:

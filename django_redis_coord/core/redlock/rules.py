@@ -283,7 +283,7 @@ class RedlockBase(Reporting, ReleaseOnExit):
         return callback(self) if callback is not None else None
 
     def ensure_valid(self) -> None:
-        """Raise :class:`LockLostError` unless the hold is still valid."""
+        """Raise :class:`~django_redis_coord.exceptions.LockLostError` unless the hold is still valid."""
         if not self.valid:
             raise LockLostError("The Redlock is no longer held", lock_name=self.name)
 

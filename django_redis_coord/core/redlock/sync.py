@@ -216,7 +216,7 @@ class Redlock(WithBlock, RedlockBase):
 
     The methods are those of :class:`~django_redis_coord.Lock`.  ``acquire`` returns False when
     the lock is busy (and ``blocking`` is off or ``blocking_timeout`` ran out) and raises
-    :class:`QuorumUnavailable` as soon as fewer than a quorum of masters answer.
+    :class:`~django_redis_coord.exceptions.QuorumUnavailable` as soon as fewer than a quorum of masters answer.
     """
 
     def __init__(self, masters: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
@@ -224,7 +224,7 @@ class Redlock(WithBlock, RedlockBase):
         self.local: Any = _ThreadHold() if self.thread_local else SharedHold()
         self._clients = clients_for(self.masters, self.node_timeout)
         self._names = [describe_master(master, index) for index, master in enumerate(self.masters)]
-        #: What the watchdog talks to (see :class:`_QuorumClient`).
+        #: What the watchdog talks to: the masters, as one client (``_QuorumClient``).
         self.redis = _QuorumClient(self)
 
     def _fan_out(self, batches: Sequence[Sequence[Command]]) -> tuple[float, list[list[Any]]]:
@@ -245,8 +245,9 @@ class Redlock(WithBlock, RedlockBase):
         """Acquire the lock on a quorum of masters; True once held, False when busy.
 
         A blocking call retries after a random delay (uniform up to ``sleep``, never past the
-        holder's remaining lease or ``blocking_timeout``).  Raises :class:`QuorumUnavailable`
-        when fewer than a quorum of masters answer an attempt.
+        holder's remaining lease or ``blocking_timeout``).  Raises
+        :class:`~django_redis_coord.exceptions.QuorumUnavailable` when fewer than a quorum of
+        masters answer an attempt.
         """
         started = time.monotonic()
         sleep, blocking, stop_at, raw = self.acquire_arguments(sleep, blocking, blocking_timeout, token)

@@ -294,7 +294,9 @@ class RWHoldBase(ReleaseOnExit):
     Redis: its mode, the state of the current thread's (task's) hold of that mode."""
 
     def __init__(self, lock: Any, mode: str) -> None:
+        #: The read-write lock this is a side of.
         self.lock = lock
+        #: ``"read"`` or ``"write"``.
         self.mode = mode
 
     @property
@@ -343,7 +345,7 @@ class RWHoldBase(ReleaseOnExit):
         return local is not None and self.lock._valid(local)
 
     def ensure_valid(self) -> None:
-        """Raise :class:`LockLostError` unless the hold is still valid."""
+        """Raise :class:`~django_redis_coord.exceptions.LockLostError` unless the hold is still valid."""
         if not self.valid:
             raise LockLostError(f"The {self.mode} hold is no longer held", lock_name=self.name)
 

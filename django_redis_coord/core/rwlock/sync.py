@@ -54,7 +54,7 @@ __all__ = ["ReadWriteLock", "RWHold"]
 
 
 class RWHold(WithBlock, RWHoldBase):
-    """The read (``lock.read``) or write (``lock.write``) side of a :class:`ReadWriteLock`, with
+    """The read (``lock.read``) or write (``lock.write``) side of a ``ReadWriteLock``, with
     redis-py's ``Lock`` methods.  A hold belongs to the thread (task) that acquired it (to the lock
     object, with ``thread_local=False``: any thread or task may release it)."""
 
@@ -65,7 +65,7 @@ class RWHold(WithBlock, RWHoldBase):
 
         A blocking call queues in FIFO order (across both modes) and is woken when it is its turn,
         or when a hold it waits for reaches its TTL, or at ``blocking_timeout`` (on the client's
-        monotonic clock).  Re-entry rules: see :class:`ReadWriteLock`."""
+        monotonic clock).  Re-entry rules: see ``ReadWriteLock``."""
         return self.lock._acquire_mode(self.mode, blocking, blocking_timeout)
 
     def release(self) -> None:
@@ -106,7 +106,7 @@ class ReadWriteLock(RWLockHeldPerThread):
     * ``blocking`` / ``blocking_timeout``: defaults of both holds' ``acquire`` and ``with`` blocks.
     * ``on_lost(hold)``: called once with ``lock.read`` or ``lock.write`` when a hold is found lost.
     * ``thread_local=False``: one hold at a time, shared by every thread or task (see
-      :class:`~django_redis_coord.core.rwlock.rules.RWLockBase`).
+      ``RWLockBase`` in ``core/rwlock/rules.py``).
     """
 
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:

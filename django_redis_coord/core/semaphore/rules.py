@@ -266,7 +266,7 @@ class SemaphoreBase(QueuedBase):
         return permit is not None and permit.valid
 
     def ensure_valid(self) -> None:
-        """Raise :class:`LockLostError` unless the current permit is still valid."""
+        """Raise :class:`~django_redis_coord.exceptions.LockLostError` unless the current permit is still valid."""
         if not self.valid:
             raise LockLostError("The permit is no longer held", lock_name=self.name)
 
