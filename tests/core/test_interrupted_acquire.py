@@ -19,7 +19,8 @@ import os
 import select
 import signal
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -126,10 +127,12 @@ def _receive(control: Any, seconds: float = WAIT) -> Any:
 
 
 def _interrupt_in_flight(kind: str, redis_server: Any, redis_client: Any, name: str, contended: bool,
-                         ran: Callable[[], bool], before_signal: Callable[[], None] = lambda: None) -> Any:
+                         ran: Callable[[], bool], before_signal: Callable[[], None] = lambda: None,
+                         again: bool = False) -> Any:
     """Run :func:`_interrupted_acquirer`, hold the replies of its acquire, wait until ``ran()``
-    (the script's effect is in Redis), call ``before_signal``, then send ``SIGALRM``.  Returns the
-    control end of the acquirer, once it reported "interrupted"."""
+    (the script's effect is in Redis), call ``before_signal``, then send ``SIGALRM``; with
+    ``again``, once more while the undo's first call waits for its reply (also held back).
+    Returns the control end of the acquirer, once it reported "interrupted"."""
     proxy = Proxy("127.0.0.1", redis_server.port).start()
     told_read, told_write = os.pipe()
     ours, theirs = CTX.Pipe()
@@ -142,8 +145,14 @@ def _interrupt_in_flight(kind: str, redis_server: Any, redis_client: Any, name: 
         ours.send("go")
         _until(ran, "the acquire script ran")
         before_signal()
+        opened = proxy.connections
         os.kill(child.pid, signal.SIGALRM)
         assert select.select([told_read], [], [], WAIT)[0], "the signal handler did not run"
+        os.read(told_read, 1)
+        if again:
+            _until(lambda: proxy.connections > opened, "the undo opened a connection")
+            os.kill(child.pid, signal.SIGALRM)
+            assert select.select([told_read], [], [], WAIT)[0], "the signal handler did not run again"
         proxy.release_replies()  # the undo goes through the proxy too
         assert _receive(ours) == "interrupted"
         return ours, child
@@ -183,6 +192,21 @@ def test_an_exception_while_a_first_try_reply_is_in_flight_leaves_the_name_free(
     primitive = _make(kind, redis_client, name)
     control, child = _interrupt_in_flight(kind, redis_server, redis_client, name, contended=False,
                                           ran=lambda: _held(kind, redis_client, primitive))
+    try:
+        assert not _held(kind, redis_client, primitive), "the interrupted grant was left in Redis"
+        assert _acquire(kind, _make(kind, redis_client, name), blocking_timeout=0)
+    finally:
+        _end(control, child)
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_a_second_signal_during_the_undo_does_not_leave_the_grant(kind, redis_server, redis_client):
+    """The signal comes again while the undo's call waits for its reply: the undo is tried again
+    (it is one script, safe to run twice), and the grant is not left behind."""
+    name = f"interrupted-twice-{kind}"
+    primitive = _make(kind, redis_client, name)
+    control, child = _interrupt_in_flight(kind, redis_server, redis_client, name, contended=False,
+                                          ran=lambda: _held(kind, redis_client, primitive), again=True)
     try:
         assert not _held(kind, redis_client, primitive), "the interrupted grant was left in Redis"
         assert _acquire(kind, _make(kind, redis_client, name), blocking_timeout=0)

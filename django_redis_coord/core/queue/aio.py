@@ -102,21 +102,27 @@ class QueuedPrimitive(QueuedBase):
 
     async def _take(self, token: bytes, blocking: bool, stop_at: Optional[float],
                     own: bool = False) -> Optional[tuple[Grant, float]]:
-        """Try once and, when ``blocking``, wait in line until ``stop_at``; see the sync twin."""
+        """Try once and, when ``blocking``, wait in line until ``stop_at``; see the sync twin.  A
+        cancellation, or anything raised, undoes what a call may have done (:meth:`_abandon`)."""
         worker = self._worker()
         cancels = _cancels()
-        if not blocking:
-            sent_at = time.monotonic()
-            return self.taken(await self._attempt(token, self.acquire_mode(0, own), worker, cancels), sent_at)
-        hub = waiting.hub_for(self.redis)
-        if not self._contended:
-            async with hub.gate_for(self.redis):  # bounds the calls of the loop's waiters (see waiting)
-                sent_at = time.monotonic()
-                grant = await self._attempt(token, self.acquire_mode(0, own), worker, cancels)
-            if grant.acquired:
-                return grant, sent_at
-        waiter = await hub.register(self.redis, self.refresh_interval)
+        hub: Any = None
+        waiter: Optional[waiting.AsyncWaiter] = None
         try:
+            if not blocking:
+                sent_at = time.monotonic()
+                grant = await self.do_acquire(token, self.acquire_mode(0, own), worker)
+                _cancel_swallowed(cancels)
+                return self.taken(grant, sent_at)
+            hub = waiting.hub_for(self.redis)
+            if not self._contended:
+                async with hub.gate_for(self.redis):  # bounds the calls of the loop's waiters (see waiting)
+                    sent_at = time.monotonic()
+                    grant = await self.do_acquire(token, self.acquire_mode(0, own), worker)
+                _cancel_swallowed(cancels)
+                if grant.acquired:
+                    return grant, sent_at
+            waiter = await hub.register(self.redis, self.refresh_interval)
             sent_at = time.monotonic()
             async with waiter.gate:
                 grant = await self.do_acquire(token, self.acquire_mode(1, own), worker, waiter.reply_to())
@@ -124,26 +130,15 @@ class QueuedPrimitive(QueuedBase):
             self._contended = not grant.acquired
             if not grant.acquired:
                 grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at, own, waiter, cancels)
+            return self.taken(grant, sent_at)
         except BaseException:
-            # Cancelled, or anything raised (see _attempt), wherever: in the queueing call, in the
-            # wait, in a call that gave up at the deadline.  Leave the queue and give back a grant,
-            # even though this task is being cancelled.
+            # Cancelled, or anything raised, wherever (see the sync twin): leave the queue and give
+            # back a grant, even though this task is being cancelled.
             await run_to_completion(self._abandon(token, worker, waiter))
             raise
         finally:
-            hub.unregister(waiter)
-        return self.taken(grant, sent_at)
-
-    async def _attempt(self, token: bytes, enqueue: int, worker: str, cancels: int) -> Grant:
-        """One acquire call that does not queue; see the sync twin.  A cancellation, or anything
-        raised while it is in flight, undoes what the call may have done."""
-        try:
-            grant = await self.do_acquire(token, enqueue, worker)
-            _cancel_swallowed(cancels)
-        except BaseException:
-            await run_to_completion(self._abandon(token, worker))
-            raise
-        return grant
+            if waiter is not None:
+                hub.unregister(waiter)
 
     async def _wait(
         self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float,

@@ -54,45 +54,40 @@ class QueuedPrimitive(QueuedBase):
         announcement of its grant can be missed.  While the primitive's last blocking acquire found
         it taken (:attr:`~django_redis_coord.core.queue.rules.QueuedBase._contended`), the try is skipped:
         it registers and queues in one call.
+
+        Whatever is raised on the way (an exception a signal handler raises: a task's soft time
+        limit, an alarm, KeyboardInterrupt; a timeout, a lost connection), a call may have reached
+        Redis and granted or queued this token: :meth:`_abandon` undoes it before the exception
+        goes on.  The ``try`` costs nothing until something is raised.
         """
         worker = self._worker()
-        if not blocking:
-            sent_at = time.monotonic()
-            return self.taken(self._attempt(token, self.acquire_mode(0, own), worker), sent_at)
-        hub = waiting.hub_for(self.redis)
-        if not self._contended:
-            with hub.gate_for(self.redis):  # bounds the calls of the process's waiters (see waiting)
-                sent_at = time.monotonic()
-                grant = self._attempt(token, self.acquire_mode(0, own), worker)
-            if grant.acquired:
-                return grant, sent_at
-        waiter = hub.register(self.redis, self.refresh_interval)
+        hub: Any = None
+        waiter: Optional[waiting.Waiter] = None
         try:
+            if not blocking:
+                sent_at = time.monotonic()
+                return self.taken(self.do_acquire(token, self.acquire_mode(0, own), worker), sent_at)
+            hub = waiting.hub_for(self.redis)
+            if not self._contended:
+                with hub.gate_for(self.redis):  # bounds the calls of the process's waiters (see waiting)
+                    sent_at = time.monotonic()
+                    grant = self.do_acquire(token, self.acquire_mode(0, own), worker)
+                if grant.acquired:
+                    return grant, sent_at
+            waiter = hub.register(self.redis, self.refresh_interval)
             sent_at = time.monotonic()
             with waiter.gate:
                 grant = self.do_acquire(token, self.acquire_mode(1, own), worker, waiter.reply_to())
             self._contended = not grant.acquired
             if not grant.acquired:
                 grant, sent_at = self._wait(token, worker, grant, stop_at, sent_at, own, waiter)
+            return self.taken(grant, sent_at)
         except BaseException:
-            # Whatever was raised (see _attempt), and wherever: in the queueing call, in the wait,
-            # in a call that gave up at the deadline.  Leave the queue, give back a grant.
             self._abandon(token, worker, waiter)
             raise
         finally:
-            hub.unregister(waiter)
-        return self.taken(grant, sent_at)
-
-    def _attempt(self, token: bytes, enqueue: int, worker: str) -> Grant:
-        """One acquire call that does not queue.  Whatever is raised while it is in flight (an
-        exception a signal handler raises: a task's soft time limit, an alarm, KeyboardInterrupt;
-        a timeout, a connection lost), it may have reached Redis and granted this token: that is
-        undone (see :meth:`_abandon`).  A ``try`` costs nothing until something is raised."""
-        try:
-            return self.do_acquire(token, enqueue, worker)
-        except BaseException:
-            self._abandon(token, worker)
-            raise
+            if waiter is not None:
+                hub.unregister(waiter)
 
     def _wait(
         self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float,
