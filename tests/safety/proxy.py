@@ -30,6 +30,8 @@ class Proxy:
         self.port = port
         self.latency = 0.0
         self.connections = 0
+        #: How many clients closed their connection (end of their stream).
+        self.closed_by_clients = 0
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
         self._server: Optional[asyncio.base_events.Server] = None
@@ -150,16 +152,18 @@ class Proxy:
         for reader, writer, replies in ((client_reader, upstream_writer, False),
                                         (upstream_reader, client_writer, True)):
             queue: asyncio.Queue = asyncio.Queue()
-            for coro in (self._receive(reader, queue), self._send(queue, writer, replies)):
+            for coro in (self._receive(reader, queue, not replies), self._send(queue, writer, replies)):
                 task = asyncio.ensure_future(coro)
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
 
-    async def _receive(self, reader: asyncio.StreamReader, queue: asyncio.Queue) -> None:
+    async def _receive(self, reader: asyncio.StreamReader, queue: asyncio.Queue, from_client: bool = False) -> None:
         try:
             while True:
                 data = await reader.read(65536)
                 if not data:
+                    if from_client:
+                        self.closed_by_clients += 1
                     break
                 await queue.put((time.monotonic() + self.latency, data))
         except (OSError, asyncio.IncompleteReadError):
