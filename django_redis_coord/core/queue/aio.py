@@ -109,36 +109,37 @@ class QueuedPrimitive(QueuedBase):
         hub: Any = None
         waiter: Optional[waiting.AsyncWaiter] = None
         try:
-            if not blocking:
-                sent_at = time.monotonic()
-                grant = await self.do_acquire(token, self.acquire_mode(0, own), worker)
-                _cancel_swallowed(cancels)
-                return self.taken(grant, sent_at)
-            hub = waiting.hub_for(self.redis)
-            if not self._contended:
-                async with hub.gate_for(self.redis):  # bounds the calls of the loop's waiters (see waiting)
+            try:
+                if not blocking:
                     sent_at = time.monotonic()
                     grant = await self.do_acquire(token, self.acquire_mode(0, own), worker)
+                    _cancel_swallowed(cancels)
+                    return self.taken(grant, sent_at)
+                hub = waiting.hub_for(self.redis)
+                if not self._contended:
+                    async with hub.gate_for(self.redis):  # bounds the calls of the loop's waiters (see waiting)
+                        sent_at = time.monotonic()
+                        grant = await self.do_acquire(token, self.acquire_mode(0, own), worker)
+                    _cancel_swallowed(cancels)
+                    if grant.acquired:
+                        return grant, sent_at
+                waiter = await hub.register(self.redis, self.refresh_interval)
+                sent_at = time.monotonic()
+                async with waiter.gate:
+                    grant = await self.do_acquire(token, self.acquire_mode(1, own), worker, waiter.reply_to())
                 _cancel_swallowed(cancels)
-                if grant.acquired:
-                    return grant, sent_at
-            waiter = await hub.register(self.redis, self.refresh_interval)
-            sent_at = time.monotonic()
-            async with waiter.gate:
-                grant = await self.do_acquire(token, self.acquire_mode(1, own), worker, waiter.reply_to())
-            _cancel_swallowed(cancels)
-            self._contended = not grant.acquired
-            if not grant.acquired:
-                grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at, own, waiter, cancels)
-            return self.taken(grant, sent_at)
+                self._contended = not grant.acquired
+                if not grant.acquired:
+                    grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at, own, waiter, cancels)
+                return self.taken(grant, sent_at)
+            finally:  # inside the undo's try: an exception raised here may follow a grant
+                if waiter is not None:
+                    hub.unregister(waiter)
         except BaseException:
             # Cancelled, or anything raised, wherever (see the sync twin): leave the queue and give
             # back a grant, even though this task is being cancelled.
             await run_to_completion(self._abandon(token, worker, waiter))
             raise
-        finally:
-            if waiter is not None:
-                hub.unregister(waiter)
 
     async def _wait(
         self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float,

@@ -64,30 +64,31 @@ class QueuedPrimitive(QueuedBase):
         hub: Any = None
         waiter: Optional[waiting.Waiter] = None
         try:
-            if not blocking:
-                sent_at = time.monotonic()
-                return self.taken(self.do_acquire(token, self.acquire_mode(0, own), worker), sent_at)
-            hub = waiting.hub_for(self.redis)
-            if not self._contended:
-                with hub.gate_for(self.redis):  # bounds the calls of the process's waiters (see waiting)
+            try:
+                if not blocking:
                     sent_at = time.monotonic()
-                    grant = self.do_acquire(token, self.acquire_mode(0, own), worker)
-                if grant.acquired:
-                    return grant, sent_at
-            waiter = hub.register(self.redis, self.refresh_interval)
-            sent_at = time.monotonic()
-            with waiter.gate:
-                grant = self.do_acquire(token, self.acquire_mode(1, own), worker, waiter.reply_to())
-            self._contended = not grant.acquired
-            if not grant.acquired:
-                grant, sent_at = self._wait(token, worker, grant, stop_at, sent_at, own, waiter)
-            return self.taken(grant, sent_at)
+                    return self.taken(self.do_acquire(token, self.acquire_mode(0, own), worker), sent_at)
+                hub = waiting.hub_for(self.redis)
+                if not self._contended:
+                    with hub.gate_for(self.redis):  # bounds the calls of the process's waiters (see waiting)
+                        sent_at = time.monotonic()
+                        grant = self.do_acquire(token, self.acquire_mode(0, own), worker)
+                    if grant.acquired:
+                        return grant, sent_at
+                waiter = hub.register(self.redis, self.refresh_interval)
+                sent_at = time.monotonic()
+                with waiter.gate:
+                    grant = self.do_acquire(token, self.acquire_mode(1, own), worker, waiter.reply_to())
+                self._contended = not grant.acquired
+                if not grant.acquired:
+                    grant, sent_at = self._wait(token, worker, grant, stop_at, sent_at, own, waiter)
+                return self.taken(grant, sent_at)
+            finally:  # inside the undo's try: an exception raised here may follow a grant
+                if waiter is not None:
+                    hub.unregister(waiter)
         except BaseException:
             self._abandon(token, worker, waiter)
             raise
-        finally:
-            if waiter is not None:
-                hub.unregister(waiter)
 
     def _wait(
         self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float,
