@@ -76,13 +76,17 @@ def _held(kind: str, client: Any, primitive: Any) -> bool:
 
 
 # -- the processes ----------------------------------------------------------------------------------
-def _interrupted_acquirer(kind: str, proxy_url: str, name: str, contended: bool, told: int, control: Any) -> None:
-    """Acquire ``name`` through the proxy; ``SIGALRM`` raises :class:`Interrupted` (after writing a
-    byte to ``told``).  Reports "ready" once warmed up, then the acquire's outcome."""
+def _interrupted_acquirer(kind: str, proxy_url: str, name: str, contended: bool, told: int, control: Any,
+                          then: type[BaseException] = Interrupted) -> None:
+    """Acquire ``name`` through the proxy; ``SIGALRM`` raises :class:`Interrupted`, and ``then``
+    when it comes again (after writing a byte to ``told``).  Reports "ready" once warmed up, then
+    the acquire's outcome."""
+    alarms = []
 
     def on_alarm(signum: int, frame: Any) -> None:
         os.write(told, b"!")
-        raise Interrupted("the alarm went off")
+        alarms.append(signum)
+        raise (Interrupted if len(alarms) == 1 else then)("the alarm went off")
 
     signal.signal(signal.SIGALRM, on_alarm)
     client = redis.Redis.from_url(proxy_url)
@@ -100,6 +104,8 @@ def _interrupted_acquirer(kind: str, proxy_url: str, name: str, contended: bool,
         outcome = "acquired" if _acquire(kind, primitive) else "refused"
     except Interrupted:
         outcome = "interrupted"
+    except KeyboardInterrupt:
+        outcome = "stopped"
     control.send(outcome)
     control.recv()  # stays alive (its waiting connection too) until the test has looked
 
@@ -128,16 +134,17 @@ def _receive(control: Any, seconds: float = WAIT) -> Any:
 
 def _interrupt_in_flight(kind: str, redis_server: Any, redis_client: Any, name: str, contended: bool,
                          ran: Callable[[], bool], before_signal: Callable[[], None] = lambda: None,
-                         again: bool = False) -> Any:
+                         again: bool = False, then: type[BaseException] = Interrupted) -> Any:
     """Run :func:`_interrupted_acquirer`, hold the replies of its acquire, wait until ``ran()``
     (the script's effect is in Redis), call ``before_signal``, then send ``SIGALRM``; with
     ``again``, once more while the undo's first call waits for its reply (also held back).
-    Returns the control end of the acquirer, once it reported "interrupted"."""
+    ``then``: what the second alarm raises.  Returns the control end of the acquirer, once it
+    reported "interrupted" ("stopped": a ``KeyboardInterrupt`` ended it)."""
     proxy = Proxy("127.0.0.1", redis_server.port).start()
     told_read, told_write = os.pipe()
     ours, theirs = CTX.Pipe()
     child = CTX.Process(target=_interrupted_acquirer,
-                        args=(kind, f"redis://127.0.0.1:{proxy.port}/0", name, contended, told_write, theirs))
+                        args=(kind, f"redis://127.0.0.1:{proxy.port}/0", name, contended, told_write, theirs, then))
     child.start()
     try:
         assert _receive(ours) == "ready"
@@ -154,7 +161,8 @@ def _interrupt_in_flight(kind: str, redis_server: Any, redis_client: Any, name: 
             os.kill(child.pid, signal.SIGALRM)
             assert select.select([told_read], [], [], WAIT)[0], "the signal handler did not run again"
         proxy.release_replies()  # the undo goes through the proxy too
-        assert _receive(ours) == "interrupted"
+        # A KeyboardInterrupt that came during the undo still stops the caller, once it is over.
+        assert _receive(ours) == ("stopped" if then is KeyboardInterrupt else "interrupted")
         return ours, child
     except BaseException:
         child.kill()
@@ -199,14 +207,16 @@ def test_an_exception_while_a_first_try_reply_is_in_flight_leaves_the_name_free(
         _end(control, child)
 
 
-@pytest.mark.parametrize("kind", ["lock", "semaphore"])
-def test_a_second_signal_during_the_undo_does_not_leave_the_grant(kind, redis_server, redis_client):
+@pytest.mark.parametrize(("kind", "then"), [("lock", Interrupted), ("semaphore", Interrupted),
+                                            ("lock", KeyboardInterrupt)])
+def test_a_second_signal_during_the_undo_does_not_leave_the_grant(kind, then, redis_server, redis_client):
     """The signal comes again while the undo's call waits for its reply: the undo is tried again
-    (it is one script, safe to run twice), and the grant is not left behind."""
-    name = f"interrupted-twice-{kind}"
+    (it is one script, safe to run twice), and the grant is not left behind.  A KeyboardInterrupt
+    raised then reaches the caller once the undo is over."""
+    name = f"interrupted-twice-{kind}-{then.__name__}"
     primitive = _make(kind, redis_client, name)
     control, child = _interrupt_in_flight(kind, redis_server, redis_client, name, contended=False,
-                                          ran=lambda: _held(kind, redis_client, primitive), again=True)
+                                          ran=lambda: _held(kind, redis_client, primitive), again=True, then=then)
     try:
         assert not _held(kind, redis_client, primitive), "the interrupted grant was left in Redis"
         assert _acquire(kind, _make(kind, redis_client, name), blocking_timeout=0)

@@ -137,17 +137,22 @@ class QueuedPrimitive(QueuedBase):
         the queue and give back a hold this token was granted (whose reply was never read, or just
         handed over), in one script that is right whether or not that happened (see
         :meth:`do_cancel`).  Interrupted in turn (a second signal), it is tried again, up to
-        :data:`~django_redis_coord.core.queue.rules.GIVE_BACK_TRIES` times in all.  Best effort when
-        Redis cannot be reached: the TTL and the waiter lease bound what is left."""
+        :data:`~django_redis_coord.core.queue.rules.GIVE_BACK_TRIES` times in all; a
+        ``KeyboardInterrupt`` or ``SystemExit`` that interrupted it is raised once it is over.
+        Best effort when Redis cannot be reached: the TTL and the waiter lease bound what is left."""
+        stop: Optional[BaseException] = None
         for _ in range(GIVE_BACK_TRIES):
             try:
                 with waiter.gate if waiter is not None else nullcontext():
                     self.do_cancel(token, worker, give_back=True)
-                return
+                break
             except RedisError:  # the original error matters more; the TTL and the lease bound the rest
-                return
-            except BaseException:  # interrupted: once more (the original exception is raised after)
-                continue
+                break
+            except BaseException as exc:  # interrupted: once more (the original exception is raised after)
+                if stop is None and not isinstance(exc, Exception):
+                    stop = exc
+        if stop is not None:  # a request to stop (KeyboardInterrupt, SystemExit) still stops, after the undo
+            raise stop
 
     def _extend_hold(self, hold: Any, ms: int, mode: str) -> bool:
         """Change the expiry of ``hold`` (its ``token`` and local ``deadline``) in Redis."""
