@@ -171,6 +171,41 @@ def locked_hits_hard_limit(n: int) -> None:
     time.sleep(30)
 
 
+# -- a soft time limit inside an acquire -------------------------------------------------------------
+#: Long enough for the warm-up of :func:`soft_limit_in_flight` on a loaded machine.
+IN_FLIGHT_SOFT_LIMIT = 3
+
+
+@app.task(soft_time_limit=1)
+def soft_limit_while_waiting(name: str) -> None:
+    """Waits for ``name`` (held by the test) until its soft time limit stops it."""
+    from django_redis_coord import Lock
+
+    record(f"soft_limit_while_waiting:{name}", "waiting")
+    with Lock(get_client(), name, timeout=30):
+        record(f"soft_limit_while_waiting:{name}", "acquired")
+
+
+@app.task(soft_time_limit=IN_FLIGHT_SOFT_LIMIT)
+def soft_limit_in_flight(url: str, name: str) -> None:
+    """Acquires the free ``name`` through ``url`` (the test's proxy, which holds the replies back
+    once the test says "go"): the soft time limit lands while the acquire's reply is in flight."""
+    import redis
+
+    from django_redis_coord import Lock
+
+    client = redis.Redis.from_url(url)
+    warm = Lock(client, name + ":warm", timeout=30)
+    warm.acquire()  # the connection is open and the scripts loaded: the acquire below is one call
+    warm.release()
+    direct = get_client()
+    direct.set(f"ready:{name}", 1, ex=60)
+    while not direct.exists(f"go:{name}"):
+        time.sleep(0.005)
+    with Lock(client, name, timeout=30):
+        record(f"soft_limit_in_flight:{name}", "acquired")
+
+
 # -- @rate_limited on tasks ---------------------------------------------------------------------------
 from django_redis_coord import rate_limited  # noqa: E402
 

@@ -537,3 +537,52 @@ def test_a_limited_task_retries_when_its_slot_opens(worker, celery_app, redis_cl
     assert len(runs) == 2
     (_pid, retries_first, _at_first), (_pid2, retries_second, _at_second) = runs
     assert retries_first == "0" and int(retries_second) >= 1
+
+
+# -- a soft time limit inside an acquire ------------------------------------------------------------------
+def test_a_soft_time_limit_while_waiting_for_a_lock_leaves_the_queue(worker, celery_app, redis_client):
+    """The soft time limit lands while the task waits in line for a lock the test holds: the task
+    fails, and the waiter it was is gone at once, so the test's release frees the lock."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from django_redis_coord import Lock
+
+    name = f"soft-waiting:{fresh()}"
+    holder = Lock(redis_client, name, timeout=30)
+    assert holder.acquire(blocking=False)
+    result = celery_app.soft_limit_while_waiting.delay(name)
+    with pytest.raises(SoftTimeLimitExceeded):
+        result.get(timeout=30)
+    assert celery_app.runs(f"soft_limit_while_waiting:{name}") and \
+        all(run.endswith("waiting") for run in celery_app.runs(f"soft_limit_while_waiting:{name}"))
+    assert redis_client.zcard(holder.keys.queue) == 0, "the task's place in the queue was left behind"
+    holder.release()
+    assert redis_client.pttl(name) == -2  # not handed to the task that left
+    assert Lock(redis_client, name, timeout=30).acquire(blocking=False)
+
+
+def test_a_soft_time_limit_while_the_acquire_reply_is_in_flight_leaves_no_hold(worker, celery_app, redis_client):
+    """The soft time limit lands after the acquire script granted the free lock and before its
+    reply reached the task (a proxy holds it back): the task fails, and the grant is given back
+    before it does, not left in Redis for the whole ``timeout`` (30 s) with nobody holding it."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from django_redis_coord import Lock
+    from tests.safety.proxy import Proxy
+
+    name = f"soft-in-flight:{fresh()}"
+    with Proxy("127.0.0.1", redis_client.connection_pool.connection_kwargs["port"]) as proxy:
+        result = celery_app.soft_limit_in_flight.delay(proxy.url, name)
+        wait_for(lambda: redis_client.exists(f"ready:{name}"), timeout=30)
+        proxy.hold_replies()
+        closed = proxy.closed_by_clients
+        redis_client.set(f"go:{name}", 1, ex=60)
+        wait_for(lambda: redis_client.exists(name), timeout=30)  # granted: the reply is held back
+        # The soft time limit stops the task in its read: redis-py closes that connection.
+        wait_for(lambda: proxy.closed_by_clients > closed, timeout=30)
+        proxy.release_replies()
+        with pytest.raises(SoftTimeLimitExceeded):
+            result.get(timeout=30)
+    assert not celery_app.runs(f"soft_limit_in_flight:{name}")  # it never held the lock
+    assert redis_client.pttl(name) == -2, "the grant was left in Redis, held by nobody"
+    assert Lock(redis_client, name, timeout=30).acquire(blocking=False)

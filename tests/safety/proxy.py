@@ -4,6 +4,7 @@
 >>> client = redis.Redis(port=proxy.port, socket_timeout=0.5)
 >>> proxy.set_latency(0.05)       # every chunk, both directions, arrives 50 ms later
 >>> proxy.blackhole()             # nothing passes any more; connections stay open
+>>> proxy.hold_replies()          # requests still reach the server; its replies are held
 >>> proxy.heal()                  # held traffic flows again (as TCP would after a partition)
 >>> proxy.heal(reset=True)        # ... or every connection is closed instead
 >>> proxy.stop()
@@ -29,10 +30,13 @@ class Proxy:
         self.port = port
         self.latency = 0.0
         self.connections = 0
+        #: How many clients closed their connection (end of their stream).
+        self.closed_by_clients = 0
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
         self._server: Optional[asyncio.base_events.Server] = None
         self._open: Optional[asyncio.Event] = None
+        self._replies: Optional[asyncio.Event] = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task] = set()
 
@@ -54,6 +58,8 @@ class Proxy:
         asyncio.set_event_loop(loop)
         self._open = asyncio.Event()
         self._open.set()
+        self._replies = asyncio.Event()
+        self._replies.set()
         self._server = loop.run_until_complete(asyncio.start_server(self._accept, self.host, self.port))
         self.port = self._server.sockets[0].getsockname()[1]
         ready.set()
@@ -96,6 +102,14 @@ class Proxy:
         """Stop forwarding in both directions; traffic is held, connections stay open."""
         self._call(lambda: self._open.clear() if self._open else None)
 
+    def hold_replies(self) -> None:
+        """Keep forwarding requests to the server, but hold its replies (a reply in flight)."""
+        self._call(lambda: self._replies.clear() if self._replies else None)
+
+    def release_replies(self) -> None:
+        """Forward the held replies, and every reply from now on."""
+        self._call(lambda: self._replies.set() if self._replies else None)
+
     def heal(self, reset: bool = False) -> None:
         """Forward again; with ``reset`` close every connection (held traffic is dropped)."""
         if reset:
@@ -135,26 +149,29 @@ class Proxy:
             return
         self.connections += 1
         self._writers.update((client_writer, upstream_writer))
-        for reader, writer in ((client_reader, upstream_writer), (upstream_reader, client_writer)):
+        for reader, writer, replies in ((client_reader, upstream_writer, False),
+                                        (upstream_reader, client_writer, True)):
             queue: asyncio.Queue = asyncio.Queue()
-            for coro in (self._receive(reader, queue), self._send(queue, writer)):
+            for coro in (self._receive(reader, queue, not replies), self._send(queue, writer, replies)):
                 task = asyncio.ensure_future(coro)
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
 
-    async def _receive(self, reader: asyncio.StreamReader, queue: asyncio.Queue) -> None:
+    async def _receive(self, reader: asyncio.StreamReader, queue: asyncio.Queue, from_client: bool = False) -> None:
         try:
             while True:
                 data = await reader.read(65536)
                 if not data:
+                    if from_client:
+                        self.closed_by_clients += 1
                     break
                 await queue.put((time.monotonic() + self.latency, data))
         except (OSError, asyncio.IncompleteReadError):
             pass
         await queue.put((0.0, b""))
 
-    async def _send(self, queue: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
-        assert self._open is not None
+    async def _send(self, queue: asyncio.Queue, writer: asyncio.StreamWriter, replies: bool = False) -> None:
+        assert self._open is not None and self._replies is not None
         try:
             while True:
                 due, data = await queue.get()
@@ -162,6 +179,8 @@ class Proxy:
                 if delay > 0:
                     await asyncio.sleep(delay)
                 await self._open.wait()
+                if replies:
+                    await self._replies.wait()
                 if not data:
                     break
                 writer.write(data)

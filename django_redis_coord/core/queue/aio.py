@@ -14,8 +14,7 @@ from contextlib import nullcontext
 from types import SimpleNamespace
 from typing import Any, Optional
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from .. import watchdog as _watchdog
 from ..concurrency import in_background, run_to_completion
@@ -25,7 +24,7 @@ from ..rwlock.rules import RWLockBase
 from ..scripts import async_scripts
 from ..semaphore.rules import SemaphoreBase
 from ..waiting import aio as waiting
-from .rules import NO_REPLY, QueuedBase
+from .rules import GIVE_BACK_TRIES, NO_REPLY, QueuedBase
 
 __all__ = ["LockHeldPerTask", "QueuedPrimitive", "RWLockHeldPerTask", "SemaphoreHeldPerTask", "TaskLocal"]
 
@@ -103,51 +102,45 @@ class QueuedPrimitive(QueuedBase):
 
     async def _take(self, token: bytes, blocking: bool, stop_at: Optional[float],
                     own: bool = False) -> Optional[tuple[Grant, float]]:
-        """Try once and, when ``blocking``, wait in line until ``stop_at``; see the sync twin."""
+        """Try once and, when ``blocking``, wait in line until ``stop_at``; see the sync twin.  A
+        cancellation, or anything raised, undoes what a call may have done (:meth:`_abandon`)."""
         worker = self._worker()
         cancels = _cancels()
-        if not blocking:
-            sent_at = time.monotonic()
-            return self.taken(await self._attempt(token, self.acquire_mode(0, own), worker, cancels, None), sent_at)
-        hub = waiting.hub_for(self.redis)
-        if not self._contended:
-            async with hub.gate_for(self.redis):  # bounds the calls of the loop's waiters (see waiting)
+        hub: Any = None
+        waiter: Optional[waiting.AsyncWaiter] = None
+        try:
+            try:
+                if not blocking:
+                    sent_at = time.monotonic()
+                    grant = await self.do_acquire(token, self.acquire_mode(0, own), worker)
+                    _cancel_swallowed(cancels)
+                    return self.taken(grant, sent_at)
+                hub = waiting.hub_for(self.redis)
+                if not self._contended:
+                    async with hub.gate_for(self.redis):  # bounds the calls of the loop's waiters (see waiting)
+                        sent_at = time.monotonic()
+                        grant = await self.do_acquire(token, self.acquire_mode(0, own), worker)
+                    _cancel_swallowed(cancels)
+                    if grant.acquired:
+                        return grant, sent_at
+                waiter = await hub.register(self.redis, self.refresh_interval)
                 sent_at = time.monotonic()
-                grant = await self._attempt(token, self.acquire_mode(0, own), worker, cancels, None)
-            if grant.acquired:
-                return grant, sent_at
-        waiter = await hub.register(self.redis, self.refresh_interval)
-        try:
-            sent_at = time.monotonic()
-            grant = await self._attempt(token, self.acquire_mode(1, own), worker, cancels, waiter)
-            self._contended = not grant.acquired
-            if not grant.acquired:
-                self._note_wait(grant)  # the waiting path (see core.reporting): tracing hears of it
-                try:
-                    grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at, own, waiter, cancels)
-                except BaseException:
-                    # Cancelled or failed while queued: leave the queue (and return a hold just
-                    # handed over) even though this task is being cancelled.
-                    await run_to_completion(self._abandon(token, worker, waiter))
-                    raise
-        finally:
-            hub.unregister(waiter)
-        return self.taken(grant, sent_at)
-
-    async def _attempt(self, token: bytes, enqueue: int, worker: str, cancels: int,
-                       waiter: Optional[waiting.AsyncWaiter]) -> Grant:
-        """One acquire call; see the sync twin.  A cancellation undoes what the call may have done."""
-        try:
-            if waiter is None:
-                grant = await self.do_acquire(token, enqueue, worker)
-            else:
                 async with waiter.gate:
-                    grant = await self.do_acquire(token, enqueue, worker, waiter.reply_to())
-            _cancel_swallowed(cancels)
-        except (asyncio.CancelledError, RedisConnectionError, RedisTimeoutError):
+                    grant = await self.do_acquire(token, self.acquire_mode(1, own), worker, waiter.reply_to())
+                _cancel_swallowed(cancels)
+                self._contended = not grant.acquired
+                if not grant.acquired:
+                    self._note_wait(grant)  # the waiting path (see core.reporting): tracing hears of it
+                    grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at, own, waiter, cancels)
+                return self.taken(grant, sent_at)
+            finally:  # inside the undo's try: an exception raised here may follow a grant
+                if waiter is not None:
+                    hub.unregister(waiter)
+        except BaseException:
+            # Cancelled, or anything raised, wherever (see the sync twin): leave the queue and give
+            # back a grant, even though this task is being cancelled.
             await run_to_completion(self._abandon(token, worker, waiter))
             raise
-        return grant
 
     async def _wait(
         self, token: bytes, worker: str, grant: Grant, stop_at: Optional[float], sent_at: float,
@@ -187,14 +180,19 @@ class QueuedPrimitive(QueuedBase):
             queued_at = called_at  # a hand-off announced from now on came after this call ran
 
     async def _abandon(self, token: bytes, worker: str, waiter: Optional[waiting.AsyncWaiter] = None) -> None:
-        """Best effort after an interrupted wait: leave the queue, give back a hold just handed over."""
-        try:
-            async with waiter.gate if waiter is not None else nullcontext():
-                granted = (await self.do_cancel(token, worker)).acquired
-            if granted:
-                await self.do_release(token)
-        except Exception:  # the original error matters more; the waiter lease bounds the rest
-            pass
+        """Undo an acquire stopped while a call of it may have reached Redis: leave the queue and
+        give back a hold this token was granted, in one script; see the sync twin.  It runs to its
+        end when the task is cancelled again (:func:`~django_redis_coord.core.concurrency.run_to_completion`);
+        an exception a signal handler raises into it makes it try again."""
+        for _ in range(GIVE_BACK_TRIES):
+            try:
+                async with waiter.gate if waiter is not None else nullcontext():
+                    await self.do_cancel(token, worker, give_back=True)
+                return
+            except RedisError:  # the original error matters more; the TTL and the lease bound the rest
+                return
+            except Exception:  # interrupted: once more (the original exception is raised after)
+                continue
 
     async def _extend_hold(self, hold: Any, ms: int, mode: str) -> bool:
         """Change the expiry of ``hold`` (its ``token`` and local ``deadline``) in Redis."""
@@ -211,9 +209,11 @@ class QueuedPrimitive(QueuedBase):
                              client=self.redis)
         return self.grant_from_reply(reply)
 
-    async def do_cancel(self, token: bytes, worker: str) -> Grant:
+    async def do_cancel(self, token: bytes, worker: str, give_back: bool = False) -> Grant:
+        """Leave the queue; a hold this token has is kept, or with ``give_back`` released; see the sync twin."""
         script = self.scripts.get(self.redis, self.cancel_script)
-        reply = await script(self.acquire_keys(), self.acquire_args(token, 2, worker), client=self.redis)
+        reply = await script(self.acquire_keys(), self.acquire_args(token, 3 if give_back else 2, worker),
+                             client=self.redis)
         return Grant.from_reply(reply)
 
     async def do_release(self, token: bytes) -> Any:

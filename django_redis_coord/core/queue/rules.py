@@ -23,7 +23,7 @@ from ..keys import KeySet, cacheable, encode_name, keys_for
 from ..reporting import Reporting, check_events, report_loss
 from ..scripts import queue_script
 
-__all__ = ["QueuedBase", "DEFAULT_WAITER_LEASE", "META_RETENTION_MS", "NO_REPLY", "OWN_TOKEN"]
+__all__ = ["QueuedBase", "DEFAULT_WAITER_LEASE", "GIVE_BACK_TRIES", "META_RETENTION_MS", "NO_REPLY", "OWN_TOKEN"]
 
 #: How long a queued waiter stays in the queue without refreshing its place (ms).  A waiter that
 #: dies is skipped once this lapses; a live one refreshes three times per lease.
@@ -33,6 +33,10 @@ META_RETENTION_MS = 24 * 3600 * 1000
 
 _HOSTNAME = socket.gethostname()
 _INFO_CACHE: dict[tuple, str] = {}
+#: How many times the give-back of an interrupted acquire (``_abandon``) is tried when an
+#: exception interrupts it in turn (a signal that comes again): each try is one script, safe to
+#: run again, that leaves the queue and releases what the token holds.
+GIVE_BACK_TRIES = 3
 #: The ``reply_to`` of an acquire that does not wait (see :meth:`QueuedBase.acquire_args`).
 NO_REPLY = (b"", 0)
 #: Added to an acquire's mode when the library made the token for that very call (see lock_acquire.lua).

@@ -10,8 +10,7 @@ import time
 from contextlib import nullcontext
 from typing import Any, Optional
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from .. import watchdog as _watchdog
 from ..grants import OUTAGE_ERRORS, Grant, Outage
@@ -21,7 +20,7 @@ from ..rwlock.rules import RWLockBase
 from ..scripts import sync_scripts
 from ..semaphore.rules import SemaphoreBase
 from ..waiting import sync as waiting
-from .rules import NO_REPLY, QueuedBase
+from .rules import GIVE_BACK_TRIES, NO_REPLY, QueuedBase
 
 __all__ = ["LockHeldPerThread", "QueuedPrimitive", "RWLockHeldPerThread", "SemaphoreHeldPerThread"]
 
@@ -55,46 +54,40 @@ class QueuedPrimitive(QueuedBase):
         announcement of its grant can be missed.  While the primitive's last blocking acquire found
         it taken (:attr:`~django_redis_coord.core.queue.rules.QueuedBase._contended`), the try is skipped:
         it registers and queues in one call.
+
+        Whatever is raised on the way (an exception a signal handler raises: a task's soft time
+        limit, an alarm, KeyboardInterrupt; a timeout, a lost connection), a call may have reached
+        Redis and granted or queued this token: :meth:`_abandon` undoes it before the exception
+        goes on.  The ``try`` costs nothing until something is raised.
         """
         worker = self._worker()
-        if not blocking:
-            sent_at = time.monotonic()
-            return self.taken(self._attempt(token, self.acquire_mode(0, own), worker, None), sent_at)
-        hub = waiting.hub_for(self.redis)
-        if not self._contended:
-            with hub.gate_for(self.redis):  # bounds the calls of the process's waiters (see waiting)
+        hub: Any = None
+        waiter: Optional[waiting.Waiter] = None
+        try:
+            try:
+                if not blocking:
+                    sent_at = time.monotonic()
+                    return self.taken(self.do_acquire(token, self.acquire_mode(0, own), worker), sent_at)
+                hub = waiting.hub_for(self.redis)
+                if not self._contended:
+                    with hub.gate_for(self.redis):  # bounds the calls of the process's waiters (see waiting)
+                        sent_at = time.monotonic()
+                        grant = self.do_acquire(token, self.acquire_mode(0, own), worker)
+                    if grant.acquired:
+                        return grant, sent_at
+                waiter = hub.register(self.redis, self.refresh_interval)
                 sent_at = time.monotonic()
-                grant = self._attempt(token, self.acquire_mode(0, own), worker, None)
-            if grant.acquired:
-                return grant, sent_at
-        waiter = hub.register(self.redis, self.refresh_interval)
-        try:
-            sent_at = time.monotonic()
-            grant = self._attempt(token, self.acquire_mode(1, own), worker, waiter)
-            self._contended = not grant.acquired
-            if not grant.acquired:
-                self._note_wait(grant)  # the waiting path (see core.reporting): tracing hears of it
-                try:
+                with waiter.gate:
+                    grant = self.do_acquire(token, self.acquire_mode(1, own), worker, waiter.reply_to())
+                self._contended = not grant.acquired
+                if not grant.acquired:
                     grant, sent_at = self._wait(token, worker, grant, stop_at, sent_at, own, waiter)
-                except BaseException:
-                    self._abandon(token, worker, waiter)
-                    raise
-        finally:
-            hub.unregister(waiter)
-        return self.taken(grant, sent_at)
-
-    def _attempt(self, token: bytes, enqueue: int, worker: str, waiter: Optional[waiting.Waiter]) -> Grant:
-        """One acquire call.  Interrupted, or no reply read (a timeout, a connection lost), it may
-        have reached Redis and granted (or queued) this token: that is undone, best effort when
-        Redis cannot be reached (the TTL and the waiter lease bound it)."""
-        try:
-            if waiter is None:
-                return self.do_acquire(token, enqueue, worker)
-            with waiter.gate:
-                return self.do_acquire(token, enqueue, worker, waiter.reply_to())
-        except BaseException as exc:
-            if not isinstance(exc, Exception) or isinstance(exc, (RedisConnectionError, RedisTimeoutError)):
-                self._abandon(token, worker, waiter)
+                return self.taken(grant, sent_at)
+            finally:  # inside the undo's try: an exception raised here may follow a grant
+                if waiter is not None:
+                    hub.unregister(waiter)
+        except BaseException:
+            self._abandon(token, worker, waiter)
             raise
 
     def _wait(
@@ -140,14 +133,26 @@ class QueuedPrimitive(QueuedBase):
             queued_at = called_at  # a hand-off announced from now on came after this call ran
 
     def _abandon(self, token: bytes, worker: str, waiter: Optional[waiting.Waiter] = None) -> None:
-        """Best effort after an interrupted wait: leave the queue, give back a hold just handed over."""
-        try:
-            with waiter.gate if waiter is not None else nullcontext():
-                granted = self.do_cancel(token, worker).acquired
-            if granted:
-                self.do_release(token)
-        except Exception:  # the original error matters more; the waiter lease bounds the rest
-            pass
+        """Undo an acquire stopped by an exception while a call of it may have reached Redis: leave
+        the queue and give back a hold this token was granted (whose reply was never read, or just
+        handed over), in one script that is right whether or not that happened (see
+        :meth:`do_cancel`).  Interrupted in turn (a second signal), it is tried again, up to
+        :data:`~django_redis_coord.core.queue.rules.GIVE_BACK_TRIES` times in all; a
+        ``KeyboardInterrupt`` or ``SystemExit`` that interrupted it is raised once it is over.
+        Best effort when Redis cannot be reached: the TTL and the waiter lease bound what is left."""
+        stop: Optional[BaseException] = None
+        for _ in range(GIVE_BACK_TRIES):
+            try:
+                with waiter.gate if waiter is not None else nullcontext():
+                    self.do_cancel(token, worker, give_back=True)
+                break
+            except RedisError:  # the original error matters more; the TTL and the lease bound the rest
+                break
+            except BaseException as exc:  # interrupted: once more (the original exception is raised after)
+                if stop is None and not isinstance(exc, Exception):
+                    stop = exc
+        if stop is not None:  # a request to stop (KeyboardInterrupt, SystemExit) still stops, after the undo
+            raise stop
 
     def _extend_hold(self, hold: Any, ms: int, mode: str) -> bool:
         """Change the expiry of ``hold`` (its ``token`` and local ``deadline``) in Redis."""
@@ -162,9 +167,12 @@ class QueuedPrimitive(QueuedBase):
         reply = script(self.acquire_keys(), self.acquire_args(token, enqueue, worker, reply_to), client=self.redis)
         return self.grant_from_reply(reply)
 
-    def do_cancel(self, token: bytes, worker: str) -> Grant:
+    def do_cancel(self, token: bytes, worker: str, give_back: bool = False) -> Grant:
+        """Leave the queue; a hold this token has is kept, or with ``give_back`` released (mode 3
+        of the cancel scripts: one script, safe to run again)."""
         script = self.scripts.get(self.redis, self.cancel_script)
-        reply = script(self.acquire_keys(), self.acquire_args(token, 2, worker), client=self.redis)
+        reply = script(self.acquire_keys(), self.acquire_args(token, 3 if give_back else 2, worker),
+                       client=self.redis)
         return Grant.from_reply(reply)
 
     def do_release(self, token: bytes) -> Any:
