@@ -81,6 +81,7 @@ class QueuedPrimitive(QueuedBase):
                     grant = self.do_acquire(token, self.acquire_mode(1, own), worker, waiter.reply_to())
                 self._contended = not grant.acquired
                 if not grant.acquired:
+                    self._note_wait(grant)  # the waiting path (see core.reporting): tracing hears of it
                     grant, sent_at = self._wait(token, worker, grant, stop_at, sent_at, own, waiter)
                 return self.taken(grant, sent_at)
             finally:  # inside the undo's try: an exception raised here may follow a grant
