@@ -398,7 +398,7 @@ def test_a_run_whose_hold_ended_hands_nothing_to_its_retry(worker, celery_app, r
         os.kill(pid, signal.SIGCONT)
     # The attempt ended (its release, in the task's call, ran before its result was stored).
     assert result.get(timeout=30) == "done"
-    assert key_is_free(redis_client, key), f"the ended run reserved the key for its retry: {holder_of(redis_client, key)}"
+    assert key_is_free(redis_client, key), f"the ended run reserved the key: {holder_of(redis_client, key)}"
     wait_for(lambda: celery_app.runs(f"lost:{key}"), timeout=10)  # and it was told of the loss
 
 
