@@ -197,6 +197,13 @@ def test_a_forked_child_does_not_reenter_the_parents_read_write_hold(redis_clien
         _check_child_waits_then_gets_its_own_hold(lock.write)
 
 
+def test_a_forked_child_takes_its_own_hold_of_the_parents_shared_read_write_lock(redis_client):
+    # thread_local=False: one hold state, claimed by the parent's hold; the child's acquire waits
+    # for a hold of its own instead of finding the state taken.
+    lock = ReadWriteLock(redis_client, "fork-rw-shared", timeout=10, thread_local=False)
+    _check_child_waits_then_gets_its_own_hold(lock.write)
+
+
 def _read_in_child(lock, queue) -> None:
     try:
         got = lock.read.acquire(blocking=False)

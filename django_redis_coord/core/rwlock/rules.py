@@ -191,9 +191,8 @@ class RWLockBase(QueuedBase):
         claims the one hold state for this acquire (:class:`LockError` when it is taken).  A forked
         child never joins the hold its parent took (the state it inherited): it takes one of its own."""
         local = self._state()
-        forked = taken_elsewhere(local)
         if not self.thread_local:
-            if forked:
+            if taken_elsewhere(local):
                 local.claimed = False  # the parent's claim, not this process's
             if not first_time(local, "claimed"):
                 raise LockError(
@@ -201,7 +200,7 @@ class RWLockBase(QueuedBase):
                     "is shared by every thread, so it takes one hold at a time. Use one object per hold",
                     lock_name=self.name)
             return False
-        if local.token is None or forked:
+        if local.token is None or taken_elsewhere(local):
             return False
         if mode == WRITE and local.mode == READ:
             raise LockUpgradeError(
