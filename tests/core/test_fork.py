@@ -144,7 +144,7 @@ def _check_child_waits_then_gets_its_own_hold(hold) -> None:
     assert hold.acquire(blocking=False)
     parent_fence = hold.fence
     queue, released = CTX.Queue(), CTX.Event()
-    child = CTX.Process(target=_acquire_in_child, args=(hold, released, queue))
+    child = CTX.Process(target=_acquire_in_child, args=(hold, released, queue), daemon=True)
     child.start()
     try:
         step, got, fence, valid = queue.get(timeout=30)
@@ -178,7 +178,7 @@ def test_a_forked_child_does_not_reenter_the_parents_read_write_hold(redis_clien
         assert lock.read.acquire(blocking=False)
         parent_fence = lock.read.fence
         queue, released = CTX.Queue(), CTX.Event()
-        child = CTX.Process(target=_acquire_in_child, args=(lock.write, released, queue))
+        child = CTX.Process(target=_acquire_in_child, args=(lock.write, released, queue), daemon=True)
         child.start()
         try:
             step, got, fence, valid = queue.get(timeout=30)
@@ -218,7 +218,7 @@ def test_a_forked_childs_read_beside_the_parents_read_is_a_hold_of_its_own(redis
     assert lock.read.acquire(blocking=False)
     parent_fence = lock.read.fence
     queue = CTX.Queue()
-    child = CTX.Process(target=_read_in_child, args=(lock, queue))
+    child = CTX.Process(target=_read_in_child, args=(lock, queue), daemon=True)
     child.start()
     got, fence = queue.get(timeout=30)
     child.join(30)

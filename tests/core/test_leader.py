@@ -505,7 +505,7 @@ def test_a_forked_child_of_the_leader_is_not_the_leader(redis_client):
         assert leader.campaign(blocking_timeout=5)
         term = leader.term
         queue = CTX.Queue()
-        child = CTX.Process(target=_forked_leader_child, args=(leader, queue))
+        child = CTX.Process(target=_forked_leader_child, args=(leader, queue), daemon=True)
         child.start()
         # The child does not lead: not is_leader, no term of its own, not even the parent's hold.
         assert queue.get(timeout=30) == (False, None, False)
@@ -546,7 +546,7 @@ def test_a_forked_child_of_an_asyncio_leader_is_not_the_leader(redis_server, red
             assert await leader.campaign(blocking_timeout=5)
             term = leader.term
             queue = CTX.Queue()
-            child = CTX.Process(target=_forked_async_leader_child, args=(leader, queue))
+            child = CTX.Process(target=_forked_async_leader_child, args=(leader, queue), daemon=True)
             child.start()
             loop = asyncio.get_running_loop()
             assert await loop.run_in_executor(None, queue.get, True, 30) == (False, None)

@@ -579,7 +579,7 @@ def test_holds_taken_by_a_client_whose_clock_is_an_hour_behind_are_listed_while_
 
     ready, done = CTX.Event(), CTX.Event()
     before = server_ms()
-    child = CTX.Process(target=_hold_with_a_clock_an_hour_behind, args=(redis_url, ready, done))
+    child = CTX.Process(target=_hold_with_a_clock_an_hour_behind, args=(redis_url, ready, done), daemon=True)
     child.start()
     try:
         assert ready.wait(30), "the child did not take its holds"
