@@ -127,7 +127,7 @@ def _acquire_in_child(hold, released, queue) -> None:
     then again once the parent says it released; put what each acquire gave (result, fence)."""
     try:
         got = hold.acquire(blocking_timeout=0.5)
-        queue.put(("while held", got, hold.fence, hold.valid))
+        queue.put(("while held", got, hold.fence, hold.valid or hold.owned()))
         if got:
             return
         assert released.wait(30)
