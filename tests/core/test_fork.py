@@ -165,13 +165,13 @@ def _check_child_waits_then_gets_its_own_hold(hold) -> None:
 
 
 def test_a_forked_child_does_not_reenter_the_parents_reentrant_lock(redis_client):
-    lock = Lock(redis_client, "fork-reentrant", timeout=10, reentrant=True)
+    lock = Lock(redis_client, "fork-reentrant", timeout=60, reentrant=True)
     _check_child_waits_then_gets_its_own_hold(lock)
 
 
 @pytest.mark.parametrize("mode", ["read", "write"])
 def test_a_forked_child_does_not_reenter_the_parents_read_write_hold(redis_client, mode):
-    lock = ReadWriteLock(redis_client, "fork-rw-reentrant", timeout=10)
+    lock = ReadWriteLock(redis_client, "fork-rw-reentrant", timeout=60)
     if mode == "read":
         # A read beside the parent's read is granted at once: the child's own read must have a
         # fence of its own, never the parent's.  Here the child asks for a write while the parent reads.
@@ -200,7 +200,7 @@ def test_a_forked_child_does_not_reenter_the_parents_read_write_hold(redis_clien
 def test_a_forked_child_takes_its_own_hold_of_the_parents_shared_read_write_lock(redis_client):
     # thread_local=False: one hold state, claimed by the parent's hold; the child's acquire waits
     # for a hold of its own instead of finding the state taken.
-    lock = ReadWriteLock(redis_client, "fork-rw-shared", timeout=10, thread_local=False)
+    lock = ReadWriteLock(redis_client, "fork-rw-shared", timeout=60, thread_local=False)
     _check_child_waits_then_gets_its_own_hold(lock.write)
 
 
@@ -214,7 +214,7 @@ def _read_in_child(lock, queue) -> None:
 
 
 def test_a_forked_childs_read_beside_the_parents_read_is_a_hold_of_its_own(redis_client):
-    lock = ReadWriteLock(redis_client, "fork-rw-reads", timeout=10)
+    lock = ReadWriteLock(redis_client, "fork-rw-reads", timeout=60)
     assert lock.read.acquire(blocking=False)
     parent_fence = lock.read.fence
     queue = CTX.Queue()
