@@ -130,6 +130,18 @@ def raises_its_retry_late(self, n: int, seconds: float) -> str:
     return "done"
 
 
+@app.task(bind=True, base=UniqueTask, unique_key="retry-lost:{n}", unique_timeout=3)
+def retries_then_works_on(self, n: int, seconds: float) -> str:
+    """The first attempt sends its retry (due in ten minutes) and works on for ``seconds``: long
+    enough for the test to pause it past its hold's TTL."""
+    record(f"retries_then_works_on:{n}", self.request.retries)
+    if self.request.retries == 0:
+        self.retry(countdown=600, throw=False)
+        record(f"retries_then_works_on:{n}", "retry sent")
+        time.sleep(seconds)
+    return "done"
+
+
 @app.task(bind=True, base=UniqueTask, unique_key="spanned:{day}", unique_timeout=3)
 def spanned_report(self, day: int, seconds: float) -> str:
     started = now_us()

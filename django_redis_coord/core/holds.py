@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from .exceptions import LockForkedError
 
-__all__ = ["SharedHold", "ThreadHold", "capped_ms", "first_time", "first_of", "refuse_forked"]
+__all__ = ["SharedHold", "ThreadHold", "capped_ms", "first_time", "first_of", "refuse_forked", "taken_elsewhere"]
 
 
 _FLAGS = threading.Lock()
@@ -56,12 +56,19 @@ def capped_ms(ttl_ms: int, hold: Any, max_hold: Optional[float]) -> int:
     return max(1, min(ttl_ms, int((started + max_hold - time.monotonic()) * 1000)))
 
 
+def taken_elsewhere(hold: Any) -> bool:
+    """Whether ``hold`` has a token taken by another process than this one (this one is a fork of
+    it; the taking process records itself as ``pid`` with the token).  Such a hold is not this
+    process's: it neither joins it (re-entry), nor releases or renews it (:func:`refuse_forked`)."""
+    pid = getattr(hold, "pid", None)
+    return pid is not None and getattr(hold, "token", None) is not None and pid != os.getpid()
+
+
 def refuse_forked(hold: Any, name: Any) -> None:
     """Raise :class:`LockForkedError` when ``hold`` was taken by another process than this one
-    (this one is a fork of it; the taking process records itself as ``pid`` with the token):
-    only the process that took a hold releases or renews it."""
-    pid = getattr(hold, "pid", None)
-    if pid is not None and getattr(hold, "token", None) is not None and pid != os.getpid():
+    (see :func:`taken_elsewhere`): only the process that took a hold releases or renews it."""
+    if taken_elsewhere(hold):
+        pid = hold.pid
         raise LockForkedError(
             f"Lock {name!r} was acquired by process {pid}; this process ({os.getpid()}) is a fork of it. "
             f"A hold stays with the process that took it: release it there, or acquire the lock in this process.",

@@ -485,3 +485,79 @@ def test_a_leader_paused_past_its_lease_is_revoked_before_it_acts_again(redis_se
     accepted = sorted((op for op in ops if op.f == "write" and op.type == OK), key=lambda op: op.end)
     accepted_terms = [op.args["fence"] for op in accepted]
     assert accepted_terms == sorted(accepted_terms) and len(set(accepted_terms)) >= 3
+
+
+# -- a forked child --------------------------------------------------------------------------------
+def _forked_leader_child(leader: Any, queue: Any) -> None:
+    """In a forked child of a leading process: what the child's copy says, then what its exit runs."""
+    queue.put((leader.is_leader, leader.term, leader.lock.valid))
+    _resign_all()  # what atexit runs when the child exits
+    leader.resign()
+    queue.put("exited")
+
+
+def test_a_forked_child_of_the_leader_is_not_the_leader(redis_client):
+    def revoked(term: int) -> None:
+        redis_client.rpush("fork-election:revoked", f"{os.getpid()}:{term}")
+
+    leader = Leader(redis_client, "fork-election", 5.0, on_revoked=revoked)
+    try:
+        assert leader.campaign(blocking_timeout=5)
+        term = leader.term
+        queue = CTX.Queue()
+        child = CTX.Process(target=_forked_leader_child, args=(leader, queue), daemon=True)
+        child.start()
+        # The child does not lead: not is_leader, no term of its own, not even the parent's hold.
+        assert queue.get(timeout=30) == (False, None, False)
+        assert queue.get(timeout=30) == "exited"
+        child.join(30)
+        assert child.exitcode == 0
+        # Its exit ran no on_revoked and released nothing: the parent still leads, in the same term.
+        assert redis_client.lrange("fork-election:revoked", 0, -1) == []
+        assert leader.is_leader and leader.term == term
+        holder = lock_holder(redis_client, "fork-election")
+        assert holder is not None and holder.fence == term
+    finally:
+        leader.resign()
+    assert redis_client.lrange("fork-election:revoked", 0, -1) == [f"{os.getpid()}:{term}".encode()]
+
+
+def _forked_async_leader_child(leader: Any, queue: Any) -> None:
+    queue.put((leader.is_leader, leader.term))
+
+    async def exit_of_the_child() -> None:
+        await leader.resign()
+
+    asyncio.run(exit_of_the_child())
+    queue.put("exited")
+
+
+def test_a_forked_child_of_an_asyncio_leader_is_not_the_leader(redis_server, redis_client):
+    async def scenario() -> None:
+        client = redis_server.async_client()
+        revoked: list[int] = []
+
+        async def on_revoked(term: int) -> None:
+            revoked.append(term)
+            await client.rpush("fork-aelection:revoked", f"{os.getpid()}:{term}")
+
+        leader = AsyncLeader(client, "fork-aelection", 5.0, on_revoked=on_revoked)
+        try:
+            assert await leader.campaign(blocking_timeout=5)
+            term = leader.term
+            queue = CTX.Queue()
+            child = CTX.Process(target=_forked_async_leader_child, args=(leader, queue), daemon=True)
+            child.start()
+            loop = asyncio.get_running_loop()
+            assert await loop.run_in_executor(None, queue.get, True, 30) == (False, None)
+            assert await loop.run_in_executor(None, queue.get, True, 30) == "exited"
+            await loop.run_in_executor(None, child.join, 30)
+            assert child.exitcode == 0
+            assert await client.lrange("fork-aelection:revoked", 0, -1) == []
+            assert leader.is_leader and leader.term == term
+        finally:
+            await leader.resign()
+            await client.aclose()
+        assert revoked == [term]
+
+    asyncio.run(scenario())

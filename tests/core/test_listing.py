@@ -545,3 +545,53 @@ def test_force_release_holds_leaves_a_hold_that_changed_alone(listing, redis_cli
     results = {holder.name: result for holder, result in listing.force_release_holds(chosen)}
     assert results["moving"].fence_mismatch and not results["moving"].released and second.owned()
     assert results["staying"].released and results["staying"].fence_after > stays.fence and not stays.owned()
+
+
+# -- grant times come from the server's clock ---------------------------------------------------------
+def _hold_with_a_clock_an_hour_behind(url: str, ready, done) -> None:
+    """A child process whose wall clock (``time.time`` and friends) runs an hour behind takes a
+    lock, a permit and a read hold, and keeps them until told; Redis itself stays right."""
+    import redis
+
+    from django_redis_coord import ReadWriteLock
+
+    real_time, real_time_ns = time.time, time.time_ns
+    time.time = lambda: real_time() - 3600  # type: ignore[assignment]
+    time.time_ns = lambda: real_time_ns() - 3600 * 10**9  # type: ignore[assignment]
+    client = redis.Redis.from_url(url)
+    lock = Lock(client, "behind:lock", timeout=60)
+    semaphore = Semaphore(client, "behind:sem", limit=2, timeout=60)
+    rw = ReadWriteLock(client, "behind:rw", timeout=60)
+    assert lock.acquire(blocking=False) and semaphore.acquire("job") and rw.read.acquire(blocking=False)
+    ready.set()
+    done.wait(60)
+    lock.release()
+    semaphore.release("job")
+    rw.read.release()
+
+
+def test_holds_taken_by_a_client_whose_clock_is_an_hour_behind_are_listed_while_held(redis_client, redis_url):
+    from tests.support.procs import CTX
+
+    def server_ms() -> int:
+        seconds, micros = redis_client.time()
+        return seconds * 1000 + micros // 1000
+
+    ready, done = CTX.Event(), CTX.Event()
+    before = server_ms()
+    child = CTX.Process(target=_hold_with_a_clock_an_hour_behind, args=(redis_url, ready, done), daemon=True)
+    child.start()
+    try:
+        assert ready.wait(30), "the child did not take its holds"
+        after = server_ms()
+        listed = {holder.name: holder for holder in HolderListing(redis_client).holders()}
+        # Listed while held, granted at the server's time (not the client's, an hour earlier).
+        assert set(listed) == {"behind:lock", "behind:sem", "behind:rw"}
+        for holder in listed.values():
+            assert before <= holder.acquired_at_ms <= after, holder
+            assert holder.ttl_ms is not None and 0 < holder.ttl_ms <= 60_000
+    finally:
+        done.set()
+        child.join(30)
+    assert child.exitcode == 0
+    assert HolderListing(redis_client).holders() == []

@@ -382,6 +382,26 @@ def test_a_run_whose_renewals_come_too_late_says_it_lost_the_key(worker, celery_
     assert [int(entry.split(":")[0]) for entry in celery_app.runs(f"lost:spanned:{day}")] == [pid]
 
 
+def test_a_run_whose_hold_ended_hands_nothing_to_its_retry(worker, celery_app, redis_client):
+    """A run that sent a retry hands the key to the retry's reservation when it ends, but only
+    while it still holds the key: paused past its hold's TTL, it no longer does, and its end must
+    not take the key again (for its retry) behind the back of whoever may have taken it since."""
+    n = fresh()
+    key = f"retry-lost:{n}"
+    result = celery_app.retries_then_works_on.delay(n, 1.0)
+    wait_for(lambda: any(run.endswith(":retry sent") for run in celery_app.runs(f"retries_then_works_on:{n}")))
+    pid = holder_of(redis_client, key).pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: key_is_free(redis_client, key), timeout=15)  # its TTL (3 s) ran out meanwhile
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # The attempt ended (its release, in the task's call, ran before its result was stored).
+    assert result.get(timeout=30) == "done"
+    assert key_is_free(redis_client, key), f"the ended run reserved the key: {holder_of(redis_client, key)}"
+    wait_for(lambda: celery_app.runs(f"lost:{key}"), timeout=10)  # and it was told of the loss
+
+
 # -- @locked on tasks: run-time exclusion -------------------------------------------------------------------
 def test_locked_under_app_task_skips_a_contended_run(worker, celery_app, redis_client):
     account = fresh()

@@ -11,7 +11,9 @@ it has seen refuses a deposed leader's writes.
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Optional, Union
@@ -37,6 +39,21 @@ ROLE = "leader"
 
 #: ``on_elected`` / ``on_revoked``: called with the term (the asyncio twin also awaits coroutines).
 TermCallback = Callable[[int], object]
+
+
+#: Every leader of this process, for the fork hook (:func:`_after_fork_in_child`).
+_leaders: weakref.WeakSet[LeaderBase] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child leads nothing: the parent's term, and its campaign, stay with the parent.
+    The child's copies of the parent's leaders start afresh (see :meth:`LeaderBase._forked`)."""
+    for leader in list(_leaders):
+        leader._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def leader_label(label: Optional[str]) -> str:
@@ -94,6 +111,18 @@ class LeaderBase:
         self._term: Optional[int] = None
         self._in_term = False
         #: Set by ``resign``: the campaign stops, and a grant that arrives now is given back.
+        self._stopping = False
+        self._new_campaign_state()
+        _leaders.add(self)
+
+    def _forked(self) -> None:
+        """In a forked child: this copy neither leads nor campaigns (the parent's term goes on in
+        the parent), so ``is_leader`` is False, ``term`` is ``None`` and no ``on_revoked`` runs
+        here; ``campaign()`` in the child waits in line for a term of its own.  New locks too: a
+        thread of the parent may have held one at the fork."""
+        self._mutex = threading.Lock()
+        self._term = None
+        self._in_term = False
         self._stopping = False
         self._new_campaign_state()
 

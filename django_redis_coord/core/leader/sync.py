@@ -67,6 +67,7 @@ class Leader(LeaderBase):
     lock: Lock  # a _LeaderLock: a Lock whose holder record says it is the leader's
 
     def _new_campaign_state(self) -> None:
+        _campaigning.discard(self)  # not campaigning (yet, or in a forked child: see _forked)
         self._control = threading.RLock()  # campaign(), resign() and the callbacks, one at a time
         self._thread: Optional[threading.Thread] = None
         self._elected = threading.Event()  # set from on_elected's return to the term's end

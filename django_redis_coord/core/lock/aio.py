@@ -33,7 +33,7 @@ from ..exceptions import (
     LockLostError,
     LockNotOwnedError,
 )
-from ..holds import refuse_forked
+from ..holds import refuse_forked, taken_elsewhere
 from ..queue.aio import LockHeldPerTask
 from .rules import AsyncWithBlock
 
@@ -84,9 +84,11 @@ class Lock(AsyncWithBlock, LockHeldPerTask):
         return await self.redis.get(self.name) is not None
 
     async def owned(self) -> bool:
-        """True when the lock is held with this thread's (task's) token (checked in Redis)."""
-        token = self._state().token
-        if token is None:
+        """True when the lock is held with this thread's (task's) token (checked in Redis); False in
+        a forked child for the parent's hold."""
+        local = self._state()
+        token = local.token
+        if token is None or taken_elsewhere(local):
             return False
         return as_bytes(await self.redis.get(self.name)) == token
 

@@ -14,6 +14,7 @@ from ..arguments import Number, check_number, encode_token
 from ..events import Events
 from ..exceptions import InvalidLockArgument, InvalidLockArgumentType, LockAcquireTimeout, LockError, LockLostError
 from ..grants import Grant
+from ..holds import taken_elsewhere
 from ..queue.rules import DEFAULT_WAITER_LEASE, META_RETENTION_MS, QueuedBase
 
 __all__ = ["AsyncWithBlock", "LockBase", "ReleaseOnExit", "WithBlock"]
@@ -146,9 +147,10 @@ class LockBase(ReleaseOnExit, QueuedBase):
 
     @property
     def fence(self) -> Optional[int]:
-        """Fence token of the current hold (``None`` when not held by this thread or task)."""
+        """Fence token of the current hold (``None`` when not held by this thread or task, nor in a
+        forked child: the parent's hold is not the child's)."""
         local = self._state()
-        return getattr(local, "fence", None) if local.token is not None else None
+        return getattr(local, "fence", None) if local.token is not None and not taken_elsewhere(local) else None
 
     @property
     def deadline(self) -> Optional[float]:
@@ -157,9 +159,10 @@ class LockBase(ReleaseOnExit, QueuedBase):
 
     @property
     def valid(self) -> bool:
-        """True while this thread (or task) holds the lock and its local deadline has not passed."""
+        """True while this thread (or task) holds the lock and its local deadline has not passed
+        (False in a forked child for the parent's hold)."""
         local = self._state()
-        if local.token is None or getattr(local, "lost", False):
+        if local.token is None or getattr(local, "lost", False) or taken_elsewhere(local):
             return False
         deadline = getattr(local, "deadline", None)
         return deadline is None or time.monotonic() < deadline
@@ -194,9 +197,13 @@ class LockBase(ReleaseOnExit, QueuedBase):
 
     def reenter(self, token: Optional[Union[str, bytes]]) -> bool:
         """An acquire by this thread's (task's) holder of a re-entrant lock joins its hold: True
-        when it did.  A token given must be the hold's; a hold already lost cannot be joined."""
+        when it did.  A token given must be the hold's; a hold already lost cannot be joined.  A
+        forked child never joins the hold its parent took (the state it inherited): it takes a hold
+        of its own, in line like any other process."""
         local = self._state()
         if not (self.reentrant and local.token is not None and getattr(local, "count", 0) > 0):
+            return False
+        if taken_elsewhere(local):
             return False
         if token is not None and encode_token(token, self.name) != local.token:
             raise InvalidLockArgument("a reentrant hold keeps its first token", lock_name=self.name)

@@ -47,6 +47,7 @@ from ..arguments import Number, check_number, to_ms
 from ..concurrency import run_to_completion
 from ..events import held_time
 from ..holders import HolderInfo
+from ..holds import taken_elsewhere
 from ..lock.rules import AsyncWithBlock
 from ..queue.aio import RWLockHeldPerTask
 from .rules import READ, WRITE, RWHoldBase
@@ -79,9 +80,12 @@ class RWHold(AsyncWithBlock, RWHoldBase):
         return self.lock.holders_of(self.mode, self.lock.live_holders(await self.lock.do_inspect("full")))
 
     async def owned(self) -> bool:
-        """True when this thread's (task's) hold of this mode is live in Redis."""
+        """True when this thread's (task's) hold of this mode is live in Redis (False in a forked
+        child for the parent's hold)."""
         local = self.lock.holding(self.mode)
-        return local is not None and local.token in self.lock.live_holders(await self.lock.do_inspect("full"))
+        if local is None or taken_elsewhere(local):
+            return False
+        return local.token in self.lock.live_holders(await self.lock.do_inspect("full"))
 
     async def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
         """Add ``additional_time`` seconds to the hold's remaining TTL (or set it, with ``replace_ttl``)."""

@@ -31,7 +31,7 @@ from ..exceptions import (
 )
 from ..grants import Grant
 from ..holders import HolderInfo, permits_from_inspect
-from ..holds import first_time, refuse_forked
+from ..holds import first_time, refuse_forked, taken_elsewhere
 from ..lock.rules import ReleaseOnExit
 from ..queue.rules import DEFAULT_WAITER_LEASE, META_RETENTION_MS, NO_REPLY, QueuedBase
 
@@ -179,7 +179,7 @@ class RWLockBase(QueuedBase):
 
     @staticmethod
     def _valid(local: Any) -> bool:
-        if local.token is None or getattr(local, "lost", False):
+        if local.token is None or getattr(local, "lost", False) or taken_elsewhere(local):
             return False
         deadline = getattr(local, "deadline", None)
         return deadline is None or time.monotonic() < deadline
@@ -188,16 +188,19 @@ class RWLockBase(QueuedBase):
         """An acquire by a thread (task) that holds this lock already joins its hold: True when it
         did.  A write inside a read is refused (:class:`LockUpgradeError`); a hold already lost
         cannot be joined (:class:`LockLostError`).  With ``thread_local=False``: never joins, and
-        claims the one hold state for this acquire (:class:`LockError` when it is taken)."""
+        claims the one hold state for this acquire (:class:`LockError` when it is taken).  A forked
+        child never joins the hold its parent took (the state it inherited): it takes one of its own."""
         local = self._state()
         if not self.thread_local:
+            if taken_elsewhere(local):
+                local.claimed = False  # the parent's claim, not this process's
             if not first_time(local, "claimed"):
                 raise LockError(
                     "This read-write lock (thread_local=False) has a hold, or an acquire under way: its one hold "
                     "is shared by every thread, so it takes one hold at a time. Use one object per hold",
                     lock_name=self.name)
             return False
-        if local.token is None:
+        if local.token is None or taken_elsewhere(local):
             return False
         if mode == WRITE and local.mode == READ:
             raise LockUpgradeError(
@@ -327,10 +330,10 @@ class RWHoldBase(ReleaseOnExit):
 
     @property
     def fence(self) -> Optional[int]:
-        """Fence token of the current thread's (task's) hold of this mode (``None``: none).  A read
-        nested in a write has the write's fence."""
+        """Fence token of the current thread's (task's) hold of this mode (``None``: none, and in a
+        forked child for the parent's hold).  A read nested in a write has the write's fence."""
         local = self.lock.holding(self.mode)
-        return getattr(local, "fence", None) if local is not None else None
+        return getattr(local, "fence", None) if local is not None and not taken_elsewhere(local) else None
 
     @property
     def deadline(self) -> Optional[float]:

@@ -46,6 +46,7 @@ from typing import Any, Optional, Union
 from ..arguments import Number, check_number, to_ms
 from ..events import held_time
 from ..holders import HolderInfo
+from ..holds import taken_elsewhere
 from ..lock.rules import WithBlock
 from ..queue.sync import RWLockHeldPerThread
 from .rules import READ, WRITE, RWHoldBase
@@ -78,9 +79,12 @@ class RWHold(WithBlock, RWHoldBase):
         return self.lock.holders_of(self.mode, self.lock.live_holders(self.lock.do_inspect("full")))
 
     def owned(self) -> bool:
-        """True when this thread's (task's) hold of this mode is live in Redis."""
+        """True when this thread's (task's) hold of this mode is live in Redis (False in a forked
+        child for the parent's hold)."""
         local = self.lock.holding(self.mode)
-        return local is not None and local.token in self.lock.live_holders(self.lock.do_inspect("full"))
+        if local is None or taken_elsewhere(local):
+            return False
+        return local.token in self.lock.live_holders(self.lock.do_inspect("full"))
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
         """Add ``additional_time`` seconds to the hold's remaining TTL (or set it, with ``replace_ttl``)."""
