@@ -12,8 +12,9 @@ configured Redis (short timeouts) and warn about what silently breaks locks in p
   ``appendfsync always``): fences then rest on its clock alone (see docs/safety.md).  When
   ``CONFIG GET`` is refused, ``django_redis_coord.I001`` says it was not checked.
 
-The settings errors (E001-E016, E018-E022, E024, E025) come from :func:`django_redis_coord.conf.settings_problems`
-(listed in docs/django.md); none of them connects.
+The settings errors (E001-E016, E018-E022, E024-E027) come from :func:`django_redis_coord.conf.settings_problems`
+(listed in docs/django.md); none of them connects.  Every id is one of
+:mod:`django_redis_coord.config.check_ids`, each meaning one kind of problem.
 ``django_redis_coord.E017``: something was decorated with ``@locked(redlock=True)`` but
 ``REDLOCK["MASTERS"]`` is not set.
 ``django_redis_coord.E023``: something is decorated with ``@rate_limited`` whose rate comes from the
@@ -33,6 +34,7 @@ from typing import Any, Optional
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Info, Tags, Warning, register
 
+from .config import check_ids as ids
 from .config.settings import REDIS_CACHE_BACKENDS, SETTING_NAME, settings_problems
 
 __all__ = ["check_settings", "check_setting_name", "check_redlock_users", "check_rate_names", "check_redis_for_deploy",
@@ -68,7 +70,7 @@ def check_setting_name(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
             "and none of those values.",
             hint=f"Did you mean {SETTING_NAME}? Rename the setting to {SETTING_NAME}.",
             obj=close[0],
-            id="django_redis_coord.W005",
+            id=ids.SETTING_NAME_MISSPELLED,
         )
     ]
 
@@ -89,7 +91,7 @@ def check_redlock_users(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
             hint=f'Set {SETTING_NAME}["REDLOCK"] = {{"MASTERS": ["redis://10.0.0.1:6379/0", '
             '"redis://10.0.0.2:6379/0", "redis://10.0.0.3:6379/0"]}, or drop redlock=True.',
             obj=SETTING_NAME,
-            id="django_redis_coord.E017",
+            id=ids.REDLOCK_NOT_SET,
         )
     ]
 
@@ -100,7 +102,7 @@ def check_rate_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
     ``DEFAULT_RATE`` (no connection)."""
     from .ratelimited.checks import missing_rates
 
-    return [Error(msg, hint=hint, obj=SETTING_NAME, id="django_redis_coord.E023") for msg, hint in missing_rates()]
+    return [Error(msg, hint=hint, obj=SETTING_NAME, id=ids.RATE_NOT_SET) for msg, hint in missing_rates()]
 
 
 def redis_location(url: str, options: Optional[Mapping[str, Any]] = None) -> Optional[tuple[str, int, int]]:
@@ -191,7 +193,7 @@ def check_redis_for_deploy(app_configs: Any = None, **kwargs: Any) -> list[Check
                 f"Could not reach Redis at {describe_connection()} to check it: {exc}.",
                 hint="Run `manage.py check --deploy` where the production Redis is reachable.",
                 obj=SETTING_NAME,
-                id="django_redis_coord.W003",
+                id=ids.DEPLOY_UNREACHABLE,
             )
         ]
     # A cluster client answers for each node: {node: info}.
@@ -206,7 +208,7 @@ def check_redis_for_deploy(app_configs: Any = None, **kwargs: Any) -> list[Check
                 hint="Set `maxmemory-policy noeviction` on the Redis that holds the locks "
                 "(or give the locks a Redis of their own).",
                 obj=SETTING_NAME,
-                id="django_redis_coord.W001",
+                id=ids.EVICTION_POLICY,
             )
         )
     messages.extend(_fence_persistence(client, describe_connection()))
@@ -224,7 +226,7 @@ def check_redis_for_deploy(app_configs: Any = None, **kwargs: Any) -> list[Check
                             hint="Give the locks another database number (e.g. .../1 for the cache and .../2 for "
                             "the locks) or another Redis.",
                             obj=SETTING_NAME,
-                            id="django_redis_coord.W002",
+                            id=ids.CACHE_SHARES_DATABASE,
                         )
                     )
                     break
@@ -241,7 +243,7 @@ def _fence_persistence(client: Any, where: str) -> list[CheckMessage]:
         losses = [(node, counter_loss(server)) for node, server in servers(client)]
     except RedisError as exc:
         return [Info(f"Could not read the persistence settings of Redis at {where} (CONFIG GET: {exc}); whether "
-                     "fences survive a restart was not checked.", obj=SETTING_NAME, id="django_redis_coord.I001")]
+                     "fences survive a restart was not checked.", obj=SETTING_NAME, id=ids.PERSISTENCE_UNREAD)]
     return [
         Warning(
             f"Redis at {node or where} {loss}. After such a restart a fence is the server clock in µs alone: "
@@ -250,7 +252,7 @@ def _fence_persistence(client: Any, where: str) -> list[CheckMessage]:
             "(WAIT) with failover to the replicas that acknowledged; or Redlock over independent masters. "
             "See docs/safety.md, 'Fences across restarts'.",
             obj=SETTING_NAME,
-            id="django_redis_coord.W004",
+            id=ids.FENCES_NOT_DURABLE,
         )
         for node, loss in losses
         if loss is not None

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from . import check_ids as ids
 from .defaults import SETTING_NAME, Problem
 
 __all__ = ["CLIENT_IP_DEFAULTS", "ClientIPSettings", "client_ip_from", "client_ip_problems"]
@@ -38,7 +39,6 @@ CLIENT_IP_DEFAULTS: Mapping[str, Any] = {
 }
 
 _PATH = f"{SETTING_NAME}['CLIENT_IP']"
-_ID = "django_redis_coord.E024"
 _EXAMPLE = 'For example {"TRUSTED_PROXIES": 1, "HEADER": "X-Forwarded-For", "IPV6_PREFIX": 64}.'
 
 
@@ -81,29 +81,31 @@ def client_ip_problems(value: object) -> list[Problem]:
     if value is None:
         return []
     if not isinstance(value, Mapping):
-        return [Problem(_ID, f"{_PATH} must be a dict, not {type(value).__name__}.", _EXAMPLE)]
+        return [Problem(ids.BAD_CLIENT_IP, f"{_PATH} must be a dict, not {type(value).__name__}.", _EXAMPLE)]
     problems = []
     for key in value:
         if key not in CLIENT_IP_DEFAULTS:
             close = difflib.get_close_matches(str(key), list(CLIENT_IP_DEFAULTS), n=1)
-            problems.append(Problem(_ID, f"{_PATH} has an unknown key {key!r}.",
+            problems.append(Problem(ids.BAD_CLIENT_IP, f"{_PATH} has an unknown key {key!r}.",
                                     f"Did you mean {close[0]!r}?" if close else
                                     f"Known keys: {', '.join(CLIENT_IP_DEFAULTS)}."))
     trusted = value.get("TRUSTED_PROXIES", 0)
     if not _is_int(trusted) or trusted < 0:
         problems.append(Problem(
-            _ID, f"{_PATH}['TRUSTED_PROXIES'] must be the number of reverse proxies in front of Django (0 or more), "
+            ids.BAD_CLIENT_IP,
+            f"{_PATH}['TRUSTED_PROXIES'] must be the number of reverse proxies in front of Django (0 or more), "
             f"not {trusted!r}.",
             "Count the proxies that append to the header (a load balancer, then nginx: 2). 0 reads REMOTE_ADDR only; "
             "a larger number than the real one lets clients choose their address by sending the header."))
     header = value.get("HEADER", "X-Forwarded-For")
     if not isinstance(header, str) or not header or not all(c.isalnum() or c == "-" for c in header):
-        problems.append(Problem(_ID, f"{_PATH}['HEADER'] must be a header name, not {header!r}.",
+        problems.append(Problem(ids.BAD_CLIENT_IP, f"{_PATH}['HEADER'] must be a header name, not {header!r}.",
                                 'The header your proxies append to: "X-Forwarded-For" (the default) or "Forwarded" '
                                 "(RFC 7239)."))
     prefix = value.get("IPV6_PREFIX", 64)
     if not _is_int(prefix) or not 1 <= prefix <= 128:
-        problems.append(Problem(_ID, f"{_PATH}['IPV6_PREFIX'] must be a prefix length from 1 to 128, not {prefix!r}.",
+        problems.append(Problem(ids.BAD_CLIENT_IP,
+                                f"{_PATH}['IPV6_PREFIX'] must be a prefix length from 1 to 128, not {prefix!r}.",
                                 "64 (the default) counts a household or a server's /64 as one client, since one "
                                 "machine can use any of its 2**64 addresses; 128 counts every address."))
     return problems

@@ -1,5 +1,6 @@
 """The ``DJANGO_REDIS_COORD`` setting's name, keys and defaults, and the shape of a problem found
-in it (read by :mod:`~django_redis_coord.conf`, checked by :mod:`~django_redis_coord.config.validation`)."""
+in it (read by :mod:`~django_redis_coord.conf`, checked by :mod:`~django_redis_coord.config.validation`;
+its ids are those of :mod:`~django_redis_coord.config.check_ids`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Optional
 
-__all__ = ["SETTING_NAME", "DEFAULTS", "REDIS_CACHE_BACKENDS", "URL_SCHEMES", "DEFAULT_CLIENT_OPTIONS", "Problem"]
+from .check_ids import CHECK_IDS, NOT_A_BOOL
+
+__all__ = ["SETTING_NAME", "DEFAULTS", "REDIS_CACHE_BACKENDS", "URL_SCHEMES", "DEFAULT_CLIENT_OPTIONS", "Problem",
+           "bool_problem"]
 
 SETTING_NAME = "DJANGO_REDIS_COORD"
 
@@ -59,15 +63,27 @@ REDIS_CACHE_BACKENDS = {
 
 URL_SCHEMES = ("redis", "rediss", "unix")
 
-
-
 #: Client options applied under ``CLIENT_OPTIONS`` for the URL, Sentinel and Cluster sources.
 DEFAULT_CLIENT_OPTIONS: Mapping[str, Any] = MappingProxyType({"socket_connect_timeout": 2.0, "socket_timeout": 5.0})
 
+
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with the settings: a system-check id (``django_redis_coord.E0xx``)."""
+    """One thing wrong with the settings: a system-check id of
+    :data:`~django_redis_coord.config.check_ids.CHECK_IDS` (``django_redis_coord.E0xx``)."""
 
     id: str
     msg: str
     hint: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.id not in CHECK_IDS:
+            raise ValueError(f"{self.id!r} is not a check id of django_redis_coord.config.check_ids")
+
+
+def bool_problem(name: str, value: object) -> Optional[Problem]:
+    """A boolean setting (``AUTO_RENEW``, ``FAIL_OPEN``, ``TRACING``) that is not a bool."""
+    if isinstance(value, bool):
+        return None
+    return Problem(NOT_A_BOOL, f"{SETTING_NAME}[{name!r}] must be True or False.",
+                   f"{name} is {value!r}; write True or False.")

@@ -8,6 +8,7 @@ import difflib
 import importlib
 from collections.abc import Sequence
 
+from . import check_ids as ids
 from .defaults import SETTING_NAME, Problem
 
 __all__ = ["EXPORTERS", "metrics_problems"]
@@ -33,23 +34,23 @@ def _importable(module: str) -> bool:
 def metrics_problems(value: object) -> list[Problem]:
     """Everything wrong with ``METRICS`` (a list of :data:`EXPORTERS` names); ``[]`` when fine."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        return [Problem("django_redis_coord.E019", f"{SETTING_NAME}['METRICS'] must be a list of exporter names, "
+        return [Problem(ids.BAD_METRICS, f"{SETTING_NAME}['METRICS'] must be a list of exporter names, "
                         f"not {value!r}.", _EXAMPLE)]
     problems = []
     for name in value:
         if name not in EXPORTERS:
             close = difflib.get_close_matches(str(name), list(EXPORTERS), n=1)
             problems.append(Problem(
-                "django_redis_coord.E019", f"{SETTING_NAME}['METRICS'] names an unknown exporter {name!r}.",
+                ids.BAD_METRICS, f"{SETTING_NAME}['METRICS'] names an unknown exporter {name!r}.",
                 f"Did you mean {close[0]!r}?" if close else _EXAMPLE))
             continue
         module, extra = EXPORTERS[name]
         if module and not _importable(module):
             problems.append(Problem(
-                "django_redis_coord.E020",
+                ids.METRICS_PACKAGE_MISSING,
                 f"{SETTING_NAME}['METRICS'] lists {name!r}, but {module.split('.')[0]} cannot be imported.",
                 f'pip install "django-redis-coord[{extra}]", or take {name!r} out of METRICS.'))
     if len(set(map(str, value))) != len(value):
-        problems.append(Problem("django_redis_coord.E019", f"{SETTING_NAME}['METRICS'] lists an exporter twice.",
+        problems.append(Problem(ids.BAD_METRICS, f"{SETTING_NAME}['METRICS'] lists an exporter twice.",
                                 _EXAMPLE))
     return problems

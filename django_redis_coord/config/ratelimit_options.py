@@ -33,6 +33,7 @@ from typing import Any, Optional, Union
 from ..core.exceptions import InvalidLockArgument
 from ..core.ratelimit import parse_rate
 from ..core.ratelimit.rules import UNITS_TEXT
+from . import check_ids as ids
 from .defaults import SETTING_NAME, Problem
 
 __all__ = ["RATELIMIT_DEFAULTS", "ON_UNAVAILABLE", "RateLimitSettings", "ratelimit_from", "ratelimit_problems",
@@ -110,12 +111,12 @@ def rate_problem(where: str, rate: object, burst: object) -> Optional[Problem]:
     hint = (f'A rate is "<count>/<period>", e.g. "100/m", "10/s" or "5/30s" (units {UNITS_TEXT}); '
             "burst a positive int.")
     if not isinstance(rate, str):
-        return Problem("django_redis_coord.E022", f"{where} must be a rate string, not {rate!r}.", hint)
+        return Problem(ids.BAD_RATE, f"{where} must be a rate string, not {rate!r}.", hint)
     try:
         parse_rate(rate)
         check_burst(burst, where)
     except InvalidLockArgument as exc:
-        return Problem("django_redis_coord.E022", f"{where} is not a usable rate: {exc}", hint)
+        return Problem(ids.BAD_RATE, f"{where} is not a usable rate: {exc}", hint)
     return None
 
 
@@ -124,7 +125,7 @@ def _rate_problem(where: str, value: object) -> Optional[Problem]:
     if isinstance(value, Mapping):
         unknown = sorted(set(map(str, value)) - {"rate", "burst"})
         if unknown or "rate" not in value:
-            return Problem("django_redis_coord.E022", f"{where} must be a rate string or a dict with 'rate' (and "
+            return Problem(ids.BAD_RATE, f"{where} must be a rate string or a dict with 'rate' (and "
                            f"'burst'), not {value!r}.", 'For example "100/m" or {"rate": "100/m", "burst": 20}.')
         return rate_problem(where, value["rate"], value.get("burst"))
     return rate_problem(where, value, None)
@@ -135,26 +136,26 @@ def ratelimit_problems(value: object) -> list[Problem]:
     if value is None:
         return []
     if not isinstance(value, Mapping):
-        return [Problem("django_redis_coord.E021", f"{_PATH} must be a dict, not {type(value).__name__}.", _EXAMPLE)]
+        return [Problem(ids.BAD_RATELIMIT, f"{_PATH} must be a dict, not {type(value).__name__}.", _EXAMPLE)]
     problems = []
     for key in value:
         if key not in RATELIMIT_DEFAULTS:
             close = difflib.get_close_matches(str(key), list(RATELIMIT_DEFAULTS), n=1)
-            problems.append(Problem("django_redis_coord.E021", f"{_PATH} has an unknown key {key!r}.",
+            problems.append(Problem(ids.BAD_RATELIMIT, f"{_PATH} has an unknown key {key!r}.",
                                     f"Did you mean {close[0]!r}?" if close else
                                     f"Known keys: {', '.join(RATELIMIT_DEFAULTS)}."))
     enabled = value.get("ENABLED", True)
     if not isinstance(enabled, bool):
-        problems.append(Problem("django_redis_coord.E021", f"{_PATH}['ENABLED'] must be True or False, not "
+        problems.append(Problem(ids.BAD_RATELIMIT, f"{_PATH}['ENABLED'] must be True or False, not "
                                 f"{enabled!r}.", "False admits every call without asking Redis (a kill switch)."))
     on_unavailable = value.get("ON_UNAVAILABLE", "deny")
     if on_unavailable not in ON_UNAVAILABLE:
-        problems.append(Problem("django_redis_coord.E021", f"{_PATH}['ON_UNAVAILABLE'] must be 'allow' or 'deny', "
+        problems.append(Problem(ids.BAD_RATELIMIT, f"{_PATH}['ON_UNAVAILABLE'] must be 'allow' or 'deny', "
                                 f"not {on_unavailable!r}.", "'deny': a view answers 503 while Redis cannot be "
                                 "reached; 'allow': the call runs unlimited (logged)."))
     status = value.get("STATUS", 429)
     if not isinstance(status, int) or isinstance(status, bool) or not 400 <= status <= 599:
-        problems.append(Problem("django_redis_coord.E021", f"{_PATH}['STATUS'] must be an HTTP error status "
+        problems.append(Problem(ids.BAD_RATELIMIT, f"{_PATH}['STATUS'] must be an HTTP error status "
                                 f"(400-599), not {status!r}.", "429 (Too Many Requests) is the usual one."))
     default = value.get("DEFAULT_RATE")
     if default is not None:
@@ -163,12 +164,12 @@ def ratelimit_problems(value: object) -> list[Problem]:
             problems.append(problem)
     rates = value.get("RATES", {})
     if not isinstance(rates, Mapping):
-        problems.append(Problem("django_redis_coord.E022", f"{_PATH}['RATES'] must be a dict of named rates.",
+        problems.append(Problem(ids.BAD_RATE, f"{_PATH}['RATES'] must be a dict of named rates.",
                                 _EXAMPLE))
         return problems
     for name, rate in rates.items():
         if not isinstance(name, str) or not name or is_rate_string(name):
-            problems.append(Problem("django_redis_coord.E022", f"{_PATH}['RATES'] has the name {name!r}, which "
+            problems.append(Problem(ids.BAD_RATE, f"{_PATH}['RATES'] has the name {name!r}, which "
                                     "reads as a rate: @rate_limited(rate=...) could not tell them apart.",
                                     'Name rates with words, e.g. "api" or "login".'))
             continue

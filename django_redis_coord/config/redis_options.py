@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Optional
 from urllib.parse import parse_qs, urlsplit
 
+from . import check_ids as ids
 from .defaults import DEFAULT_CLIENT_OPTIONS, SETTING_NAME, Problem
 
 __all__ = ["url_problem", "init_parameters", "client_parameters", "option_names", "suggested_names",
@@ -34,26 +35,26 @@ def url_problem(key: str, url: object, *, client: bool = True) -> Optional[Probl
     """
     if not isinstance(url, str) or not url:
         return Problem(
-            "django_redis_coord.E006", f"{SETTING_NAME}[{key!r}] must be a non-empty string URL, not {url!r}.", URL_HINT
+            ids.BAD_URL, f"{SETTING_NAME}[{key!r}] must be a non-empty string URL, not {url!r}.", URL_HINT
         )
     from redis.connection import parse_url
 
     try:
         parse_url(url)  # the scheme, the host, the port, the query options' values
     except ValueError as exc:
-        return Problem("django_redis_coord.E006", f"{SETTING_NAME}[{key!r}] is refused by redis-py: {exc}",
+        return Problem(ids.BAD_URL, f"{SETTING_NAME}[{key!r}] is refused by redis-py: {exc}",
                        f"{URL_HINT} Give each query option a value of its type, e.g. ?socket_timeout=0.5.")
     # What redis-py reads without complaint yet not as written: a database that is not a number
     # (it connects to database 0) and a socket URL without a path (it fails at the first command).
     parts = urlsplit(url)
     if parts.scheme == "unix":
         if not parts.path:
-            return Problem("django_redis_coord.E006", f"{SETTING_NAME}[{key!r}] names no socket path.", URL_HINT)
+            return Problem(ids.BAD_URL, f"{SETTING_NAME}[{key!r}] names no socket path.", URL_HINT)
     else:
         db = parts.path.lstrip("/")
         if db and not db.isdigit():
             return Problem(
-                "django_redis_coord.E006",
+                ids.BAD_URL,
                 f"{SETTING_NAME}[{key!r}] has the database {db!r}; it must be a number.",
                 URL_HINT,
             )
@@ -62,7 +63,7 @@ def url_problem(key: str, url: object, *, client: bool = True) -> Optional[Probl
     for option in parse_qs(parts.query):
         if option not in names:
             return Problem(
-                "django_redis_coord.E006",
+                ids.BAD_URL,
                 f"{SETTING_NAME}[{key!r}] has the query option {option!r}, which redis-py does not know.",
                 close_hint(option, suggested_names(kind))
                 or "Query options are redis-py connection arguments, e.g. ?db=2.",
@@ -70,7 +71,7 @@ def url_problem(key: str, url: object, *, client: bool = True) -> Optional[Probl
     if client:
         refused = _url_refused(url)
         if refused:
-            return Problem("django_redis_coord.E006", f"{SETTING_NAME}[{key!r}] is refused by redis-py: {refused}",
+            return Problem(ids.BAD_URL, f"{SETTING_NAME}[{key!r}] is refused by redis-py: {refused}",
                            URL_HINT)
     return None
 
@@ -152,7 +153,7 @@ def unknown_option_problems(where: str, options: Mapping[str, Any], kind: str) -
     names = option_names(kind)
     return [
         Problem(
-            "django_redis_coord.E018",
+            ids.UNKNOWN_REDIS_OPTION,
             f"{SETTING_NAME}{where} has the option {key!r}, which redis-py does not accept.",
             close_hint(key, suggested_names(kind)) or "Use keyword arguments of redis.Redis (e.g. socket_timeout, "
             "health_check_interval, retry_on_timeout, ssl_ca_certs).",
@@ -193,7 +194,7 @@ def host_port_problem(key: str, node: object) -> Optional[Problem]:
         if isinstance(host, str) and host and isinstance(port, int) and not isinstance(port, bool):
             return None
     return Problem(
-        "django_redis_coord.E008" if key.startswith("SENTINEL") else "django_redis_coord.E009",
+        ids.BAD_SENTINEL if key.startswith("SENTINEL") else ids.BAD_CLUSTER,
         f"{SETTING_NAME}[{key!r}] contains {node!r}, which is not a node address.",
         'Give each node as ("host", port) or "host:port".',
     )
@@ -216,7 +217,7 @@ def options_refused(options: Mapping[str, Any], values: Mapping[str, Any], *, cl
         if refused:
             problems.append(
                 Problem(
-                    "django_redis_coord.E007",
+                    ids.CLIENT_OPTIONS_REFUSED,
                     f"{SETTING_NAME}['CLIENT_OPTIONS'] is refused by redis-py for the {where} connection: {refused}",
                     "Fix or remove the option named: every request would fail with this error.  TLS options "
                     "(ssl_*) need a rediss:// URL; TCP options (socket_keepalive...) do not apply to unix:// sockets.",

@@ -1,4 +1,4 @@
-"""``DJANGO_REDIS_COORD["TRACING"]``: what is wrong with it (system check E025, through
+"""``DJANGO_REDIS_COORD["TRACING"]``: what is wrong with it (system checks E013 and E025, through
 :func:`~django_redis_coord.conf.settings_problems`), and the switch it drives: the core's
 :func:`~django_redis_coord.core.tracing.enable`, set when the app is ready and whenever the setting
 changes (``override_settings`` included).  Imports nothing heavy: ``opentelemetry`` is only looked for."""
@@ -13,7 +13,8 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from ..core import tracing
-from .defaults import SETTING_NAME, Problem
+from . import check_ids as ids
+from .defaults import SETTING_NAME, Problem, bool_problem
 
 __all__ = ["apply_tracing", "tracing_problems"]
 
@@ -32,9 +33,12 @@ def _importable() -> bool:
 
 
 def tracing_problems(value: object) -> list[Problem]:
-    """What is wrong with ``TRACING`` beyond its type (E013): on, without the package it needs."""
+    """What is wrong with ``TRACING``: not a bool (E013), or on without the package it needs (E025)."""
+    problem = bool_problem("TRACING", value)
+    if problem:
+        return [problem]
     if value is True and not _importable():
-        return [Problem("django_redis_coord.E025",
+        return [Problem(ids.TRACING_PACKAGE_MISSING,
                         f"{SETTING_NAME}['TRACING'] is True, but opentelemetry cannot be imported.",
                         'pip install "django-redis-coord[otel]", or set TRACING to False.')]
     return []

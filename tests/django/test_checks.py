@@ -46,6 +46,7 @@ BAD_SETTINGS = [
     ("django_redis_coord.E011", {"URL": GOOD_URL, "DEFAULT_TIMEOUT": 0}),
     ("django_redis_coord.E011", {"URL": GOOD_URL, "DEFAULT_TIMEOUT": "30"}),
     ("django_redis_coord.E011", {"URL": GOOD_URL, "DEFAULT_TIMEOUT": None, "AUTO_RENEW": True}),
+    ("django_redis_coord.E026", {"URL": GOOD_URL, "DEFAULT_TIMEOUT": "never", "AUTO_RENEW": True}),
     ("django_redis_coord.E012", {"URL": GOOD_URL, "CONTENTION_STATUS": 200}),
     ("django_redis_coord.E012", {"URL": GOOD_URL, "UNAVAILABLE_STATUS": "503"}),
     ("django_redis_coord.E013", {"URL": GOOD_URL, "FAIL_OPEN": "yes"}),
@@ -70,11 +71,11 @@ BAD_SETTINGS = [
     ("django_redis_coord.E018", {"CLUSTER": {"STARTUP_NODES": ["10.0.0.1:7000"], "OPTIONS": {"read_from_replica": 1}}}),
     ("django_redis_coord.E018", {"SENTINEL": {"SENTINELS": ["10.0.0.1:26379"], "SERVICE_NAME": "m",
                                               "SENTINEL_KWARGS": {"socket_timout": 1}}}),
-    ("django_redis_coord.E007", {"URL": GOOD_URL, "CLIENT_OPTIONS": {"max_connections": "x"}}),
-    ("django_redis_coord.E007", {"URL": GOOD_URL, "CLIENT_OPTIONS": {"ssl_certfile": "/etc/redis/client.pem"}}),
+    ("django_redis_coord.E027", {"URL": GOOD_URL, "CLIENT_OPTIONS": {"max_connections": "x"}}),
+    ("django_redis_coord.E027", {"URL": GOOD_URL, "CLIENT_OPTIONS": {"ssl_certfile": "/etc/redis/client.pem"}}),
     ("django_redis_coord.E018", {"URL": GOOD_URL, "CLIENT_OPTIONS": {"read_from_replicas": True}}),  # Cluster only
-    ("django_redis_coord.E007", {"URL": "unix:///run/redis.sock", "CLIENT_OPTIONS": {"socket_keepalive": True}}),
-    ("django_redis_coord.E007", {"CACHE_ALIAS": "default", "CLIENT_OPTIONS": {"max_connections": -1},
+    ("django_redis_coord.E027", {"URL": "unix:///run/redis.sock", "CLIENT_OPTIONS": {"socket_keepalive": True}}),
+    ("django_redis_coord.E027", {"CACHE_ALIAS": "default", "CLIENT_OPTIONS": {"max_connections": -1},
                                  "REDLOCK": {"MASTERS": ["redis://10.0.0.1:6379/0"]}}),
     # A DEFAULT_TIMEOUT every lock would refuse.
     ("django_redis_coord.E011", {"URL": GOOD_URL, "DEFAULT_TIMEOUT": 0.0001}),
@@ -311,9 +312,9 @@ def test_urls_the_check_refuses_are_the_ones_redis_py_refuses(redis_url, query):
 
 REFUSED_OPTIONS = [
     ("django_redis_coord.E018", {"socket_timeot": 5}),
-    ("django_redis_coord.E007", {"max_connections": "x"}),
-    ("django_redis_coord.E007", {"ssl_certfile": "/etc/redis/client.pem"}),
-    ("django_redis_coord.E007", {"retry_on_error": 5}),
+    ("django_redis_coord.E027", {"max_connections": "x"}),
+    ("django_redis_coord.E027", {"ssl_certfile": "/etc/redis/client.pem"}),
+    ("django_redis_coord.E027", {"retry_on_error": 5}),
 ]
 
 
@@ -373,7 +374,7 @@ def test_a_default_timeout_of_none_needs_to_be_asked_for_by_name(redis_client, r
             with lock("forever") as held:
                 assert held.timeout is None and redis_client.pttl("forever") == -1
     with override_settings(DJANGO_REDIS_COORD={"URL": redis_url, "DEFAULT_TIMEOUT": NO_EXPIRY, "AUTO_RENEW": True}):
-        assert "django_redis_coord.E011" in ids(check_settings())
+        assert ids(check_settings()) == {"django_redis_coord.E026"}  # nothing to renew (not a bad timeout)
 
 
 # -- fences across restarts ------------------------------------------------------------------------
