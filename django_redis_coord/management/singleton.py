@@ -31,7 +31,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ..config.shortcuts import lock
 from ..config.signalling import retry_after
 from ..core.holders import lock_holder
-from ..decorator.key_templates import KeyTemplate
+from ..key_templates.template import KeyTemplate
 from ..decorator.release import release_logged
 from .terminal import printable
 
