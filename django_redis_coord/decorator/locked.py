@@ -47,9 +47,9 @@ from ..core.exceptions import (
     LockContended,
     LockLostError,
 )
-from .contention import Contention, answer_async, answer_sync, contended_error, contention, retry_contended, skipped
 from ..key_templates.filling import checked_name, find_request, name_async, name_sync
 from ..key_templates.template import KeyTemplate, KeyTooLong, MissingKeyValue
+from .contention import Contention, answer_async, answer_sync, contended_error, contention, retry_contended, skipped
 from .options import check_flavour, check_redlock_settings, checked_on_contended, checked_options
 from .permits import AsyncPermitHold, PermitHold
 from .release import AsyncRelease, Release, arelease_logged, release_at_close, release_logged, released_after

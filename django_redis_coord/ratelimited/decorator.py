@@ -43,12 +43,12 @@ from ..core.ratelimit.sync import RateLimit as SyncGCRA
 from ..core.ratelimit.sync import SlidingWindowLimit as SyncWindow
 from ..core.tracing import add_rate_limit_event
 from ..decorator.contention import Skipped
-from ..key_templates.filling import find_request, name_async, name_sync
-from ..key_templates.template import KeyTemplate
 from ..decorator.locked import decorator_from, dotted_name, maybe_await
 from ..decorator.options import ON_CONTENDED
 from ..decorator.task_objects import is_task, with_func
 from ..decorator.unavailable import REDIS_ERRORS, redis_unavailable, unavailable_response
+from ..key_templates.filling import find_request, name_async, name_sync
+from ..key_templates.template import KeyTemplate
 from .headers import add_fields, limit_field, policy_field, retry_after_seconds
 from .rates import Policy, checked_rate, resolved
 from .registry import register
