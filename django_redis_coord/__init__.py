@@ -56,11 +56,12 @@ if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
     from .core.rwlock.sync import ReadWriteLock
     from .core.semaphore.sync import Semaphore
     from .core.transactions import optimistic
-    from .decorator.client_ip import client_ip
-    from .decorator.locked import KeyTemplateError, KeyTooLong, LockContended, MissingKeyValue, current_lock, locked
+    from .decorator.locked import KeyTemplateError, LockContended, current_lock, locked
     from .integrations.cache_fill.aio import aget_or_set
     from .integrations.cache_fill.sync import get_or_set
     from .integrations.fencing import afenced_get, afenced_set, afenced_update, fenced_get, fenced_set, fenced_update
+    from .key_templates.client_ip import client_ip
+    from .key_templates.template import KeyTooLong, MissingKeyValue
     from .metrics import MetricsEvents
     from .ratelimited import rate_limited
 
@@ -164,11 +165,11 @@ _LAZY: dict[str, str] = {
     "locked": ".decorator.locked",
     "current_lock": ".decorator.locked",
     "rate_limited": ".ratelimited",
-    "client_ip": ".decorator.client_ip",
+    "client_ip": ".key_templates.client_ip",
     "LockContended": ".decorator.locked",
     "KeyTemplateError": ".decorator.locked",
-    "MissingKeyValue": ".decorator.locked",
-    "KeyTooLong": ".decorator.locked",
+    "MissingKeyValue": ".key_templates.template",
+    "KeyTooLong": ".key_templates.template",
     "lock": ".config.shortcuts",
     "alock": ".config.shortcuts",
     "semaphore": ".config.shortcuts",

@@ -37,7 +37,7 @@ from .core.exceptions import (
     UnsupportedCacheBackend,
 )
 
-#: Django's BadRequest as well: served from :mod:`django_redis_coord.decorator.key_templates` on first
+#: Django's BadRequest as well: served from :mod:`django_redis_coord.key_templates.template` on first
 #: use, so that importing this module imports no Django.
 __all__ = [
     "ConnectionPoolTooSmall",
@@ -71,7 +71,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in ("KeyTooLong", "MissingKeyValue"):
-        from .decorator import key_templates
+        from .key_templates import template
 
-        return getattr(key_templates, name)
+        return getattr(template, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

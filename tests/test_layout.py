@@ -144,6 +144,55 @@ def test_the_core_imports_nothing_outside_the_core():
     assert not outside, outside
 
 
+KEY_TEMPLATES = f"{NAME}.key_templates"
+
+
+def in_package(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_key_templates_build_on_the_core_and_the_settings_only():
+    """The key-template language sits below every decorator that uses it (``@locked``,
+    ``@rate_limited``, the unique tasks): it imports none of them."""
+    outside = [(module, target) for module in MODULES if in_package(module, KEY_TEMPLATES)
+               for target in GRAPH[module]
+               if not any(in_package(target, home) for home in (KEY_TEMPLATES, CORE, f"{NAME}.config"))]
+    assert not outside, outside
+
+
+def template_names() -> set[str]:
+    """The public names the modules of ``key_templates/`` define (classes, functions, constants)."""
+    names = set()
+    for module in MODULES:
+        if not in_package(module, KEY_TEMPLATES):
+            continue
+        for node in ast.parse(MODULES[module].read_text()).body:
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign):
+                names |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+    return {name for name in names if not name.startswith("_")}
+
+
+def test_key_template_names_are_imported_from_their_home():
+    """``decorator/`` (``@locked``), ``ratelimited/`` and the integrations take the template
+    language from ``key_templates/``, never through one another (``from ..decorator.locked import
+    MissingKeyValue`` in ``ratelimited/``); documented paths and the package's root, which serve
+    names to users, aside."""
+    names = template_names()
+    assert {"KeyTemplate", "MissingKeyValue", "name_sync", "client_ip", "shortened"} <= names  # they were read
+    found = set()
+    for module in MODULES:
+        if module == NAME or module in DOCUMENTED_PATHS or in_package(module, KEY_TEMPLATES):
+            continue
+        for target, node in imports_of(module):
+            if isinstance(node, ast.ImportFrom) and not in_package(target, KEY_TEMPLATES):
+                found |= {(module, target, alias.name) for alias in node.names if alias.name in names}
+    assert not found, sorted(found)
+
+
 def test_no_module_of_the_package_imports_a_documented_path():
     """The documented paths re-export their real homes; the package itself imports the homes.
 

@@ -16,7 +16,7 @@ The value is read with the other settings: ``coord_settings().client_ip`` is its
 :class:`ClientIPSettings` (:func:`client_ip_from`).  :func:`client_ip_problems` reports what is
 wrong with it (system check E024, through
 :func:`~django_redis_coord.config.validation.settings_problems`).  The address itself is read by
-:mod:`django_redis_coord.decorator.client_ip`.
+:mod:`django_redis_coord.key_templates.client_ip`.
 """
 
 from __future__ import annotations

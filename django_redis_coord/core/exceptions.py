@@ -35,8 +35,8 @@ it is what redis-py raises for one conflict (``WatchError``) after every retry. 
 a ``LockError``; catch ``CoordError`` (or ``WatchError``) instead.
 
 ``MissingKeyValue`` and ``KeyTooLong`` subclass Django's ``BadRequest`` as well: they are defined
-Django-side, with the key templates of ``@locked`` (:mod:`django_redis_coord.decorator.key_templates`),
-since this module imports nothing from Django.
+Django-side, with the key templates (:mod:`django_redis_coord.key_templates.template`), since this
+module imports nothing from Django.
 """
 
 from __future__ import annotations

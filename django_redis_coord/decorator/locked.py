@@ -9,8 +9,8 @@ Works on function and class-based views (sync or async), plain functions (Celery
 and as a context manager.  The whole story is in ``docs/django.md``; each concern has a module:
 
 * the key, a ``str.format`` template or a callable (default: the view's dotted name), parsed and
-  checked when decorating and filled on each call: :mod:`~django_redis_coord.decorator.key_templates`,
-  :mod:`~django_redis_coord.decorator.key_names` (a value missing from a request: 400, :class:`MissingKeyValue`);
+  checked when decorating and filled on each call: :mod:`~django_redis_coord.key_templates.template`,
+  :mod:`~django_redis_coord.key_templates.filling` (a value missing from a request: 400, :class:`MissingKeyValue`);
 * the answer when the key is taken, 409 with ``Retry-After`` or ``status=``/``handler=``/
   ``template_name=`` (:class:`LockContended` outside views): :mod:`~django_redis_coord.contention`;
 * the hold's end at the response's close: :mod:`~django_redis_coord.decorator.release`; Redis unreachable (503
@@ -47,9 +47,9 @@ from ..core.exceptions import (
     LockContended,
     LockLostError,
 )
+from ..key_templates.filling import checked_name, find_request, name_async, name_sync
+from ..key_templates.template import KeyTemplate, KeyTooLong, MissingKeyValue
 from .contention import Contention, answer_async, answer_sync, contended_error, contention, retry_contended, skipped
-from .key_names import checked_name, find_request, name_async, name_sync
-from .key_templates import KeyTemplate, KeyTooLong, MissingKeyValue
 from .options import check_flavour, check_redlock_settings, checked_on_contended, checked_options
 from .permits import AsyncPermitHold, PermitHold
 from .release import AsyncRelease, Release, arelease_logged, release_at_close, release_logged, released_after

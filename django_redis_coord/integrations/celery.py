@@ -40,8 +40,8 @@ from ..core.queue.rules import NO_REPLY
 from ..core.scripts import queue_script
 from ..core.transactions import optimistic
 from ..decorator.contention import retry_contended
-from ..decorator.key_names import call_namespace, checked_name
-from ..decorator.key_templates import KeyTemplate
+from ..key_templates.filling import call_namespace, checked_name
+from ..key_templates.template import KeyTemplate
 
 __all__ = [
     "UniqueTask",

@@ -41,11 +41,11 @@ from ..config.signalling import retry_after
 from ..core.exceptions import InvalidLockArgument, InvalidLockArgumentType, LockContended, LockNotOwnedError
 from ..core.holders import HolderInfo, async_lock_holder, lock_holder
 from ..decorator.contention import Skipped, is_skipped
-from ..decorator.key_names import name_sync
-from ..decorator.key_templates import KeyTemplate
 from ..decorator.options import checked_on_contended
 from ..decorator.release import arelease_logged, release_logged
 from ..decorator.task_objects import is_task, with_func
+from ..key_templates.filling import name_sync
+from ..key_templates.template import KeyTemplate
 
 __all__ = [
     "unique_task",

@@ -31,8 +31,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ..config.shortcuts import lock
 from ..config.signalling import retry_after
 from ..core.holders import lock_holder
-from ..decorator.key_templates import KeyTemplate
 from ..decorator.release import release_logged
+from ..key_templates.template import KeyTemplate
 from .terminal import printable
 
 __all__ = ["SingletonCommand", "EX_TEMPFAIL", "ExclusiveRun", "parsed_command"]

@@ -15,7 +15,7 @@ tasks framework and functions.  The limits themselves are the Django-free
 
 from __future__ import annotations
 
-from ..decorator.client_ip import client_ip
+from ..key_templates.client_ip import client_ip
 from .decorator import RateLimited, current_reply, rate_limited
 
 __all__ = ["rate_limited", "RateLimited", "current_reply", "client_ip"]

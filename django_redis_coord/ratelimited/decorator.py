@@ -8,8 +8,8 @@
 Each call is one decision of the core limit
 (:class:`~django_redis_coord.core.ratelimit.sync.RateLimit`, GCRA, or ``algorithm="window"``:
 :class:`~django_redis_coord.core.ratelimit.sync.SlidingWindowLimit`): one script call on Redis's
-clock.  The key is filled as ``@locked``'s is (:mod:`~django_redis_coord.decorator.key_templates`,
-:mod:`~django_redis_coord.decorator.key_names`: the same template language, hostile values
+clock.  The key is a key template, as ``@locked``'s is (:mod:`~django_redis_coord.key_templates.template`,
+:mod:`~django_redis_coord.key_templates.filling`: the same template language, hostile values
 encoded or hashed, a value missing from a request a 400).  A refused view answers 429 with
 ``Retry-After``; every decided response carries ``RateLimit-Policy`` and ``RateLimit``
 (:mod:`~django_redis_coord.ratelimited.headers`).  Outside views, ``on_limited`` says what a
@@ -43,12 +43,12 @@ from ..core.ratelimit.sync import RateLimit as SyncGCRA
 from ..core.ratelimit.sync import SlidingWindowLimit as SyncWindow
 from ..core.tracing import add_rate_limit_event
 from ..decorator.contention import Skipped
-from ..decorator.key_names import find_request, name_async, name_sync
-from ..decorator.key_templates import KeyTemplate
 from ..decorator.locked import decorator_from, dotted_name, maybe_await
 from ..decorator.options import ON_CONTENDED
 from ..decorator.task_objects import is_task, with_func
 from ..decorator.unavailable import REDIS_ERRORS, redis_unavailable, unavailable_response
+from ..key_templates.filling import find_request, name_async, name_sync
+from ..key_templates.template import KeyTemplate
 from .headers import add_fields, limit_field, policy_field, retry_after_seconds
 from .rates import Policy, checked_rate, resolved
 from .registry import register
@@ -63,7 +63,7 @@ ALGORITHMS = ("gcra", "window")
 #: What ``on_limited`` accepts (outside views), as ``@locked``'s ``on_contended``.
 ON_LIMITED = ON_CONTENDED
 #: ``key="ip"``: one limit per client address and view, the template ``"<view's dotted name>:{client_ip}"``
-#: (the address as :mod:`~django_redis_coord.decorator.client_ip` reads it).
+#: (the address as :mod:`~django_redis_coord.key_templates.client_ip` reads it).
 CLIENT_IP_KEY = "ip"
 
 #: Rate names used by decorated functions (wrapper -> (dotted name, rate name or None for

@@ -21,7 +21,7 @@ from typing import Any, Optional, Union
 from django.core.exceptions import ImproperlyConfigured
 
 from ..config.ratelimit_options import RateLimitSettings
-from ..decorator.key_templates import KeyTemplate
+from ..key_templates.template import KeyTemplate
 from .rates import Policy, resolved
 
 __all__ = ["Registered", "register", "policy_for"]

@@ -13,7 +13,7 @@ from django.http import HttpResponse
 from django.test import Client, RequestFactory
 
 from django_redis_coord import locked
-from django_redis_coord.decorator.key_values import MAX_KEY_BYTES
+from django_redis_coord.key_templates.values import MAX_KEY_BYTES
 
 #: Two 8 KB headers of 0xFF bytes: each character is "%C3%BF" once percent-encoded (96 KB in all).
 HUGE = "\xff" * 8192

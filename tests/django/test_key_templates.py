@@ -8,15 +8,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from django_redis_coord import locked
-from django_redis_coord.decorator.key_names import _view_namespace, call_namespace
-from django_redis_coord.decorator.key_templates import (
+from django_redis_coord.decorator.locked import Locked
+from django_redis_coord.key_templates.filling import _view_namespace, call_namespace
+from django_redis_coord.key_templates.template import (
     VIEW_NAMES,
     KeyTemplate,
     RequestValues,
     _Formatter,
     bound_arguments,
 )
-from django_redis_coord.decorator.locked import Locked
 
 
 def outcome(fill):

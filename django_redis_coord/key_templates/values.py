@@ -1,4 +1,4 @@
-"""How ``@locked`` keeps keys built from request values short: a long value becomes its digest.
+"""How keys built from request values stay short: a long value becomes its digest.
 
 A header or query parameter can be tens of kilobytes (and six times that once percent-encoded):
 as it is, it would make a key over the name limit (a 500 while building the lock) and fill the

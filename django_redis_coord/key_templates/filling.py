@@ -1,4 +1,5 @@
-"""The key of one call of a ``@locked`` function: what its template is filled from.
+"""The key of one call of a decorated function (``@locked``, ``@rate_limited``, a unique task):
+what its template is filled from.
 
 A view's template sees its arguments by name, ``{args[0]}``, ``{kwargs[pk]}``, ``{user}``,
 ``{query[name]}``, ``{headers[X-Tenant]}``, ``{client_ip}`` (:mod:`.client_ip`), ``{request}``
@@ -17,8 +18,8 @@ from django.http import HttpRequest
 
 from ..core.exceptions import KeyTemplateError
 from .client_ip import client_ip
-from .key_templates import KeyTemplate, KeyTooLong, MissingKeyValue, RequestValues, bound_arguments
-from .key_values import check_key_length
+from .template import KeyTemplate, KeyTooLong, MissingKeyValue, RequestValues, bound_arguments
+from .values import check_key_length
 
 __all__ = ["find_request", "name_sync", "name_async", "checked_name"]
 
@@ -29,7 +30,7 @@ _NOT_LOOKED_UP: Any = object()
 def _keyword_values(names: Any, kwargs: dict) -> Optional[dict[str, Any]]:
     """``names`` and their values when the call passed all of them by keyword, else ``None``.
 
-    Then they are what :func:`~django_redis_coord.decorator.key_templates.bound_arguments` would give for
+    Then they are what :func:`~django_redis_coord.key_templates.template.bound_arguments` would give for
     them (a value passed by keyword is the argument's value, also when binding fails), so the
     template needs no binding."""
     values = {}

@@ -1,10 +1,11 @@
-"""Key templates of ``@locked``: parsed and checked when decorating, filled on every call.
+"""Key templates (of ``@locked``, ``@rate_limited``, unique tasks): parsed and checked when
+decorating, filled on every call.
 
 A template is a ``str.format`` string (``"orders:{pk}"``) filled from what a call offers (see
-:mod:`django_redis_coord.decorator.key_names`).  Each value is percent-encoded (and the characters of the
-template's own text between two fields too), two fields need text between them, and an encoded
-value longer than 128 characters is replaced by its SHA-256 digest
-(:mod:`django_redis_coord.decorator.key_values`): two different sets of values never give the same key.
+:mod:`.filling`).  Each value is percent-encoded (and the characters of the template's own text
+between two fields too), two fields need text between them, and an encoded value longer than 128
+characters is replaced by its SHA-256 digest (:mod:`.values`): two different sets of values never
+give the same key.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from urllib.parse import quote
 from django.core.exceptions import BadRequest
 
 from ..core.exceptions import InvalidLockArgumentType, KeyTemplateError
-from .key_values import shortened
+from .values import shortened
 
 __all__ = [
     "KeyTemplate", "KeyTooLong", "MissingKeyValue", "SAFE_CHARS", "VIEW_NAMES", "signature_of", "bound_arguments",

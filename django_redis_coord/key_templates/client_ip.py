@@ -26,7 +26,7 @@ from django.http import HttpRequest
 
 from ..config.client_ip_options import ClientIPSettings
 from ..config.settings import SETTING_NAME, coord_settings
-from .key_templates import MissingKeyValue
+from .template import MissingKeyValue
 
 __all__ = ["client_ip", "client_address", "header_entries", "parse_address", "grouped"]
 
