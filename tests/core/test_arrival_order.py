@@ -1,15 +1,18 @@
 """First come, first served through a connection pool: many locks of one process on one name,
 each acquired by its own task (or thread), are granted in the order their acquires arrived.
 
-Arrival order is made well-defined, whatever the machine's load: each caller is started only
-once the one before it has sent its first acquire call to Redis (a connection class that records
-each ``EVALSHA`` it sends, with the task or thread that sent it).  The grants are read back in
-the order Redis made them (their fence tokens), so the test asserts an order, never a speed.
+An acquire *arrives* when Redis runs its first call.  That order is read from Redis itself (a
+``MONITOR`` connection lists the calls in the order Redis ran them), so it is well-defined
+whatever the machine's load; the callers start one after the other, each once the one before it
+has sent its first call, so that many arrive while earlier ones are still on their way.  The
+grants are read back in the order Redis made them (their fence tokens): the test asserts an
+order, never a speed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 
 import redis
@@ -20,25 +23,63 @@ from django_redis_coord.asyncio import Lock as AsyncLock
 
 #: The pool every caller goes through, as small as web workers' pools are.
 POOL_SIZE = 16
-#: How many of the adjacent grants may come out of arrival order: a caller that arrives while
-#: the name is free (or is just being handed on) tries first, and a try answered after a later
-#: caller's call can take its place after it.  Without first-come-first-served order through the
-#: pool, a quarter of them are.
+#: How many of the adjacent grants may come out of arrival order: a caller that arrives while no
+#: other acquire of its process is in flight tries first, and a later caller can queue before
+#: that try's queueing call.  Without the rule a quarter of them are.
 OUT_OF_ORDER_SHARE = 0.02
+#: Longer than the arrivals may take on a loaded machine: a waiter whose refreshes came late
+#: would lose its place (the lease is how dead waiters are skipped, not what is tested here).
+LEASE = 300
 #: Generous: a caller waits here only for the one before it to send one call.
 SEND_TIMEOUT = 120.0
+_TOKEN = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
 
 
-def out_of_order(fence_and_arrival: list[tuple[int, int]]) -> tuple[int, int]:
-    """Of the adjacent grants (in the order Redis made them), how many were granted in the
+class RedisOrder:
+    """The calls Redis runs, in its order (``MONITOR``, on a connection of its own)."""
+
+    def __init__(self, redis_server) -> None:
+        self._client = redis_server.client()
+        self._monitor = self._client.monitor()
+        self._monitor.__enter__()  # MONITOR answered: every call from now on is listed
+        self._commands: list[str] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while True:
+            command = self._monitor.next_command()["command"]
+            if command == "ECHO fifo:end":
+                return
+            self._commands.append(command)
+
+    def stop(self) -> None:
+        self._client.echo("fifo:end")
+        self._thread.join(SEND_TIMEOUT)
+        self._monitor.__exit__(None, None, None)
+        self._client.close()
+
+    def arrivals(self, tokens: set[str]) -> dict[str, int]:
+        """For each of ``tokens``: the rank of the first script call that named it."""
+        first: dict[str, int] = {}
+        for command in self._commands:
+            if command.startswith(("EVALSHA ", "EVAL ")):
+                for token in _TOKEN.findall(command):
+                    if token in tokens and token not in first:
+                        first[token] = len(first)
+        return first
+
+
+def out_of_order(grants: list[tuple[int, str]], arrivals: dict[str, int]) -> tuple[int, int]:
+    """Of the adjacent grants (in the order Redis made them: by fence), how many went in the
     reverse of their arrival order, and how many pairs there are."""
-    arrivals = [arrival for _, arrival in sorted(fence_and_arrival)]
-    pairs = list(zip(arrivals, arrivals[1:]))
+    ranks = [arrivals[token] for _, token in sorted(grants)]
+    pairs = list(zip(ranks, ranks[1:]))
     return sum(1 for first, second in pairs if first > second), len(pairs)
 
 
 class _AsyncSent(redis.asyncio.Connection):
-    """A connection that tells a task's ``sent`` event once the task sent an ``EVALSHA``."""
+    """A connection that tells a task's ``sent`` event once the task sent a script call."""
 
     sent: dict = {}
 
@@ -60,36 +101,42 @@ def test_tasks_through_a_pool_are_granted_in_arrival_order(redis_server, async_r
             connection_class=_AsyncSent, timeout=None,
         )
         client = redis.asyncio.Redis(connection_pool=pool)
-        granted: list[tuple[int, int]] = []
+        grants: list[tuple[int, str]] = []
 
-        async def caller(arrival: int, sent: asyncio.Event) -> None:
-            lock = AsyncLock(client, "fifo:tasks", timeout=60)
+        async def caller(sent: asyncio.Event) -> None:
+            lock = AsyncLock(client, "fifo:tasks", timeout=60, waiter_lease=LEASE)
             _AsyncSent.sent[asyncio.current_task()] = sent
             assert await lock.acquire()
             try:
-                granted.append((lock.fence, arrival))
+                grants.append((lock.fence, lock.local.token.decode()))
                 await asyncio.sleep(0)  # held very briefly
             finally:
                 await lock.release()
 
         tasks = []
-        for arrival in range(callers):
+        for _ in range(callers):
             sent = asyncio.Event()
-            tasks.append(asyncio.create_task(caller(arrival, sent)))
-            await asyncio.wait_for(sent.wait(), SEND_TIMEOUT)  # it has sent its first acquire call
+            tasks.append(asyncio.create_task(caller(sent)))
+            await asyncio.wait_for(sent.wait(), SEND_TIMEOUT)  # it has sent its first call
         await asyncio.gather(*tasks)
         await client.aclose()
         await pool.disconnect()
-        return granted
+        return grants
 
-    granted = asyncio.run(scenario())
-    assert len(granted) == callers
-    swapped, pairs = out_of_order(granted)
+    order = RedisOrder(redis_server)
+    try:
+        grants = asyncio.run(scenario())
+    finally:
+        order.stop()
+    assert len(grants) == callers
+    arrivals = order.arrivals({token for _, token in grants})
+    assert len(arrivals) == callers
+    swapped, pairs = out_of_order(grants, arrivals)
     assert swapped <= OUT_OF_ORDER_SHARE * pairs, f"{swapped} of {pairs} adjacent grants out of arrival order"
 
 
 class _Sent(redis.Connection):
-    """A connection that tells a thread's ``sent`` event once the thread sent an ``EVALSHA``."""
+    """A connection that tells a thread's ``sent`` event once the thread sent a script call."""
 
     sent: dict = {}
     guard = threading.Lock()
@@ -111,34 +158,40 @@ def test_threads_through_a_pool_are_granted_in_arrival_order(redis_server, redis
         connection_class=_Sent, timeout=None,
     )
     client = redis.Redis(connection_pool=pool)
-    granted: list[tuple[int, int]] = []
+    grants: list[tuple[int, str]] = []
     failures: list[BaseException] = []
 
-    def caller(arrival: int, sent: threading.Event) -> None:
+    def caller(sent: threading.Event) -> None:
         try:
-            lock = Lock(client, "fifo:threads", timeout=60)
+            lock = Lock(client, "fifo:threads", timeout=60, waiter_lease=LEASE)
             with _Sent.guard:
                 _Sent.sent[threading.current_thread()] = sent
             assert lock.acquire()
             try:
-                granted.append((lock.fence, arrival))
+                grants.append((lock.fence, lock.local.token.decode()))
             finally:
                 lock.release()
         except BaseException as exc:  # reported by the test's thread
             failures.append(exc)
             sent.set()
 
+    order = RedisOrder(redis_server)
     threads = []
-    for arrival in range(callers):
-        sent = threading.Event()
-        thread = threading.Thread(target=caller, args=(arrival, sent), daemon=True)
-        thread.start()
-        threads.append(thread)
-        assert sent.wait(SEND_TIMEOUT), "a caller never sent its acquire call"
-    for thread in threads:
-        thread.join(SEND_TIMEOUT)
-    pool.disconnect()
+    try:
+        for _ in range(callers):
+            sent = threading.Event()
+            thread = threading.Thread(target=caller, args=(sent,), daemon=True)
+            thread.start()
+            threads.append(thread)
+            assert sent.wait(SEND_TIMEOUT), "a caller never sent its first call"
+        for thread in threads:
+            thread.join(SEND_TIMEOUT)
+    finally:
+        order.stop()
+        pool.disconnect()
     assert not failures, failures
-    assert len(granted) == callers
-    swapped, pairs = out_of_order(granted)
+    assert len(grants) == callers
+    arrivals = order.arrivals({token for _, token in grants})
+    assert len(arrivals) == callers
+    swapped, pairs = out_of_order(grants, arrivals)
     assert swapped <= OUT_OF_ORDER_SHARE * pairs, f"{swapped} of {pairs} adjacent grants out of arrival order"
