@@ -13,13 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import threading
 
+import pytest
 import redis
 import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from django_redis_coord import Lock
 from django_redis_coord.asyncio import Lock as AsyncLock
+from django_redis_coord.core.keys import keys_for
+from django_redis_coord.core.queue import aio as queue_aio
+from django_redis_coord.core.queue import sync as queue_sync
+from tests.support.cluster import wait_until
+from tests.support.procs import CTX
 
 #: The pool every caller goes through, as small as web workers' pools are.
 POOL_SIZE = 16
@@ -175,6 +184,8 @@ def test_threads_through_a_pool_are_granted_in_arrival_order(redis_server, redis
             failures.append(exc)
             sent.set()
 
+    holder = Lock(redis_client, "fifo:threads", timeout=60)  # taken while the callers arrive
+    assert holder.acquire(blocking=False)
     order = RedisOrder(redis_server)
     threads = []
     try:
@@ -184,6 +195,7 @@ def test_threads_through_a_pool_are_granted_in_arrival_order(redis_server, redis
             thread.start()
             threads.append(thread)
             assert sent.wait(SEND_TIMEOUT), "a caller never sent its first call"
+        holder.release()
         for thread in threads:
             thread.join(SEND_TIMEOUT)
     finally:
@@ -195,3 +207,69 @@ def test_threads_through_a_pool_are_granted_in_arrival_order(redis_server, redis
     assert len(arrivals) == callers
     swapped, pairs = out_of_order(grants, arrivals)
     assert swapped <= OUT_OF_ORDER_SHARE * pairs, f"{swapped} of {pairs} adjacent grants out of arrival order"
+
+
+# -- the count of blocking acquires in flight (what decides whether an acquire tries first) --------
+
+def _counted(side, name: str) -> int:
+    return side._in_flight.count(keys_for(name.encode(), b"lock").name)
+
+
+def _child_count(name: str, queue) -> None:
+    queue.put((_counted(queue_sync, name), _counted(queue_aio, name)))
+
+
+def test_blocking_acquires_in_flight_are_counted_exactly(redis_client):
+    """Counted while waiting; uncounted once timed out, failed, or in a forked child."""
+    holder = Lock(redis_client, "fifo:count", timeout=60)
+    assert holder.acquire(blocking=False)
+    waiting = Lock(redis_client, "fifo:count", timeout=60, thread_local=False)
+    thread = threading.Thread(target=waiting.acquire, daemon=True)
+    thread.start()
+    wait_until(lambda: _counted(queue_sync, "fifo:count") == 1, 30, what="the waiter counted")
+    wait_until(lambda: redis_client.zcard(keys_for(b"fifo:count", b"lock").queue) == 1, 30, what="the waiter queued")
+
+    queue = CTX.Queue()
+    child = CTX.Process(target=_child_count, args=("fifo:count", queue))
+    child.start()
+    assert queue.get(timeout=30) == (0, 0)  # the parent's acquire in flight is not the child's
+    child.join(30)
+
+    assert not Lock(redis_client, "fifo:count", timeout=60).acquire(blocking_timeout=0.1)
+    assert _counted(queue_sync, "fifo:count") == 1  # the timed-out one left, the waiter stays
+    holder.release()
+    thread.join(30)
+    assert waiting.owned()
+    waiting.release()
+    assert _counted(queue_sync, "fifo:count") == 0
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    unreachable = redis.Redis(port=port, retry=Retry(NoBackoff(), 0))
+    with pytest.raises(redis.ConnectionError):
+        Lock(unreachable, "fifo:count", timeout=60).acquire()
+    assert _counted(queue_sync, "fifo:count") == 0
+
+
+def test_cancelled_and_timed_out_tasks_leave_the_count(redis_client, async_redis):
+    async def scenario():
+        client = async_redis()
+        holder = AsyncLock(client, "fifo:acount", timeout=60)
+        assert await holder.acquire(blocking=False)
+        waiter = asyncio.create_task(AsyncLock(client, "fifo:acount", timeout=60).acquire())
+        for _ in range(3000):  # until it is queued
+            if await client.zcard(keys_for(b"fifo:acount", b"lock").queue):
+                break
+            await asyncio.sleep(0.01)
+        assert _counted(queue_aio, "fifo:acount") == 1
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert _counted(queue_aio, "fifo:acount") == 0
+        assert not await AsyncLock(client, "fifo:acount", timeout=60).acquire(blocking_timeout=0.1)
+        assert _counted(queue_aio, "fifo:acount") == 0
+        await holder.release()
+        await client.aclose()
+
+    asyncio.run(scenario())

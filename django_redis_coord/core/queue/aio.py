@@ -120,14 +120,15 @@ class QueuedPrimitive(QueuedBase):
                     _cancel_swallowed(cancels)
                     return self.taken(grant, sent_at)
                 hub = waiting.hub_for(self.redis)
-                ticket = object()
-                if not (_in_flight.enter(self.keys.name, ticket) or self._contended):
+                if not (self._contended or _in_flight.busy(self.keys.name)):
                     async with hub.gate_for(self.redis):  # bounds the calls of the loop's waiters (see waiting)
                         sent_at = time.monotonic()
                         grant = await self.do_acquire(token, self.acquire_mode(0, own), worker)
                     _cancel_swallowed(cancels)
                     if grant.acquired:
                         return grant, sent_at
+                ticket = object()  # queued or about to queue: this process's later acquires queue after it
+                _in_flight.enter(self.keys.name, ticket)
                 waiter = await hub.register(self.redis, self.refresh_interval)
                 sent_at = time.monotonic()
                 async with waiter.gate:

@@ -47,14 +47,17 @@ OWN_TOKEN = 4
 
 
 class InFlight:
-    """The blocking acquires of this process in flight, per name: from the start of each until it
-    returns (granted, refused at its deadline, or stopped by an exception or a cancellation).
+    """The blocking acquires of this process that are queued or about to queue, per name: from
+    the moment an acquire's try is refused (or skipped) until the acquire returns (granted,
+    refused at its deadline, or stopped by an exception or a cancellation).
 
-    A blocking acquire that finds another one of this process in flight on its name skips the
-    try and joins the queue with its first call: a try that is refused and followed by a
-    queueing call would take its place in the queue after acquires that came later (their calls
-    go out over other connections of the pool, and replies come back in whatever order the
-    sockets are read), so arrival order would not be queue order.
+    A blocking acquire that finds one of them on its name skips the try and joins the queue with
+    its first call: a try that is refused and followed by a queueing call would take its place in
+    the queue after acquires that came later (their calls go out over other connections of the
+    pool, and replies come back in whatever order the sockets are read), so arrival order would
+    not be queue order.  An acquire that finds none tries first, as an uncontended one does: a
+    name taken only by the tries of concurrent readers (or permits of a semaphore) that succeed
+    never sets up waiting.
 
     Each acquire is counted with a ticket of its own, so that leaving is exact wherever an
     exception lands (leaving twice, or without having entered, changes nothing).  A forked child
@@ -71,15 +74,19 @@ class InFlight:
         self._by_name: dict[bytes, set[object]] = {}
         self._lock = threading.Lock()  # a thread of the parent may have held it at the fork
 
-    def enter(self, name: bytes, ticket: object) -> bool:
-        """Count ``ticket`` in flight on ``name``; whether another acquire already was."""
+    def busy(self, name: bytes) -> bool:
+        """Whether an acquire of this process is queued or about to queue on ``name`` (one
+        lookup, no lock: the uncontended path's only cost; a stale answer costs at most order)."""
+        return name in self._by_name
+
+    def enter(self, name: bytes, ticket: object) -> None:
+        """Count ``ticket`` on ``name``."""
         with self._lock:
             tickets = self._by_name.get(name)
             if tickets is None:
                 self._by_name[name] = {ticket}
-                return False
-            tickets.add(ticket)
-            return len(tickets) > 1
+            else:
+                tickets.add(ticket)
 
     def leave(self, name: bytes, ticket: object) -> None:
         """``ticket`` is no longer in flight on ``name``."""
@@ -91,7 +98,7 @@ class InFlight:
                     del self._by_name[name]
 
     def count(self, name: bytes) -> int:
-        """How many blocking acquires of this process are in flight on ``name``."""
+        """How many acquires of this process are queued or about to queue on ``name``."""
         with self._lock:
             return len(self._by_name.get(name, ()))
 
@@ -129,7 +136,8 @@ class QueuedBase(Reporting):
     holder_fields: Optional[Mapping[str, Any]] = None
     #: A hint: whether this primitive's last blocking acquire found it taken.  While it is, a
     #: blocking acquire registers and queues in one call (a try first would cost a contended
-    #: acquire one more script call); else it tries first and sets up no waiting when granted.
+    #: acquire one more script call); else it tries first and sets up no waiting when granted
+    #: (unless another blocking acquire of the process is in flight on the name: :class:`InFlight`).
     _contended = False
 
     def __init__(

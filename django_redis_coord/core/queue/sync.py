@@ -75,13 +75,14 @@ class QueuedPrimitive(QueuedBase):
                     sent_at = time.monotonic()
                     return self.taken(self.do_acquire(token, self.acquire_mode(0, own), worker), sent_at)
                 hub = waiting.hub_for(self.redis)
-                ticket = object()
-                if not (_in_flight.enter(self.keys.name, ticket) or self._contended):
+                if not (self._contended or _in_flight.busy(self.keys.name)):
                     with hub.gate_for(self.redis):  # bounds the calls of the process's waiters (see waiting)
                         sent_at = time.monotonic()
                         grant = self.do_acquire(token, self.acquire_mode(0, own), worker)
                     if grant.acquired:
                         return grant, sent_at
+                ticket = object()  # queued or about to queue: this process's later acquires queue after it
+                _in_flight.enter(self.keys.name, ticket)
                 waiter = hub.register(self.redis, self.refresh_interval)
                 sent_at = time.monotonic()
                 with waiter.gate:
