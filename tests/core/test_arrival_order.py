@@ -32,9 +32,9 @@ from tests.support.procs import CTX
 
 #: The pool every caller goes through, as small as web workers' pools are.
 POOL_SIZE = 16
-#: How many of the adjacent grants may come out of arrival order: a caller that arrives while no
-#: other acquire of its process is in flight tries first, and a later caller can queue before
-#: that try's queueing call.  Without the rule a quarter of them are.
+#: How many of the adjacent grants may come out of arrival order: the callers whose tries are in
+#: flight together as the name becomes contended can still queue in another order.  Without the
+#: rule a quarter to a half of them are (tasks), several in a hundred (threads).
 OUT_OF_ORDER_SHARE = 0.02
 #: Longer than the arrivals may take on a loaded machine: a waiter whose refreshes came late
 #: would lose its place (the lease is how dead waiters are skipped, not what is tested here).

@@ -30,7 +30,7 @@ __all__ = ["LockHeldPerTask", "QueuedPrimitive", "RWLockHeldPerTask", "Semaphore
 
 logger = logging.getLogger("django_redis_coord")
 
-#: The blocking acquires of this process's tasks in flight, per name (see :class:`InFlight`).
+#: The blocking acquires of this process's tasks queued or about to queue, per name (see :class:`InFlight`).
 _in_flight = InFlight()
 
 

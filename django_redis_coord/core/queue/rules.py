@@ -137,7 +137,7 @@ class QueuedBase(Reporting):
     #: A hint: whether this primitive's last blocking acquire found it taken.  While it is, a
     #: blocking acquire registers and queues in one call (a try first would cost a contended
     #: acquire one more script call); else it tries first and sets up no waiting when granted
-    #: (unless another blocking acquire of the process is in flight on the name: :class:`InFlight`).
+    #: (unless another blocking acquire of the process is queued on the name: :class:`InFlight`).
     _contended = False
 
     def __init__(

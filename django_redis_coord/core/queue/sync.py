@@ -24,7 +24,7 @@ from .rules import GIVE_BACK_TRIES, NO_REPLY, InFlight, QueuedBase
 
 __all__ = ["LockHeldPerThread", "QueuedPrimitive", "RWLockHeldPerThread", "SemaphoreHeldPerThread"]
 
-#: The blocking acquires of this process's threads in flight, per name (see :class:`InFlight`).
+#: The blocking acquires of this process's threads queued or about to queue, per name (see :class:`InFlight`).
 _in_flight = InFlight()
 
 
@@ -56,7 +56,7 @@ class QueuedPrimitive(QueuedBase):
         (see :mod:`~django_redis_coord.core.waiting.sync`) before the attempt that joins the queue, so that no
         announcement of its grant can be missed.  While the primitive's last blocking acquire found
         it taken (:attr:`~django_redis_coord.core.queue.rules.QueuedBase._contended`), or while
-        another blocking acquire of this process is in flight on the name
+        another blocking acquire of this process is queued on the name or about to queue
         (:class:`~django_redis_coord.core.queue.rules.InFlight`), the try is skipped: it registers
         and queues in one call, so that arrival order is queue order.
 
