@@ -24,11 +24,14 @@ from ..rwlock.rules import RWLockBase
 from ..scripts import async_scripts
 from ..semaphore.rules import SemaphoreBase
 from ..waiting import aio as waiting
-from .rules import GIVE_BACK_TRIES, NO_REPLY, QueuedBase
+from .rules import GIVE_BACK_TRIES, NO_REPLY, InFlight, QueuedBase
 
 __all__ = ["LockHeldPerTask", "QueuedPrimitive", "RWLockHeldPerTask", "SemaphoreHeldPerTask", "TaskLocal"]
 
 logger = logging.getLogger("django_redis_coord")
+
+#: The blocking acquires of this process's tasks queued or about to queue, per name (see :class:`InFlight`).
+_in_flight = InFlight()
 
 
 def _cancels() -> int:
@@ -107,6 +110,7 @@ class QueuedPrimitive(QueuedBase):
         worker = self._worker()
         cancels = _cancels()
         hub: Any = None
+        ticket: Optional[object] = None
         waiter: Optional[waiting.AsyncWaiter] = None
         try:
             try:
@@ -116,13 +120,15 @@ class QueuedPrimitive(QueuedBase):
                     _cancel_swallowed(cancels)
                     return self.taken(grant, sent_at)
                 hub = waiting.hub_for(self.redis)
-                if not self._contended:
+                if not (self._contended or _in_flight.busy(self.keys.name)):
                     async with hub.gate_for(self.redis):  # bounds the calls of the loop's waiters (see waiting)
                         sent_at = time.monotonic()
                         grant = await self.do_acquire(token, self.acquire_mode(0, own), worker)
                     _cancel_swallowed(cancels)
                     if grant.acquired:
                         return grant, sent_at
+                ticket = object()  # queued or about to queue: this process's later acquires queue after it
+                _in_flight.enter(self.keys.name, ticket)
                 waiter = await hub.register(self.redis, self.refresh_interval)
                 sent_at = time.monotonic()
                 async with waiter.gate:
@@ -134,6 +140,8 @@ class QueuedPrimitive(QueuedBase):
                     grant, sent_at = await self._wait(token, worker, grant, stop_at, sent_at, own, waiter, cancels)
                 return self.taken(grant, sent_at)
             finally:  # inside the undo's try: an exception raised here may follow a grant
+                if ticket is not None:
+                    _in_flight.leave(self.keys.name, ticket)
                 if waiter is not None:
                     hub.unregister(waiter)
         except BaseException:

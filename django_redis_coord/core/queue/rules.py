@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Optional, Union
@@ -23,7 +24,9 @@ from ..keys import KeySet, cacheable, encode_name, keys_for
 from ..reporting import Reporting, check_events, report_loss
 from ..scripts import queue_script
 
-__all__ = ["QueuedBase", "DEFAULT_WAITER_LEASE", "GIVE_BACK_TRIES", "META_RETENTION_MS", "NO_REPLY", "OWN_TOKEN"]
+__all__ = [
+    "InFlight", "QueuedBase", "DEFAULT_WAITER_LEASE", "GIVE_BACK_TRIES", "META_RETENTION_MS", "NO_REPLY", "OWN_TOKEN",
+]
 
 #: How long a queued waiter stays in the queue without refreshing its place (ms).  A waiter that
 #: dies is skipped once this lapses; a live one refreshes three times per lease.
@@ -41,6 +44,63 @@ GIVE_BACK_TRIES = 3
 NO_REPLY = (b"", 0)
 #: Added to an acquire's mode when the library made the token for that very call (see lock_acquire.lua).
 OWN_TOKEN = 4
+
+
+class InFlight:
+    """The blocking acquires of this process that are queued or about to queue, per name: from
+    the moment an acquire's try is refused (or skipped) until the acquire returns (granted,
+    refused at its deadline, or stopped by an exception or a cancellation).
+
+    A blocking acquire that finds one of them on its name skips the try and joins the queue with
+    its first call: a try that is refused and followed by a queueing call would take its place in
+    the queue after acquires that came later (their calls go out over other connections of the
+    pool, and replies come back in whatever order the sockets are read), so arrival order would
+    not be queue order.  An acquire that finds none tries first, as an uncontended one does: a
+    name taken only by the tries of concurrent readers (or permits of a semaphore) that succeed
+    never sets up waiting.
+
+    Each acquire is counted with a ticket of its own, so that leaving is exact wherever an
+    exception lands (leaving twice, or without having entered, changes nothing).  A forked child
+    starts with nothing in flight: its parent's acquires are not its own.  Each side (threads,
+    asyncio) keeps one (:mod:`django_redis_coord.core.queue.sync`, :mod:`django_redis_coord.core.queue.aio`).
+    """
+
+    def __init__(self) -> None:
+        self._forked()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        self._by_name: dict[bytes, set[object]] = {}
+        self._lock = threading.Lock()  # a thread of the parent may have held it at the fork
+
+    def busy(self, name: bytes) -> bool:
+        """Whether an acquire of this process is queued or about to queue on ``name`` (one
+        lookup, no lock: the uncontended path's only cost; a stale answer costs at most order)."""
+        return name in self._by_name
+
+    def enter(self, name: bytes, ticket: object) -> None:
+        """Count ``ticket`` on ``name``."""
+        with self._lock:
+            tickets = self._by_name.get(name)
+            if tickets is None:
+                self._by_name[name] = {ticket}
+            else:
+                tickets.add(ticket)
+
+    def leave(self, name: bytes, ticket: object) -> None:
+        """``ticket`` is no longer in flight on ``name``."""
+        with self._lock:
+            tickets = self._by_name.get(name)
+            if tickets is not None:
+                tickets.discard(ticket)
+                if not tickets:
+                    del self._by_name[name]
+
+    def count(self, name: bytes) -> int:
+        """How many acquires of this process are queued or about to queue on ``name``."""
+        with self._lock:
+            return len(self._by_name.get(name, ()))
 
 
 class QueuedBase(Reporting):
@@ -76,7 +136,8 @@ class QueuedBase(Reporting):
     holder_fields: Optional[Mapping[str, Any]] = None
     #: A hint: whether this primitive's last blocking acquire found it taken.  While it is, a
     #: blocking acquire registers and queues in one call (a try first would cost a contended
-    #: acquire one more script call); else it tries first and sets up no waiting when granted.
+    #: acquire one more script call); else it tries first and sets up no waiting when granted
+    #: (unless another blocking acquire of the process is queued on the name: :class:`InFlight`).
     _contended = False
 
     def __init__(

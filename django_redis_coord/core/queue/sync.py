@@ -20,9 +20,12 @@ from ..rwlock.rules import RWLockBase
 from ..scripts import sync_scripts
 from ..semaphore.rules import SemaphoreBase
 from ..waiting import sync as waiting
-from .rules import GIVE_BACK_TRIES, NO_REPLY, QueuedBase
+from .rules import GIVE_BACK_TRIES, NO_REPLY, InFlight, QueuedBase
 
 __all__ = ["LockHeldPerThread", "QueuedPrimitive", "RWLockHeldPerThread", "SemaphoreHeldPerThread"]
+
+#: The blocking acquires of this process's threads queued or about to queue, per name (see :class:`InFlight`).
+_in_flight = InFlight()
 
 
 class QueuedPrimitive(QueuedBase):
@@ -52,8 +55,10 @@ class QueuedPrimitive(QueuedBase):
         sets up no waiting.  A refused blocking call then registers with the process's waiting hub
         (see :mod:`~django_redis_coord.core.waiting.sync`) before the attempt that joins the queue, so that no
         announcement of its grant can be missed.  While the primitive's last blocking acquire found
-        it taken (:attr:`~django_redis_coord.core.queue.rules.QueuedBase._contended`), the try is skipped:
-        it registers and queues in one call.
+        it taken (:attr:`~django_redis_coord.core.queue.rules.QueuedBase._contended`), or while
+        another blocking acquire of this process is queued on the name or about to queue
+        (:class:`~django_redis_coord.core.queue.rules.InFlight`), the try is skipped: it registers
+        and queues in one call, so that arrival order is queue order.
 
         Whatever is raised on the way (an exception a signal handler raises: a task's soft time
         limit, an alarm, KeyboardInterrupt; a timeout, a lost connection), a call may have reached
@@ -62,6 +67,7 @@ class QueuedPrimitive(QueuedBase):
         """
         worker = self._worker()
         hub: Any = None
+        ticket: Optional[object] = None
         waiter: Optional[waiting.Waiter] = None
         try:
             try:
@@ -69,12 +75,14 @@ class QueuedPrimitive(QueuedBase):
                     sent_at = time.monotonic()
                     return self.taken(self.do_acquire(token, self.acquire_mode(0, own), worker), sent_at)
                 hub = waiting.hub_for(self.redis)
-                if not self._contended:
+                if not (self._contended or _in_flight.busy(self.keys.name)):
                     with hub.gate_for(self.redis):  # bounds the calls of the process's waiters (see waiting)
                         sent_at = time.monotonic()
                         grant = self.do_acquire(token, self.acquire_mode(0, own), worker)
                     if grant.acquired:
                         return grant, sent_at
+                ticket = object()  # queued or about to queue: this process's later acquires queue after it
+                _in_flight.enter(self.keys.name, ticket)
                 waiter = hub.register(self.redis, self.refresh_interval)
                 sent_at = time.monotonic()
                 with waiter.gate:
@@ -85,6 +93,8 @@ class QueuedPrimitive(QueuedBase):
                     grant, sent_at = self._wait(token, worker, grant, stop_at, sent_at, own, waiter)
                 return self.taken(grant, sent_at)
             finally:  # inside the undo's try: an exception raised here may follow a grant
+                if ticket is not None:
+                    _in_flight.leave(self.keys.name, ticket)
                 if waiter is not None:
                     hub.unregister(waiter)
         except BaseException:
