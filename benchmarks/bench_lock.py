@@ -296,9 +296,39 @@ def measure_pairs(ctx: Context, sizes: Sizes) -> dict[str, Any]:
 
 
 # -- 2. contention -------------------------------------------------------------------------------------
-def contend(lib: str, host: str, port: int, name: str, start_ns: int, end_ns: int, hold_s: float,
+class Window:
+    """The span of one contention run, shared by its contending processes (made before they are
+    forked): it opens once every one of them is connected and ready, not at an instant fixed before
+    they started, which a loaded machine may let pass before they are."""
+
+    #: From the last contender's arrival to the opening (ns): every contender is sleeping till then.
+    LEAD_NS = 20_000_000
+
+    def __init__(self, procs: int, seconds: float) -> None:
+        self.length_ns = int(seconds * 1e9)
+        self._start = FORK.Value("q", 0, lock=False)
+        self._barrier = FORK.Barrier(procs, action=self._open)
+
+    def _open(self) -> None:
+        self._start.value = time.monotonic_ns() + self.LEAD_NS
+
+    def enter(self, timeout: float = 120.0) -> tuple[int, int]:
+        """In a contender: wait for the others, then the window's ``(start_ns, end_ns)``."""
+        self._barrier.wait(timeout)
+        return self.bounds
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """``(start_ns, end_ns)`` (once opened)."""
+        start = int(self._start.value)
+        return start, start + self.length_ns
+
+
+def contend(lib: str, host: str, port: int, name: str, window: Window, hold_s: float,
             think_s: float) -> dict[str, Any]:
-    """One contending process: acquire, hold, release, think, until ``end_ns``."""
+    """One contending process: acquire, hold, release, think, from the opening of ``window``
+    until its end, and at least once (a contender the machine kept from running till the window
+    ended still acquires once: a run's per-acquisition figures always have acquisitions)."""
     sent_commands(reset=True)
     client = counting_client(host, port)
     lock = make_lock(lib, client, name, 10.0)
@@ -307,9 +337,10 @@ def contend(lib: str, host: str, port: int, name: str, start_ns: int, end_ns: in
     waits: list[int] = []
     holds: list[tuple[int, int]] = []
     releases: list[int] = []
+    start_ns, end_ns = window.enter()
     sleep_until_ns(start_ns)
     cpu_started = time.process_time()
-    while time.monotonic_ns() < end_ns:
+    while not holds or time.monotonic_ns() < end_ns:
         asked = time.monotonic_ns()
         if not lock.acquire():
             raise RuntimeError("a blocking acquire returned False")
@@ -338,9 +369,7 @@ def measure_contention(ctx: Context, lib: str, procs: int, sizes: Sizes) -> dict
         reset_ring(admin, name)
     before = commandstats(admin)
     cpu_before = server_cpu(admin)
-    start_ns = time.monotonic_ns() + int(0.3e9 + procs * 0.02e9)
-    end_ns = start_ns + int(sizes.contention_seconds * 1e9)
-    results = contenders_run(ctx, lib, procs, name, start_ns, end_ns, sizes)
+    results, (start_ns, end_ns) = contenders_run(ctx, lib, procs, name, sizes.contention_seconds, sizes)
     after = commandstats(admin)
     cpu_after = server_cpu(admin)
     admin.close()
@@ -569,12 +598,15 @@ def measure_many(ctx: Context, lib: str, count: int, sizes: Sizes) -> dict[str, 
     return many_threads(ctx, lib, count, sizes)
 
 
-def contenders_run(ctx: Context, lib: str, procs: int, name: str, start_ns: int, end_ns: int,
-                   sizes: Sizes) -> list[dict[str, Any]]:
-    """What each of ``procs`` contending processes did (see :func:`contend`)."""
-    args = [(lib, ctx.server.host, ctx.server.port, name, start_ns, end_ns, sizes.hold_s, sizes.think_s)
+def contenders_run(ctx: Context, lib: str, procs: int, name: str, seconds: float,
+                   sizes: Sizes) -> tuple[list[dict[str, Any]], tuple[int, int]]:
+    """What each of ``procs`` contending processes did in a window of ``seconds`` (see
+    :func:`contend`), and the window's ``(start_ns, end_ns)``."""
+    window = Window(procs, seconds)
+    args = [(lib, ctx.server.host, ctx.server.port, name, window, sizes.hold_s, sizes.think_s)
             for _ in range(procs)]
-    return run_workers(contend, args, timeout=(end_ns - time.monotonic_ns()) / 1e9 + 120)
+    results = run_workers(contend, args, timeout=seconds + 240)
+    return results, window.bounds
 
 
 def measure_monitored(ctx: Context, lib: str, procs: int, sizes: Sizes) -> dict[str, Any]:
@@ -585,10 +617,8 @@ def measure_monitored(ctx: Context, lib: str, procs: int, sizes: Sizes) -> dict[
         admin = ctx.client()
         reset_ring(admin, name)
         admin.close()
-    start_ns = time.monotonic_ns() + int(0.3e9 + procs * 0.02e9)
-    end_ns = start_ns + int(sizes.monitor_seconds * 1e9)
     with CommandMonitor(ctx.server) as monitor:
-        results = contenders_run(ctx, lib, procs, name, start_ns, end_ns, sizes)
+        results, _ = contenders_run(ctx, lib, procs, name, sizes.monitor_seconds, sizes)
     total = sum(len(r["holds"]) for r in results)
     return {
         "monitor_cmds": sum(monitor.counts.values()) / total if total else float("nan"),

@@ -6,6 +6,7 @@ machine); the report's structure, the sanity of its figures and the safety check
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import types
@@ -185,6 +186,19 @@ def test_lock_benchmark_end_to_end_with_tiny_sizes(redis_servers, tmp_path):
         assert os.sched_getaffinity(server.process.pid) == os.sched_getaffinity(0)  # left unpinned
     payload = json.loads((tmp_path / "lock.json").read_text())
     assert payload["figures"]["pairs_per_s.ours"] == figures["pairs_per_s.ours"]
+
+
+def test_a_contention_run_has_acquisitions_however_late_its_contenders_start(redis_servers, tmp_path):
+    """A window no contender can reach in time (0 s, as a loaded machine makes a short one): every
+    contender still acquires once, so the per-acquisition figures are numbers, never NaN."""
+    ctx = Context(redis_servers(1)[0], quick=True, results_dir=tmp_path, verbose=False)
+    sizes = dataclasses.replace(TINY, monitor_seconds=0.0)
+    monitored = bench_lock.measure_monitored(ctx, "ceiling", 2, sizes)
+    assert monitored["acquisitions"] >= 2
+    assert monitored["monitor_cmds"] == pytest.approx(2.0)  # a BLPOP and an RPUSH per acquisition
+    contended = bench_lock.measure_contention(ctx, "ours", 2, dataclasses.replace(sizes, contention_seconds=1e-6))
+    assert contended["acquisitions"] >= 2 and contended["overlaps"] == 0
+    assert contended["sent_cmds"] >= 2
 
 
 def test_stampede_benchmark_end_to_end_with_tiny_sizes(redis_servers, tmp_path):

@@ -103,6 +103,18 @@ class Demo:
         finally:
             client.close()
 
+    def worker_holds(self) -> list:
+        """The holds of the ``contend`` workers (labels ``worker N...``), read directly: fast enough to poll."""
+        import redis
+
+        from django_redis_coord.core.listing import HolderListing
+
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            return [h for h in HolderListing(client, prefix="demo:").holders() if (h.label or "").startswith("worker")]
+        finally:
+            client.close()
+
     def stop(self) -> int:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGINT)
@@ -371,13 +383,19 @@ def test_the_two_tabs_report_is_free_while_the_workers_run(demo):
     _, _, html = demo.get("/")
     name = re.search(r'href="/report/([\w-]+)/\?seconds=10" id="two-tabs"', html).group(1)
     assert f"report:{name}" not in JOBS
-    workers = start_workers(demo, "--workers", "3", "--seconds", "15", "--min-hold", "0.5", "--max-hold", "1")
+    # The workers run until the SIGINT at the end (--seconds only caps an orphan's life): a loaded
+    # machine may take longer to start them than any fixed run would last.  Their holds (0.5-1 s
+    # each) are polled directly, not by a `locks list` process that takes seconds to start.
+    workers = start_workers(demo, "--workers", "3", "--seconds", "600", "--min-hold", "0.5", "--max-hold", "1")
     try:
-        wait_for(lambda: [h for h in demo.holders() if (h["owner"]["label"] or "").startswith("worker")], timeout=60)
-        thread, first = in_background(lambda: demo.get(f"/report/{name}/?seconds=4"))
+        wait_for(demo.worker_holds, timeout=60)
+        # The first tab holds the report as long as the landing page's link asks (10 s): time for
+        # the second tab's request, however busy the machine.
+        thread, first = in_background(lambda: demo.get(f"/report/{name}/?seconds=10"))
         wait_for(lambda: demo.live(f"report:{name}"))
         status, headers, _ = demo.get(f"/report/{name}/?seconds=0")
         assert status == 409 and int(headers["Retry-After"]) >= 1
+        assert workers.poll() is None  # refused while the workers ran (only the first tab holds it)
         thread.join(60)
         assert first["result"][0] == 200
     finally:

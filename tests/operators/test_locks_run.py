@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from django.core.management.base import CommandError
 
 from django_redis_coord import lock
 from django_redis_coord.core.holders import lock_holder
+from django_redis_coord.core.keys import keys_for
 from django_redis_coord.management.singleton import EX_TEMPFAIL
 from tests.django.test_singleton_commands import wait_for
 from tests.support.procs import manage_py
@@ -29,6 +31,26 @@ def finish(proc: subprocess.Popen) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
+def finish_watching_queue(redis_client, name: str, proc: subprocess.Popen) -> tuple[int, str, str, int]:
+    """``finish(proc)``, and the most waiters seen meanwhile in the wait queue of lock ``name``
+    (a run that waits for the lock is in it for as long as it waits)."""
+    queue, most, done = keys_for(name.encode()).queue, [0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            most[0] = max(most[0], redis_client.zcard(queue))
+            done.wait(0.002)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        code, out, err = finish(proc)
+    finally:
+        done.set()
+        watcher.join(10)
+    return code, out, err, most[0]
+
+
 def started(redis_client, name: str, count: int = 1) -> list[int]:
     wait_for(lambda: redis_client.llen(f"started:{name}") >= count)
     return [int(pid) for pid in redis_client.lrange(f"started:{name}", 0, -1)]
@@ -41,12 +63,14 @@ def test_a_second_run_exits_at_once_with_75_and_says_who_holds_it(redis_client, 
     # What operators see: the command's label and role, held by the runner's process (the command runs in it).
     assert holder is not None and holder.pid == pid == first.pid
     assert holder.label == "manage.py gated" and holder.extra == {"role": "command", "command": "gated"}
-    began = time.monotonic()
-    code, out, err = finish(start(redis_url, "nightly", "--name", "a"))
+    # "At once": the first holds until its gate opens, below; the second neither waits in the
+    # lock's queue nor for the first's end, which it would wait for until then.
+    code, out, err, queued = finish_watching_queue(redis_client, "nightly", start(redis_url, "nightly", "--name", "a"))
     assert code == EX_TEMPFAIL == 75
     assert f"'nightly' is held by another run of gated ({holder.host} pid {pid} MainThread)" in err, err
+    assert "after waiting" not in err and queued == 0
     assert out == "" and "Traceback" not in err
-    assert time.monotonic() - began < 10 and first.poll() is None
+    assert first.poll() is None and lock_holder(redis_client, "nightly").pid == pid
     assert redis_client.llen("started:a") == 1  # the refused run never started the command
     redis_client.rpush("gate:a", 1)
     code, out, err = finish(first)
@@ -71,8 +95,10 @@ def test_wait_runs_after_the_first_without_a_limit_or_gives_up_after_seconds(red
     first = start(redis_url, "queue", "--name", "c")
     started(redis_client, "c")
     began = time.monotonic()
-    code, _, err = finish(start(redis_url, "queue", "--name", "c", options=("--wait", "1")))
+    code, _, err, queued = finish_watching_queue(redis_client, "queue",
+                                                 start(redis_url, "queue", "--name", "c", options=("--wait", "1")))
     assert code == EX_TEMPFAIL and "after waiting 1 s" in err
+    assert queued == 1  # it waited in the lock's queue (what a run without --wait never does)
     assert time.monotonic() - began >= 1
     patient = start(redis_url, "queue", "--name", "c", "--for", "0.1", options=("--wait",))  # no limit
     time.sleep(1.5)
