@@ -464,9 +464,11 @@ async def _get(port: int, path: str) -> tuple[int, bytes]:
 
 
 def test_300_concurrent_requests_to_an_async_locked_view_under_uvicorn(redis_servers):
-    """An async view with ``@locked(wait=...)`` served by uvicorn (one worker process): 300
-    requests queued behind a holder are all answered 200, one at a time, in queue order, while the
-    worker gives at most 4 connections over to waiting."""
+    """An async view with ``@locked(wait=60)`` served by uvicorn (one worker process): 300
+    requests queued behind a holder are answered 200 one at a time, in queue order, while the
+    worker gives at most 4 connections over to waiting.  A request answered 409 must have waited its
+    60 s (a loaded machine may take longer than that to queue and serve the 300): it left the queue
+    at its deadline, and the others were still served in queue order."""
     import os
     import socket
     import subprocess
@@ -496,10 +498,14 @@ def test_300_concurrent_requests_to_an_async_locked_view_under_uvicorn(redis_ser
         assert holder.acquire(blocking=False)
 
         async def main() -> tuple[list, list, int]:
-            requests = [asyncio.create_task(_get(port, "/t/await/x/")) for _ in range(300)]
-            deadline = time.monotonic() + 60
-            while client.zcard(holder.keys.queue) < 300:
-                assert time.monotonic() < deadline, "not every request queued"
+            async def timed() -> tuple[int, bytes, float]:
+                sent_at = time.monotonic()
+                status, body = await _get(port, "/t/await/x/")
+                return status, body, time.monotonic() - sent_at
+
+            requests = [asyncio.create_task(timed()) for _ in range(300)]
+            # Every request queued, or (past its wait, on a loaded machine) answered already.
+            while client.zcard(holder.keys.queue) + sum(request.done() for request in requests) < 300:
                 await asyncio.sleep(0.05)
             queue = client.zrange(holder.keys.queue, 0, -1)
             waiting = waiting_connections(server)
@@ -507,11 +513,13 @@ def test_300_concurrent_requests_to_an_async_locked_view_under_uvicorn(redis_ser
             return await asyncio.gather(*requests), queue, waiting
 
         responses, queue, waiting = asyncio.run(main())
-        assert [status for status, _ in responses] == [200] * 300, {status for status, _ in responses}
-        rows = [body.split() for _, body in responses]
-        assert {row[0] for row in rows} == {b"1"}, "two requests were inside at once"
+        assert {status for status, _, _ in responses} <= {200, 409}, {status for status, _, _ in responses}
+        early = [took for status, _, took in responses if status == 409 and took < 60]
+        assert not early, f"answered 409 before its wait of 60 s ended: after {early[:3]} s"
+        rows = [body.split() for status, body, _ in responses if status == 200]
+        assert {row[0] for row in rows} <= {b"1"}, "two requests were inside at once"
         served = [token for _, token in sorted((int(row[1]), row[2]) for row in rows)]
-        assert served == queue, "not served in the order of the queue"
+        assert served == [token for token in queue if token in set(served)], "not served in the order of the queue"
         assert waiting <= MAX_WAITING_CONNECTIONS, waiting
     finally:
         worker.terminate()
@@ -570,6 +578,7 @@ def test_a_grant_announced_for_an_earlier_call_is_not_taken_after_it_ended(redis
     that grant ended and another client took the lock, and after the waiter's refresh queued it
     again: the waiter must not take the stale grant (both would hold the lock), but wait its turn."""
     from django_redis_coord.core.waiting import sync as waiting
+    from django_redis_coord.core.waiting.rules import command_slots
 
     (server,) = redis_servers(1)
     client = server.client(max_connections=100)  # a bounded gate (redis-py before 8: 2**31 connections)
@@ -588,7 +597,10 @@ def test_a_grant_announced_for_an_earlier_call_is_not_taken_after_it_ended(redis
     thread.start()
     wait_for(lambda: client.zscore(holder.keys.queue, "w") is not None, 5, "the waiter queued")
     hub = waiting.hub_for(client)
-    slots = [hub._gate.acquire() for _ in range(64) if hub._gate._value > 0]  # no refresh gets through
+    # Every slot of the gate, so that no refresh gets through: taken one by one, each waited for,
+    # as the waiter may be inside a refresh holding one (its next refresh would then get through
+    # while the grant is valid, and rightly take it).
+    slots = [hub._gate.acquire() for _ in range(command_slots(client))]
     with hub._reading:  # nobody reads the waiting connection: the announcement waits there
         holder.release()  # granted to "w" for 0.3 s and announced; the announcement waits in the hub
         time.sleep(0.6)  # the grant ends unseen
@@ -748,7 +760,9 @@ def test_a_waiter_interrupted_while_it_subscribes_is_not_kept(redis_servers):
 
 def test_1000_asyncio_tasks_that_start_at_once_stay_within_the_pool(redis_servers):
     """Their first tries, made before they register, go through the hub's gate like every later
-    call: the default pool (100 connections at most) is not asked for 1000 at once."""
+    call: the default pool (100 connections at most) is not asked for 1000 at once.  All 1000 queue
+    without an error; then they are cancelled together, and their give-backs (1000 calls at once
+    again) leave the queue empty, without an error either."""
     (server,) = redis_servers(1)
 
     async def main() -> None:
@@ -759,16 +773,22 @@ def test_1000_asyncio_tasks_that_start_at_once_stay_within_the_pool(redis_server
 
             async def one() -> None:
                 lock = AsyncLock(client, "at-once", timeout=60)
-                assert await lock.acquire(blocking=True, blocking_timeout=120)
-                await lock.release()
+                await lock.acquire(blocking=True)  # no deadline: the calls are under test, not the wait
+                raise AssertionError("granted while the holder holds")
 
             tasks = [asyncio.create_task(one()) for _ in range(1000)]  # no yield in between
             while await client.zcard(holder.keys.queue) < 1000 and not any(t.done() for t in tasks):
                 await asyncio.sleep(0.05)
-            await holder.release()
-            results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 180)
-            errors = [result for result in results if isinstance(result, BaseException)]
+            finished = [t for t in tasks if t.done()]
+            assert not finished, [t.exception() for t in finished[:3]]  # a pool error ends a task early
+            for task in tasks:
+                task.cancel()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            errors = [result for result in results if not isinstance(result, asyncio.CancelledError)]
             assert not errors, errors[:3]
+            assert await client.zcard(holder.keys.queue) == 0, "a cancelled waiter stayed in the queue"
+            assert await holder.locked() and await holder.owned()
+            await holder.release()
         finally:
             await client.aclose()
 
