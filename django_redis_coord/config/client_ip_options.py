@@ -21,13 +21,12 @@ wrong with it (system check E024, through
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from . import check_ids as ids
-from .defaults import SETTING_NAME, Problem
+from .defaults import SETTING_NAME, Problem, unknown_key_problems
 
 __all__ = ["CLIENT_IP_DEFAULTS", "ClientIPSettings", "client_ip_from", "client_ip_problems"]
 
@@ -82,13 +81,7 @@ def client_ip_problems(value: object) -> list[Problem]:
         return []
     if not isinstance(value, Mapping):
         return [Problem(ids.BAD_CLIENT_IP, f"{_PATH} must be a dict, not {type(value).__name__}.", _EXAMPLE)]
-    problems = []
-    for key in value:
-        if key not in CLIENT_IP_DEFAULTS:
-            close = difflib.get_close_matches(str(key), list(CLIENT_IP_DEFAULTS), n=1)
-            problems.append(Problem(ids.BAD_CLIENT_IP, f"{_PATH} has an unknown key {key!r}.",
-                                    f"Did you mean {close[0]!r}?" if close else
-                                    f"Known keys: {', '.join(CLIENT_IP_DEFAULTS)}."))
+    problems = unknown_key_problems(ids.BAD_CLIENT_IP, _PATH, value, CLIENT_IP_DEFAULTS)
     trusted = value.get("TRUSTED_PROXIES", 0)
     if not _is_int(trusted) or trusted < 0:
         problems.append(Problem(

@@ -4,7 +4,8 @@ its ids are those of :mod:`~django_redis_coord.config.check_ids`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Optional
@@ -87,3 +88,16 @@ def bool_problem(name: str, value: object) -> Optional[Problem]:
         return None
     return Problem(NOT_A_BOOL, f"{SETTING_NAME}[{name!r}] must be True or False.",
                    f"{name} is {value!r}; write True or False.")
+
+
+def unknown_key_problems(check_id: str, path: str, value: Mapping[Any, Any], known: Iterable[str]) -> list[Problem]:
+    """A problem ``check_id`` for each key of the section ``value`` (at ``path``) not among
+    ``known``, its hint the closest known key (or the list of them)."""
+    known = list(known)
+    problems = []
+    for key in value:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            problems.append(Problem(check_id, f"{path} has an unknown key {key!r}.",
+                                    f"Did you mean {close[0]!r}?" if close else f"Known keys: {', '.join(known)}."))
+    return problems

@@ -25,7 +25,6 @@ apart (:func:`is_rate_string`).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
@@ -34,7 +33,7 @@ from ..core.exceptions import InvalidLockArgument
 from ..core.ratelimit import parse_rate
 from ..core.ratelimit.rules import UNITS_TEXT
 from . import check_ids as ids
-from .defaults import SETTING_NAME, Problem
+from .defaults import SETTING_NAME, Problem, unknown_key_problems
 
 __all__ = ["RATELIMIT_DEFAULTS", "ON_UNAVAILABLE", "RateLimitSettings", "ratelimit_from", "ratelimit_problems",
            "NamedRate", "is_rate_string", "check_burst", "rate_problem"]
@@ -137,13 +136,7 @@ def ratelimit_problems(value: object) -> list[Problem]:
         return []
     if not isinstance(value, Mapping):
         return [Problem(ids.BAD_RATELIMIT, f"{_PATH} must be a dict, not {type(value).__name__}.", _EXAMPLE)]
-    problems = []
-    for key in value:
-        if key not in RATELIMIT_DEFAULTS:
-            close = difflib.get_close_matches(str(key), list(RATELIMIT_DEFAULTS), n=1)
-            problems.append(Problem(ids.BAD_RATELIMIT, f"{_PATH} has an unknown key {key!r}.",
-                                    f"Did you mean {close[0]!r}?" if close else
-                                    f"Known keys: {', '.join(RATELIMIT_DEFAULTS)}."))
+    problems = unknown_key_problems(ids.BAD_RATELIMIT, _PATH, value, RATELIMIT_DEFAULTS)
     enabled = value.get("ENABLED", True)
     if not isinstance(enabled, bool):
         problems.append(Problem(ids.BAD_RATELIMIT, f"{_PATH}['ENABLED'] must be True or False, not "

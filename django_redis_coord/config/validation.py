@@ -11,14 +11,13 @@ lasts and ``@locked``'s answers (:mod:`.lock_options`), ``REDLOCK`` (:mod:`.redl
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from typing import Any, Optional
 
 from . import check_ids as ids
 from .client_ip_options import client_ip_problems
 from .connection_options import client_options_problems, connection_problems
-from .defaults import DEFAULTS, SETTING_NAME, Problem
+from .defaults import DEFAULTS, SETTING_NAME, Problem, unknown_key_problems
 from .lock_options import key_prefix_problems, locked_answer_problems, timeout_problems
 from .metrics_options import metrics_problems
 from .ratelimit_options import ratelimit_problems
@@ -59,10 +58,4 @@ def settings_problems(raw: object, caches: Optional[Mapping[str, Any]] = None) -
 
 
 def _unknown_key_problems(raw: Mapping[Any, Any]) -> list[Problem]:
-    problems = []
-    for key in raw:
-        if key not in DEFAULTS:
-            close = difflib.get_close_matches(str(key), list(DEFAULTS), n=1)
-            problems.append(Problem(ids.UNKNOWN_KEY, f"{SETTING_NAME} has an unknown key {key!r}.",
-                                    f"Did you mean {close[0]!r}?" if close else f"Known keys: {', '.join(DEFAULTS)}."))
-    return problems
+    return unknown_key_problems(ids.UNKNOWN_KEY, SETTING_NAME, raw, DEFAULTS)
