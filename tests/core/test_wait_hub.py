@@ -13,8 +13,8 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Optional
 
 import pytest
 import redis
@@ -624,9 +624,9 @@ class _SoftTimeLimit(Exception):
 
 
 @contextlib.contextmanager
-def _soft_limit_once(ready: Any, what: str) -> Iterator[None]:
+def _soft_limit_once(ready: Any, what: str, then: Optional[Callable[[], Any]] = None) -> Iterator[None]:
     """Inside the block, once ``ready()``, the main thread gets a signal whose handler raises
-    :class:`_SoftTimeLimit`; the block must raise it."""
+    :class:`_SoftTimeLimit` (and ``then()`` is called a moment later); the block must raise it."""
     import signal
 
     def raise_soft_limit(signum: int, frame: Any) -> None:
@@ -635,6 +635,9 @@ def _soft_limit_once(ready: Any, what: str) -> Iterator[None]:
     def signal_once_ready() -> None:
         wait_for(ready, 10, what)
         signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)  # type: ignore[arg-type]
+        if then is not None:
+            time.sleep(0.2)
+            then()
 
     previous = signal.signal(signal.SIGUSR1, raise_soft_limit)
     try:
@@ -750,7 +753,9 @@ def test_a_waiter_interrupted_while_it_subscribes_is_not_kept(redis_servers):
     waiter._contended = True
     server.pause()  # the subscription waits for the server's reply
     try:
-        with _soft_limit_once(hub._reading.locked, "the waiter to subscribe"):
+        # The interrupted acquire is undone in Redis (it may have queued): the server answers again
+        # once the signal has landed, or the undo would wait for it for good (no socket timeout).
+        with _soft_limit_once(hub._reading.locked, "the waiter to subscribe", then=server.resume):
             waiter.acquire(blocking_timeout=15)
     finally:
         server.resume()
