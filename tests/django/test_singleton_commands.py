@@ -46,7 +46,9 @@ def wait_for(condition, timeout: float = 20.0):
 
 
 def started(redis_client, name: str, count: int = 1) -> None:
-    wait_for(lambda: redis_client.llen(f"started:{name}") >= count)
+    """Until ``count`` runs of the command have started (Django's start-up in a process of its own:
+    no test here is about how long that takes, so the limit only guards against a hang)."""
+    wait_for(lambda: redis_client.llen(f"started:{name}") >= count, timeout=120)
 
 
 def test_a_second_run_exits_at_once_with_75_and_a_message(redis_client, redis_url):
