@@ -662,12 +662,16 @@ _PLACE = """
 -- Units one a microsecond from one window before a moment LEAD µs from now, then wait for that
 -- moment, all on the server (no client delay between placing them and the decision after this).
 -- Placing them took longer than the lead (a loaded machine): again, with twice the lead.
+-- A server whose clock stands still while a command runs (Valkey reads TIME once for a script or a
+-- whole MULTI/EXEC) would never reach the moment: there the units go one window before the moment
+-- the clock shows, which the decision that follows reads too, or later.
 local key, lead, window, units = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local at, now, t
-repeat
+local function clock()
+  local t = redis.call('TIME')
+  return t[1] * 1000000 + t[2]
+end
+local function place(at)
   redis.call('DEL', key)
-  t = redis.call('TIME')
-  at = t[1] * 1000000 + t[2] + lead
   for first = 0, units - 1, 1000 do
     local args = {}
     for k = first, math.min(first + 999, units - 1) do
@@ -676,14 +680,22 @@ repeat
     end
     redis.call('ZADD', key, unpack(args))
   end
-  t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
+end
+local start = clock()
+local at = start + lead
+place(at)
+local now = clock()
+if now == start then
+  place(start)
+  return string.format('%.0f', start)
+end
+while now >= at do
   lead = lead * 2
-until now < at
-repeat
-  t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-until now >= at
+  at = now + lead
+  place(at)
+  now = clock()
+end
+repeat now = clock() until now >= at
 return string.format('%.0f', at)
 """
 
