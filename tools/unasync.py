@@ -25,12 +25,14 @@ TWINS = [
     (f"{PACKAGE}/core/semaphore/aio.py", f"{PACKAGE}/core/semaphore/sync.py"),
     (f"{PACKAGE}/core/rwlock/aio.py", f"{PACKAGE}/core/rwlock/sync.py"),
     (f"{PACKAGE}/core/ratelimit/aio.py", f"{PACKAGE}/core/ratelimit/sync.py"),
+    (f"{PACKAGE}/core/queue/aio.py", f"{PACKAGE}/core/queue/sync.py"),
 ]
 
 #: Word-bounded replacements, applied in this order to every line of a source.
 SUBS = [
     # The language.
     ("async def", "def"),
+    ("async with", "with"),
     ("await ", ""),
     # A call that must finish even when its task is cancelled: a sync call cannot be cancelled.
     (r"run_to_completion\((.*)\)$", r"\1"),
@@ -46,11 +48,11 @@ SUBS = [
     # The package's sync and asyncio names: a family's halves sit side by side (``aio.py`` and
     # ``sync.py``), and so do the halves of what they import (``queue/aio.py``, ``queue/sync.py``).
     (r"(from \S*)\.aio\b", r"\1.sync"),
+    (r"import aio as side$", "import sync as side"),
     ("AsyncWithBlock", "WithBlock"),
-    ("LockHeldPerTask", "LockHeldPerThread"),
-    ("SemaphoreHeldPerTask", "SemaphoreHeldPerThread"),
-    ("RWLockHeldPerTask", "RWLockHeldPerThread"),
-    (r"_atell_(\w+)", r"_tell_\1"),
+    ("AsyncWaiter", "Waiter"),
+    # The calls to ``events`` (a primitive's ``report``): each side's.
+    (r"atell_(\w+)", r"tell_\1"),
 ]
 
 HEADER = "# Generated from {source} by `python3 dev.py twins`: edit that file, not this one.\n"

@@ -446,18 +446,18 @@ def test_an_acquire_sent_again_by_a_retrying_client_is_recognised_as_its_own_gra
 
     lock = Lock(redis_client, "resent", timeout=None)
     token = make_token()
-    first = lock.do_acquire(token, 1 + OWN_TOKEN, "w")
+    first = lock.line.acquire(token, 1 + OWN_TOKEN, "w")
     for mode in (1 + OWN_TOKEN, 0 + OWN_TOKEN):  # a blocking acquire sent again, or a try sent again
-        again = lock.do_acquire(token, mode, "w")
+        again = lock.line.acquire(token, mode, "w")
         assert again.acquired and again.fence == first.fence
     assert redis_client.zcard(lock.keys.queue) == 0
     # Handed over between the two sends: the second send takes the hand-off, not a place in line.
     waiting = make_token()
-    assert not lock.do_acquire(waiting, 1 + OWN_TOKEN, "w").acquired
+    assert not lock.line.acquire(waiting, 1 + OWN_TOKEN, "w").acquired
     lock.local.hold.token = token
     lock.release()
     assert redis_client.get("resent") == waiting
-    handed = lock.do_acquire(waiting, 1 + OWN_TOKEN, "w")
+    handed = lock.line.acquire(waiting, 1 + OWN_TOKEN, "w")
     assert handed.acquired and handed.fence > first.fence
     assert redis_client.zcard(lock.keys.queue) == 0 and redis_client.hlen(lock.keys.waiters) == 0
 

@@ -18,7 +18,6 @@ import logging
 import time
 import weakref
 from collections.abc import Sequence
-from types import SimpleNamespace
 from typing import Any, Optional, Union
 
 import redis.asyncio
@@ -31,6 +30,7 @@ from ..arguments import Number
 from ..concurrency import drop_closed_loops, in_background, run_to_completion
 from ..events import held_time
 from ..exceptions import QuorumUnavailable
+from ..holds import Hold
 from ..lock.rules import AsyncWithBlock
 from ..scripts import async_scripts
 from .commands import (
@@ -132,11 +132,11 @@ class _TaskHold:
     """Hold state private to the current asyncio task (or the thread, outside a loop)."""
 
     def __init__(self) -> None:
-        self._by_task: weakref.WeakKeyDictionary[Any, SimpleNamespace] = weakref.WeakKeyDictionary()
-        self._outside = SimpleNamespace(token=None, fence=None, deadline=0.0, lost=False)
+        self._by_task: weakref.WeakKeyDictionary[Any, Hold] = weakref.WeakKeyDictionary()
+        self._outside = Hold(deadline=0.0)
 
     @property
-    def hold(self) -> SimpleNamespace:
+    def hold(self) -> Hold:
         try:
             task = asyncio.current_task()
         except RuntimeError:
@@ -145,7 +145,7 @@ class _TaskHold:
             return self._outside
         hold = self._by_task.get(task)
         if hold is None:
-            hold = self._by_task[task] = SimpleNamespace(token=None, fence=None, deadline=0.0, lost=False)
+            hold = self._by_task[task] = Hold(deadline=0.0)
         return hold
 
     @property
@@ -256,7 +256,7 @@ class Redlock(AsyncWithBlock, RedlockBase):
 
     _report_loss = RedlockBase._atell_lost
 
-    def _mark_lost(self, hold: SimpleNamespace) -> None:
+    def _mark_lost(self, hold: Hold) -> None:
         result = self.mark_lost(hold)
         if asyncio.iscoroutine(result):
             in_background(result)
@@ -275,7 +275,7 @@ class Redlock(AsyncWithBlock, RedlockBase):
             _watchdog.async_watchdog().unregister(self, hold)
         return self._release_hold(hold, token)
 
-    async def _release_hold(self, hold: SimpleNamespace, token: bytes) -> None:
+    async def _release_hold(self, hold: Hold, token: bytes) -> None:
         self.released(hold, (await self._everywhere(self.release_command(token)))[1])
 
     async def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
