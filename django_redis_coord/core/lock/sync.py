@@ -73,7 +73,7 @@ class Lock(LockBase):
         """Its holds (per task, or one shared with ``thread_local=False``), its line, its reporter."""
         self.local = WorkerHolds() if self.thread_local else SharedHold()
         self.line = Line(self)
-        self.report = Reporter(self, in_background=side.LOSS_TOLD_IN_BACKGROUND)
+        self.report = Reporter(self, refusal=self._refusal, in_background=side.LOSS_TOLD_IN_BACKGROUND)
 
     # -- public API ----------------------------------------------------------------------------
     def acquire(
@@ -161,8 +161,8 @@ class Lock(LockBase):
             self.report.tell_released(fence, held)
 
     def do_release(self, token: bytes) -> None:
-        if self.hand_over is not None:  # the hand-over hook (see core.lock.handover)
-            return self.hand_over.release(self, token)  # type: ignore[no-any-return]
+        if self.hand_over is not None and self.hand_over.release(self, token):
+            return  # released by the hand-over hook (see core.lock.handover)
         script = self.scripts.get(self.redis, "lock_release")
         reply = script(self.release_keys(), self.release_args(token), client=self.redis)
         if int(reply) != 1:

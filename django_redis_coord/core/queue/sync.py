@@ -184,10 +184,13 @@ class Line:
         return True
 
     def acquire(self, token: bytes, enqueue: int, worker: str, reply_to: tuple[bytes, Any] = NO_REPLY) -> Grant:
-        """One call of the acquire script (through the primitive's ``hand_over`` hook when it has one)."""
+        """One call of the acquire script (made by the primitive's ``hand_over`` hook when it has
+        something to hand over: see :mod:`django_redis_coord.core.lock.handover`)."""
         primitive = self.primitive
-        if primitive.hand_over is not None:
-            return primitive.hand_over.acquire(primitive, token, enqueue, worker, reply_to)  # type: ignore[no-any-return]
+        if primitive.hand_over is not None:  # the hook makes the call when it has something to hand over
+            grant: Optional[Grant] = primitive.hand_over.acquire(primitive, token, enqueue, worker, reply_to)
+            if grant is not None:
+                return grant
         script = primitive.scripts.get(primitive.redis, primitive.acquire_script)
         reply = script(primitive.acquire_keys(), primitive.acquire_args(token, enqueue, worker, reply_to),
                              client=primitive.redis)

@@ -284,7 +284,7 @@ class Redlock(AsyncWithBlock, RedlockBase):
         repair = self.extended(hold, sent_at, replies)
         if self.auto_renew:  # a shorter deadline must not wait for the watchdog's next look
             _watchdog.async_watchdog().look_again()
-        if repair:
+        if repair and hold.token is not None:
             await self._repair(hold.token, repair)
         return True
 

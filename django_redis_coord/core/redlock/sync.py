@@ -34,7 +34,6 @@ import time
 import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from types import SimpleNamespace
 from typing import Any, Optional, Union
 
 import redis
@@ -46,6 +45,7 @@ from .. import watchdog as _watchdog
 from ..arguments import Number
 from ..events import held_time
 from ..exceptions import QuorumUnavailable
+from ..holds import Hold
 from ..lock.rules import WithBlock
 from ..scripts import sync_scripts
 from .commands import (
@@ -313,7 +313,7 @@ class Redlock(WithBlock, RedlockBase):
 
     _report_loss = RedlockBase._tell_lost
 
-    def _mark_lost(self, hold: SimpleNamespace) -> None:
+    def _mark_lost(self, hold: Hold) -> None:
         """Called by the watchdog when a hold could not be renewed on a quorum in time."""
         self.mark_lost(hold)
 
@@ -336,7 +336,7 @@ class Redlock(WithBlock, RedlockBase):
         repair = self.extended(hold, sent_at, replies)
         if self.auto_renew:  # a shorter deadline must not wait for the watchdog's next look
             _watchdog.sync_watchdog().look_again()
-        if repair:
+        if repair and hold.token is not None:
             self._repair(hold.token, repair)
         return True
 

@@ -83,10 +83,11 @@ def _set_count(local: Hold, mode: str, count: int) -> None:
 class RWLockBase(QueuedBase):
     """Arguments, keys and the caller's hold common to :class:`ReadWriteLock` and its asyncio twin.
 
-    The hold state of a thread (task) is one :class:`~django_redis_coord.core.holds.Hold`: ``token`` and ``mode`` of its hold in Redis,
-    ``fence``, ``deadline``, ``lost``, and how many read and write holds it nests in it (``reads``,
-    ``writes``).  Re-entry: a read inside a read or inside a write, and a write inside a write, join
-    the hold (no round trip, same fence); a write inside a read raises :class:`LockUpgradeError`.
+    The hold state of a thread (task) is one :class:`~django_redis_coord.core.holds.Hold`: ``token``
+    and ``mode`` of its hold in Redis, ``fence``, ``deadline``, ``lost``, and how many read and write
+    holds it nests in it (``reads``, ``writes``).  Re-entry: a read inside a read or inside a write,
+    and a write inside a write, join the hold (no round trip, same fence); a write inside a read
+    raises :class:`LockUpgradeError`.
 
     With ``thread_local=False`` the object has one hold state, shared by every thread (task): the
     hold may be released by another thread than the one that took it (a view's response closed by

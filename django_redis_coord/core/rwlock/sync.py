@@ -133,7 +133,7 @@ class ReadWriteLock(RWLockBase):
         (which tells ``events`` of ``lock.read`` or ``lock.write``)."""
         self.local = WorkerHolds() if self.thread_local else SharedHold()
         self.line = Line(self)
-        self.report = Reporter(self, self._lost_subject, in_background=side.LOSS_TOLD_IN_BACKGROUND)
+        self.report = Reporter(self, self._lost_subject, self._refusal, in_background=side.LOSS_TOLD_IN_BACKGROUND)
 
     def locked(self) -> bool:
         """True when anyone holds this lock, in either mode."""

@@ -137,7 +137,7 @@ class Semaphore(SemaphoreBase):
         if taken is None:
             self.report.tell_contended(started)
             return False
-        permit, new = self._own(token, *taken, anonymous=identity is None)
+        permit, new = self._own(token, taken[0], taken[1], anonymous=identity is None)
         if new:  # an identity renewing its live permit is no new hold
             self.report.tell_acquired(permit, started, lambda: self._release_call(identity))
         return True
