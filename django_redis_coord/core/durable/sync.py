@@ -74,7 +74,7 @@ class DurableLock(DurableBase, Lock):
         if not super().acquire(*args, **kwargs):
             return False
         hold = self._state()
-        if getattr(hold, "count", 1) > 1:
+        if hold.count > 1:
             return True  # a reentrant acquire: the first one was confirmed
         try:
             self.confirm()

@@ -76,6 +76,8 @@ class Permit:
     started: Optional[float] = None
     #: Its loss was told to the events object (once per permit).
     loss_reported: bool = False
+    #: Queued for the watchdog's next look (see :meth:`~django_redis_coord.core.watchdog.Watchdog.register`).
+    arriving: Optional[tuple[Any, ...]] = None
 
     @property
     def valid(self) -> bool:
