@@ -38,7 +38,7 @@ META_RETENTION_MS = 24 * 3600 * 1000
 
 _HOSTNAME = socket.gethostname()
 _INFO_CACHE: dict[tuple, str] = {}
-#: How many times the give-back of an interrupted acquire (``_abandon``) is tried when an
+#: How many times the give-back of an interrupted acquire (``Line.abandon``) is tried when an
 #: exception interrupts it in turn (a signal that comes again): each try is one script, safe to
 #: run again, that leaves the queue and releases what the token holds.
 GIVE_BACK_TRIES = 3
@@ -382,7 +382,7 @@ class QueuedBase:
 
     # -- waiting ------------------------------------------------------------------------------
     def taken(self, grant: Grant, sent_at: float) -> Optional[tuple[Grant, float]]:
-        """The outcome of ``_take``: the grant and its send instant, or ``None`` when refused (what
+        """The outcome of ``Line.take``: the grant and its send instant, or ``None`` when refused (what
         the refusal said is kept: see :meth:`_note_refusal`)."""
         if grant.acquired:
             return grant, sent_at
