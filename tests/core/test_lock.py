@@ -514,3 +514,28 @@ def test_a_shared_hold_handed_to_another_thread_is_not_wiped_by_the_release(redi
             lock.release()  # the next holder's hold, released through the shared state
     assert wiped == 0
     assert redis_client.get("shared-hold") is None
+
+
+def test_the_hand_over_hook_takes_a_hold_over_and_hands_it_on_in_one_step(redis_client):
+    """``lock.hand_over``: an acquire that ends another token's hold as it takes the key (a fresh
+    fence), and a release that grants the key to that token, each one transaction; a hold already
+    ended hands nothing over."""
+    from django_redis_coord.core.lock.handover import HandOver
+
+    reservation = Lock(redis_client, "hand-over", timeout=30)
+    assert reservation.acquire(token="reserved", blocking=False)
+    run = Lock(redis_client, "hand-over", timeout=30)
+    run.hand_over = HandOver(replaces=b"reserved")
+    assert run.acquire(token="run", blocking=False)  # taken over: no refusal, the key is the run's
+    assert redis_client.get("hand-over") == b"run" and run.fence > reservation.fence
+    run.hand_over.hands_to = Lock(redis_client, "hand-over", timeout=30)
+    run.release()
+    assert redis_client.get("hand-over") == b"reserved" and 0 < redis_client.pttl("hand-over") <= 30_000
+
+    ended = Lock(redis_client, "hand-over:ended", timeout=0.2)
+    assert ended.acquire(token="gone", blocking=False)
+    ended.hand_over = HandOver(replaces=b"next", hands_to=Lock(redis_client, "hand-over:ended", timeout=30))
+    wait_until(lambda: redis_client.get("hand-over:ended") is None, timeout=10)
+    with pytest.raises(LockNotOwnedError):
+        ended.release()
+    assert redis_client.get("hand-over:ended") is None  # nothing handed over
