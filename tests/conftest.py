@@ -1,4 +1,4 @@
-"""Fixtures that run real redis-server processes (no fakes): see django_redis_coord.server.
+"""Fixtures that run real redis-server processes (no fakes): see django_redis_coord.testing.
 
 * ``redis_server``: one server for the whole session (its URL is what tests.settings uses).
 * ``redis_client`` / ``async_redis``: clients of it, the database flushed before each test.

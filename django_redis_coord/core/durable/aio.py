@@ -1,6 +1,6 @@
 """The asyncio twin of :class:`django_redis_coord.durable.DurableLock` (``redis.asyncio`` clients).
 
->>> from django_redis_coord.asyncio.durable import DurableLock             # doctest: +SKIP
+>>> from django_redis_coord.asyncio import DurableLock                     # doctest: +SKIP
 >>> async with DurableLock(client, "payouts", timeout=30, replicas=1) as lock:
 ...     await pay_out(fence=lock.fence)
 

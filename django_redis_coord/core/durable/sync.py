@@ -9,7 +9,7 @@ released and :class:`~django_redis_coord.exceptions.ReplicationNotAcknowledged` 
 caller never runs on a grant that a failover could forget.
 
 >>> from redis.sentinel import Sentinel                                  # doctest: +SKIP
->>> from django_redis_coord.durable import DurableLock
+>>> from django_redis_coord import DurableLock
 >>> client = Sentinel([("10.0.0.1", 26379)]).master_for("coord", socket_timeout=1)
 >>> with DurableLock(client, "payouts", timeout=30, replicas=1) as lock:
 ...     pay_out(fence=lock.fence)

@@ -1,9 +1,9 @@
-"""The asyncio twin of :mod:`django_redis_coord.cache_fill`: :func:`aget_or_set`.
+"""The asyncio twin of :func:`django_redis_coord.get_or_set`: :func:`aget_or_set`.
 
 Named as Django names the asyncio form of a cache method (``cache.aget_or_set``).  Same
 arguments and behaviour as :func:`~django_redis_coord.get_or_set`, over
 ``redis.asyncio`` (a client per event loop with the cache's connection parameters) and the asyncio
-:class:`~django_redis_coord.asyncio.rwlock.ReadWriteLock`; ``producer`` may be a plain callable or return an
+:class:`~django_redis_coord.asyncio.ReadWriteLock`; ``producer`` may be a plain callable or return an
 awaitable (an ``async def`` function), which is awaited.  Within one event loop, one task per key
 waits in the fill lock's queue and the others wait for it.
 """
@@ -58,7 +58,7 @@ async def aget_or_set(
 ) -> T:
     """The asyncio form of :func:`~django_redis_coord.get_or_set` (call it in a coroutine).
 
-    >>> from django_redis_coord.asyncio.cache_fill import aget_or_set   # doctest: +SKIP
+    >>> from django_redis_coord import aget_or_set                    # doctest: +SKIP
     >>> await aget_or_set("report:2026", abuild_report, timeout=300)     # doctest: +SKIP
     """
     fill = prepare(key, producer, timeout, version, cache, lock_timeout, wait_timeout, auto_renew)

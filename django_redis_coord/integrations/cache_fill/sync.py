@@ -4,7 +4,7 @@
 miss, exactly one caller runs ``producer`` and the others wait for its value:
 
 * Across processes they wait on the key's fenced
-  :class:`~django_redis_coord.rwlock.ReadWriteLock`: the producer holds its write side, the others
+  :class:`~django_redis_coord.ReadWriteLock`: the producer holds its write side, the others
   queue for its read side (no polling), and the script that ends the write grants every queued
   reader at once and wakes each through its process's waiting connection: the waiting processes
   read the value together, none waits for another.  Within a process, one caller per key waits
@@ -17,7 +17,7 @@ miss, exactly one caller runs ``producer`` and the others wait for its value:
 * A producer that raises: the exception reaches its caller; the waiting callers find no value and
   queue for the write side, the first of them produces (the others, in turn, find its value).
 
-The asyncio twin is :func:`django_redis_coord.asyncio.cache_fill.aget_or_set`; the shared code is
+The asyncio twin is :func:`django_redis_coord.aget_or_set`; the shared code is
 in :mod:`django_redis_coord.integrations.cache_fill.rules`.  See docs/caching.md.
 """
 
@@ -81,7 +81,7 @@ def get_or_set(
     Raises :class:`~django_redis_coord.exceptions.UnsupportedCacheBackend` for a cache that is not
     django-redis nor Django's ``RedisCache``.
 
-    >>> from django_redis_coord.cache_fill import get_or_set          # doctest: +SKIP
+    >>> from django_redis_coord import get_or_set                     # doctest: +SKIP
     >>> get_or_set("report:2026", build_report, timeout=300)           # doctest: +SKIP
     """
     fill = prepare(key, producer, timeout, version, cache, lock_timeout, wait_timeout, auto_renew)
