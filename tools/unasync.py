@@ -25,10 +25,16 @@ TWINS = [
     (f"{PACKAGE}/core/semaphore/aio.py", f"{PACKAGE}/core/semaphore/sync.py"),
     (f"{PACKAGE}/core/rwlock/aio.py", f"{PACKAGE}/core/rwlock/sync.py"),
     (f"{PACKAGE}/core/ratelimit/aio.py", f"{PACKAGE}/core/ratelimit/sync.py"),
+    (f"{PACKAGE}/core/waiting/aio.py", f"{PACKAGE}/core/waiting/sync.py"),
+    (f"{PACKAGE}/core/durable/aio.py", f"{PACKAGE}/core/durable/sync.py"),
+    (f"{PACKAGE}/integrations/cache_fill/aio.py", f"{PACKAGE}/integrations/cache_fill/sync.py"),
 ]
 
 #: Word-bounded replacements, applied in this order to every line of a source.
 SUBS = [
+    # What only asyncio has (an asyncio cluster client's start, a producer that may be async):
+    # a line that ends so is left out of the sync twin.
+    (r"^.*  # asyncio only\n", ""),
     # The language.
     ("async def", "def"),
     ("await ", ""),
@@ -37,6 +43,8 @@ SUBS = [
     ("__aenter__", "__enter__"),
     ("__aexit__", "__exit__"),
     (r"from collections\.abc import Awaitable\n", ""),
+    (r"import Awaitable, ", "import "),
+    (r"(\w+) \| Awaitable\[\1\]", r"\1"),
     (r"Awaitable\[(\w+)\]", r"\1"),
     (r"from \.\.concurrency import run_to_completion\n", ""),
     # Sleeping: a thread sleeps in ``time``; the scripts' registry of each flavour of client.
@@ -51,6 +59,12 @@ SUBS = [
     ("SemaphoreHeldPerTask", "SemaphoreHeldPerThread"),
     ("RWLockHeldPerTask", "RWLockHeldPerThread"),
     (r"_atell_(\w+)", r"_tell_\1"),
+    ("AsyncWaitHub", "WaitHub"),
+    ("AsyncWaiter", "Waiter"),
+    ("aclose", "close"),
+    # The cache's client (one per event loop in asyncio), and Django's name for an asyncio method.
+    ("async_cache_client", "cache_redis_client"),
+    ("aget_or_set", "get_or_set"),
 ]
 
 HEADER = "# Generated from {source} by `python3 dev.py twins`: edit that file, not this one.\n"

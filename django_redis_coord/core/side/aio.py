@@ -1,0 +1,69 @@
+"""The asyncio side: what a task uses where a thread uses :mod:`django_redis_coord.core.side.sync`
+(same names, same signatures; each name's line says what it is)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Optional
+
+from ..concurrency import drop_closed_loops, in_background
+
+#: An event a task waits for (set from the same event loop).
+Event = asyncio.Event
+
+#: A counting semaphore of tasks.
+Semaphore = asyncio.Semaphore
+
+
+async def call(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)``, its result awaited when it is awaitable (a coroutine function's)."""
+    result = function(*args)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def current_worker() -> Optional[asyncio.Future[Any]]:
+    """The task running this code."""
+    return asyncio.current_task()
+
+
+def drop_ended_scopes(by_scope: MutableMapping[Any, Any]) -> None:
+    """Remove what ``by_scope`` keeps for event loops that have been closed."""
+    drop_closed_loops(by_scope)
+
+
+def node_client(client: Any, key: bytes) -> Any:
+    """The client of the one server that serves ``key``: ``client`` itself, or ``None`` for an
+    asyncio cluster client (its pipelines cannot reach the server of one key)."""
+    return client if getattr(client, "connection_pool", None) is not None else None
+
+
+def scope() -> Any:
+    """What work is shared within: the running event loop."""
+    return asyncio.get_running_loop()
+
+
+async def sleep(seconds: float) -> None:
+    """Sleep ``seconds`` (the task's; the event loop runs others meanwhile)."""
+    await asyncio.sleep(seconds)
+
+
+def start(function: Callable[[], Awaitable[Any]], name: str) -> asyncio.Future[Any]:
+    """Run ``function()`` in the background, as a task kept referenced until it ends (its error logged)."""
+    return in_background(function())
+
+
+async def wait_event(event: asyncio.Event, timeout: Optional[float]) -> bool:
+    """Wait until ``event`` is set (True) or ``timeout`` seconds passed (False; ``None``: no limit)."""
+    if event.is_set():
+        return True
+    # asyncio.wait, not wait_for: wait_for can swallow a cancellation (Python 3.10/3.11).
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({waiter}, timeout=timeout)
+    finally:
+        waiter.cancel()
+    return event.is_set()
