@@ -17,6 +17,29 @@ Event = asyncio.Event
 Semaphore = asyncio.Semaphore
 
 
+#: Whether a worker waiting in line can be interrupted where it waits: a task can (it is cancelled).
+INTERRUPTIBLE = True
+
+
+def alive(worker: asyncio.Future[Any]) -> bool:
+    """Whether the task ``worker`` has not ended yet."""
+    return not worker.done()
+
+
+def at_exit(function: Callable[[], Awaitable[Any]]) -> None:
+    """Nothing: an event loop cancels its tasks when it ends, and their own clean-up runs then."""
+
+
+def interrupt(worker: asyncio.Future[Any]) -> None:
+    """Stop ``worker`` where it waits: the task is cancelled."""
+    worker.cancel()
+
+
+async def join(worker: asyncio.Future[Any], timeout: Optional[float]) -> None:
+    """Wait until the task ``worker`` ended, for at most ``timeout`` seconds."""
+    await asyncio.wait({worker}, timeout=timeout)
+
+
 async def call(function: Callable[..., Any], *args: Any) -> Any:
     """``function(*args)``, its result awaited when it is awaitable (a coroutine function's)."""
     result = function(*args)

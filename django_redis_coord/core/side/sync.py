@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import time
@@ -14,6 +15,30 @@ Event = threading.Event
 
 #: A counting semaphore of threads (bounded: a release without an acquire raises).
 Semaphore = threading.BoundedSemaphore
+
+
+#: Whether a worker waiting in line can be interrupted where it waits: a thread cannot (it waits
+#: in rounds and looks at its stop flag between them).
+INTERRUPTIBLE = False
+
+
+def alive(worker: threading.Thread) -> bool:
+    """Whether the thread ``worker`` has not ended yet."""
+    return worker.is_alive()
+
+
+def at_exit(function: Callable[[], Any]) -> None:
+    """Run ``function()`` at interpreter exit."""
+    atexit.register(function)
+
+
+def interrupt(worker: threading.Thread) -> None:
+    """Nothing: a thread cannot be stopped where it waits (it looks at its stop flag between rounds)."""
+
+
+def join(worker: threading.Thread, timeout: Optional[float]) -> None:
+    """Wait until the thread ``worker`` ended, for at most ``timeout`` seconds."""
+    worker.join(timeout)
 
 
 def call(function: Callable[..., Any], *args: Any) -> Any:
