@@ -28,6 +28,7 @@ TWINS = [
     (f"{PACKAGE}/core/waiting/aio.py", f"{PACKAGE}/core/waiting/sync.py"),
     (f"{PACKAGE}/core/durable/aio.py", f"{PACKAGE}/core/durable/sync.py"),
     (f"{PACKAGE}/core/leader/aio.py", f"{PACKAGE}/core/leader/sync.py"),
+    (f"{PACKAGE}/core/redlock/aio.py", f"{PACKAGE}/core/redlock/sync.py"),
     (f"{PACKAGE}/integrations/cache_fill/aio.py", f"{PACKAGE}/integrations/cache_fill/sync.py"),
     # The tests of what both sides promise alike (what one side only promises stays hand-written).
     ("tests/core/test_lock_twin_aio.py", "tests/core/test_lock_twin_sync.py"),

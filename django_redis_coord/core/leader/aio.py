@@ -165,10 +165,10 @@ class Leader(LeaderBase):
             while not self._stopping:
                 self._term_over.clear()
                 self._in_line = True
+                # A thread waits in rounds, so that a resign from another thread stops it.
+                rounds = None if INTERRUPTIBLE else CAMPAIGN_ROUND
                 try:
-                    # A thread waits in rounds, so that a resign from another thread stops it.
-                    granted = await self.lock.acquire(blocking=True,
-                                                      blocking_timeout=None if INTERRUPTIBLE else CAMPAIGN_ROUND)
+                    granted = await self.lock.acquire(blocking=True, blocking_timeout=rounds)
                 except Exception:  # Redis unreachable for longer than a waiter rides out
                     logger.warning("Campaign of leader %r failed; trying again in %s s", self.name, RETRY_PAUSE,
                                    exc_info=True)

@@ -30,6 +30,12 @@ def at_exit(function: Callable[[], Awaitable[Any]]) -> None:
     """Nothing: an event loop cancels its tasks when it ends, and their own clean-up runs then."""
 
 
+def follow_up(result: Any) -> None:
+    """What a callback returned: a coroutine (a coroutine function's) runs as a task of its own."""
+    if asyncio.iscoroutine(result):
+        in_background(result)
+
+
 def interrupt(worker: asyncio.Future[Any]) -> None:
     """Stop ``worker`` where it waits: the task is cancelled."""
     worker.cancel()
@@ -90,3 +96,9 @@ async def wait_event(event: asyncio.Event, timeout: Optional[float]) -> bool:
     finally:
         waiter.cancel()
     return event.is_set()
+
+
+def worker_name() -> str:
+    """The name of the task running this code (``asyncio`` outside a task)."""
+    task = asyncio.current_task()
+    return task.get_name() if task is not None else "asyncio"

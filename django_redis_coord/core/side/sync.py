@@ -32,6 +32,10 @@ def at_exit(function: Callable[[], Any]) -> None:
     atexit.register(function)
 
 
+def follow_up(result: Any) -> None:
+    """Nothing: what a callback returned is its result (the call already ran)."""
+
+
 def interrupt(worker: threading.Thread) -> None:
     """Nothing: a thread cannot be stopped where it waits (it looks at its stop flag between rounds)."""
 
@@ -98,3 +102,8 @@ def start(function: Callable[[], Any], name: str) -> threading.Thread:
 def wait_event(event: threading.Event, timeout: Optional[float]) -> bool:
     """Wait until ``event`` is set (True) or ``timeout`` seconds passed (False; ``None``: no limit)."""
     return event.wait(timeout)
+
+
+def worker_name() -> str:
+    """The name of the thread running this code."""
+    return threading.current_thread().name
