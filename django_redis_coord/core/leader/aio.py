@@ -84,6 +84,9 @@ class Leader(LeaderBase):
         #: Clear while on_elected runs: a loss or a resign waits for it (on_revoked comes after).
         self._settled = Event()
         self._settled.set()
+        #: Clear while a loss's on_revoked runs: the next term waits for it (on_elected comes after).
+        self._revoking_done = Event()
+        self._revoking_done.set()
 
     def _make_lock(self, client: Any, name: Union[str, bytes], **options: Any) -> _LeaderLock:
         return _LeaderLock(client, name, **options)
@@ -188,6 +191,7 @@ class Leader(LeaderBase):
     async def _lead(self) -> bool:
         """A hold was granted: run its term until it ends (True), or give the hold back after a
         resign, or find it already lost (False)."""
+        await wait_event(self._revoking_done, None)  # the last term's on_revoked returned
         self._settled.clear()
         try:
             term = self._begin_term()
@@ -211,11 +215,15 @@ class Leader(LeaderBase):
         """The watchdog's loss signal (on its callback worker; in asyncio, a task of its own): end
         the term, run ``on_revoked``, then let the campaign go on."""
         await wait_event(self._settled, None)
-        term = self._end_term()
-        if term is None:  # the term already ended (a resign)
-            return
-        self._elected.clear()
-        await self._revoked(term)
+        self._revoking_done.clear()
+        try:
+            term = self._end_term()
+            if term is None:  # the term already ended (a resign)
+                return
+            self._elected.clear()
+            await self._revoked(term)
+        finally:
+            self._revoking_done.set()
         self._term_over.set()
 
     async def _revoked(self, term: int) -> None:

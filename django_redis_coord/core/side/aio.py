@@ -13,12 +13,11 @@ from ..concurrency import drop_closed_loops, in_background
 #: An event a task waits for (set from the same event loop).
 Event = asyncio.Event
 
-#: A counting semaphore of tasks.
-Semaphore = asyncio.Semaphore
-
-
 #: Whether a worker waiting in line can be interrupted where it waits: a task can (it is cancelled).
 INTERRUPTIBLE = True
+
+#: A counting semaphore of tasks.
+Semaphore = asyncio.Semaphore
 
 
 def alive(worker: asyncio.Future[Any]) -> bool:
@@ -28,22 +27,6 @@ def alive(worker: asyncio.Future[Any]) -> bool:
 
 def at_exit(function: Callable[[], Awaitable[Any]]) -> None:
     """Nothing: an event loop cancels its tasks when it ends, and their own clean-up runs then."""
-
-
-def follow_up(result: Any) -> None:
-    """What a callback returned: a coroutine (a coroutine function's) runs as a task of its own."""
-    if asyncio.iscoroutine(result):
-        in_background(result)
-
-
-def interrupt(worker: asyncio.Future[Any]) -> None:
-    """Stop ``worker`` where it waits: the task is cancelled."""
-    worker.cancel()
-
-
-async def join(worker: asyncio.Future[Any], timeout: Optional[float]) -> None:
-    """Wait until the task ``worker`` ended, for at most ``timeout`` seconds."""
-    await asyncio.wait({worker}, timeout=timeout)
 
 
 async def call(function: Callable[..., Any], *args: Any) -> Any:
@@ -62,6 +45,22 @@ def current_worker() -> Optional[asyncio.Future[Any]]:
 def drop_ended_scopes(by_scope: MutableMapping[Any, Any]) -> None:
     """Remove what ``by_scope`` keeps for event loops that have been closed."""
     drop_closed_loops(by_scope)
+
+
+def follow_up(result: Any) -> None:
+    """What a callback returned: a coroutine (a coroutine function's) runs as a task of its own."""
+    if asyncio.iscoroutine(result):
+        in_background(result)
+
+
+def interrupt(worker: asyncio.Future[Any]) -> None:
+    """Stop ``worker`` where it waits: the task is cancelled."""
+    worker.cancel()
+
+
+async def join(worker: asyncio.Future[Any], timeout: Optional[float]) -> None:
+    """Wait until the task ``worker`` ended, for at most ``timeout`` seconds."""
+    await asyncio.wait({worker}, timeout=timeout)
 
 
 def node_client(client: Any, key: bytes) -> Any:

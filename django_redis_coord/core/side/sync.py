@@ -13,13 +13,12 @@ from typing import Any, Optional
 #: An event a thread waits for (set from any thread).
 Event = threading.Event
 
-#: A counting semaphore of threads (bounded: a release without an acquire raises).
-Semaphore = threading.BoundedSemaphore
-
-
 #: Whether a worker waiting in line can be interrupted where it waits: a thread cannot (it waits
 #: in rounds and looks at its stop flag between them).
 INTERRUPTIBLE = False
+
+#: A counting semaphore of threads (bounded: a release without an acquire raises).
+Semaphore = threading.BoundedSemaphore
 
 
 def alive(worker: threading.Thread) -> bool:
@@ -30,19 +29,6 @@ def alive(worker: threading.Thread) -> bool:
 def at_exit(function: Callable[[], Any]) -> None:
     """Run ``function()`` at interpreter exit."""
     atexit.register(function)
-
-
-def follow_up(result: Any) -> None:
-    """Nothing: what a callback returned is its result (the call already ran)."""
-
-
-def interrupt(worker: threading.Thread) -> None:
-    """Nothing: a thread cannot be stopped where it waits (it looks at its stop flag between rounds)."""
-
-
-def join(worker: threading.Thread, timeout: Optional[float]) -> None:
-    """Wait until the thread ``worker`` ended, for at most ``timeout`` seconds."""
-    worker.join(timeout)
 
 
 def call(function: Callable[..., Any], *args: Any) -> Any:
@@ -57,6 +43,19 @@ def current_worker() -> threading.Thread:
 
 def drop_ended_scopes(by_scope: MutableMapping[Any, Any]) -> None:
     """Nothing to remove: a process's scope ends with it (a forked child's is a new one)."""
+
+
+def follow_up(result: Any) -> None:
+    """Nothing: what a callback returned is its result (the call already ran)."""
+
+
+def interrupt(worker: threading.Thread) -> None:
+    """Nothing: a thread cannot be stopped where it waits (it looks at its stop flag between rounds)."""
+
+
+def join(worker: threading.Thread, timeout: Optional[float]) -> None:
+    """Wait until the thread ``worker`` ended, for at most ``timeout`` seconds."""
+    worker.join(timeout)
 
 
 def node_client(client: Any, key: bytes) -> Any:
