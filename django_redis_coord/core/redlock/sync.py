@@ -45,7 +45,7 @@ from ..exceptions import QuorumUnavailable
 from ..lock.rules import WithBlock
 from ..side.sync import follow_up, sleep, worker_name
 from .commands import Command, accept_grant, describe_master, fence_of, fence_recorded, tally_replies
-from .masters.sync import WorkerHold, fan_out
+from .masters.sync import Masters, WorkerHold
 from .rules import DEFAULT_RETRY_DELAY, DEFAULT_TIMEOUT, RedlockBase, SharedHold
 
 __all__ = ["Redlock", "QuorumUnavailable", "DEFAULT_TIMEOUT", "DEFAULT_RETRY_DELAY"]
@@ -98,12 +98,13 @@ class Redlock(WithBlock, RedlockBase):
     def __init__(self, masters: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(masters, name, *args, **kwargs)
         self.local: Any = WorkerHold() if self.thread_local else SharedHold()
-        self._names = [describe_master(master, index) for index, master in enumerate(self.masters)]
+        names = [describe_master(master, index) for index, master in enumerate(self.masters)]
+        self._masters = Masters(self.masters, self.node_timeout, names)
         #: What the watchdog talks to: the masters, as one client (``_QuorumClient``).
         self.redis = _QuorumClient(self)
 
     def _fan_out(self, batches: Sequence[Sequence[Command]]) -> tuple[float, list[list[Any]]]:
-        return fan_out(self.masters, batches, self.node_timeout, self._names)
+        return self._masters.fan_out(batches)
 
     def _everywhere(self, command: Command) -> tuple[float, list[Any]]:
         started, replies = self._fan_out(self.everywhere(command))

@@ -20,7 +20,7 @@ from ...concurrency import drop_closed_loops
 from ...scripts import async_scripts
 from ..commands import Command, missing_scripts, queue_commands
 
-__all__ = ["WorkerHold", "fan_out"]
+__all__ = ["Masters", "WorkerHold", "fan_out"]
 
 _clients: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, dict[float, redis.asyncio.Redis]]] = (
     weakref.WeakKeyDictionary()
@@ -78,10 +78,9 @@ async def _one_master(client: redis.asyncio.Redis, batch: Sequence[Command], tim
 
 
 async def fan_out(
-    masters: Sequence[Any], batches: Sequence[Sequence[Command]], node_timeout: float, names: Sequence[str]
+    clients: Sequence[Any], batches: Sequence[Sequence[Command]], node_timeout: float, names: Sequence[str]
 ) -> tuple[float, list[list[Any]]]:
     """Send ``batches[i]`` to master ``i`` for all masters at once; see the sync ``fan_out``."""
-    clients = clients_for(masters, node_timeout)
     started = time.monotonic()
     results = list(await asyncio.gather(*(
         _one_master(client, batch, node_timeout, where, False) for client, batch, where in zip(clients, batches, names)
@@ -121,3 +120,17 @@ class WorkerHold:
     @property
     def token(self) -> Optional[bytes]:
         return self.hold.token
+
+
+class Masters:
+    """The masters of one Redlock, asked all at once (their clients are those of the running
+    event loop)."""
+
+    def __init__(self, masters: Sequence[Any], node_timeout: float, names: Sequence[str]) -> None:
+        self.masters = masters
+        self.node_timeout = node_timeout
+        self.names = names
+
+    async def fan_out(self, batches: Sequence[Sequence[Command]]) -> tuple[float, list[list[Any]]]:
+        """See :func:`fan_out`."""
+        return await fan_out(clients_for(self.masters, self.node_timeout), batches, self.node_timeout, self.names)

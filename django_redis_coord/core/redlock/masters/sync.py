@@ -23,7 +23,7 @@ from ...scripts import sync_scripts
 from ..commands import Command, missing_scripts, queue_commands
 from ..rules import SharedHold
 
-__all__ = ["WorkerHold", "fan_out"]
+__all__ = ["Masters", "WorkerHold", "fan_out"]
 
 _clients: weakref.WeakKeyDictionary[Any, dict[float, redis.Redis]] = weakref.WeakKeyDictionary()
 _clients_lock = threading.Lock()
@@ -110,7 +110,7 @@ def _round(
 
 
 def fan_out(
-    masters: Sequence[Any], batches: Sequence[Sequence[Command]], node_timeout: float, names: Sequence[str]
+    clients: Sequence[Any], batches: Sequence[Sequence[Command]], node_timeout: float, names: Sequence[str]
 ) -> tuple[float, list[list[Any]]]:
     """Send ``batches[i]`` (as one pipeline) to master ``i``, all masters in parallel.
 
@@ -119,7 +119,6 @@ def fan_out(
     Script calls answered with NOSCRIPT (a restarted master) are sent again, after loading
     their scripts, in one more round with its own budget.
     """
-    clients = clients_for(masters, node_timeout)
     started = time.monotonic()
     results = _round(clients, batches, node_timeout, names, load=False)
     retry = [missing_scripts(batch, replies) for batch, replies in zip(batches, results)]
@@ -134,3 +133,16 @@ def fan_out(
 
 class WorkerHold(SharedHold, threading.local):
     """Hold state private to each thread (a plain namespace the watchdog thread can update)."""
+
+
+class Masters:
+    """The masters of one Redlock, asked all at once (their clients are made once)."""
+
+    def __init__(self, masters: Sequence[Any], node_timeout: float, names: Sequence[str]) -> None:
+        self.clients = clients_for(masters, node_timeout)
+        self.node_timeout = node_timeout
+        self.names = names
+
+    def fan_out(self, batches: Sequence[Sequence[Command]]) -> tuple[float, list[list[Any]]]:
+        """See :func:`fan_out`."""
+        return fan_out(self.clients, batches, self.node_timeout, self.names)
