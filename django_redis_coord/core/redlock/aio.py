@@ -44,7 +44,15 @@ from ..events import held_time
 from ..exceptions import QuorumUnavailable
 from ..lock.rules import AsyncWithBlock
 from ..side.aio import follow_up, sleep, worker_name
-from .commands import Command, accept_grant, describe_master, fence_of, fence_recorded, tally_replies
+from .commands import (
+    Command,
+    accept_grant,
+    describe_master,
+    fence_of,
+    fence_recorded,
+    missing_scripts,
+    tally_replies,
+)
 from .masters.aio import Masters, WorkerHold
 from .rules import DEFAULT_RETRY_DELAY, DEFAULT_TIMEOUT, RedlockBase, SharedHold
 
@@ -104,7 +112,23 @@ class Redlock(AsyncWithBlock, RedlockBase):
         self.redis = _QuorumClient(self)
 
     async def _fan_out(self, batches: Sequence[Sequence[Command]]) -> tuple[float, list[list[Any]]]:
-        return await self._masters.fan_out(batches)
+        """Send ``batches[i]`` (as one pipeline) to master ``i``, all masters in parallel.
+
+        Returns the instant before the first send and, per master, one reply per command; a master
+        that fails or does not answer within ``node_timeout`` gets the error as each of its replies.
+        Script calls answered with NOSCRIPT (a restarted master) are sent again, after loading
+        their scripts, in one more round with its own budget.
+        """
+        started = time.monotonic()
+        results = await self._masters.ask(batches, load=False)
+        retry = [missing_scripts(batch, replies) for batch, replies in zip(batches, results)]
+        if any(retry):
+            missing = [[batch[i] for i in indexes] for batch, indexes in zip(batches, retry)]
+            again = await self._masters.ask(missing, load=True)
+            for replies, indexes, answers in zip(results, retry, again):
+                for index, answer in zip(indexes, answers):
+                    replies[index] = answer
+        return started, results
 
     async def _everywhere(self, command: Command) -> tuple[float, list[Any]]:
         started, replies = await self._fan_out(self.everywhere(command))

@@ -5,7 +5,6 @@ exchange bounded by ``asyncio.wait_for(node_timeout)``; and a hold per task.  Th
 from __future__ import annotations
 
 import asyncio
-import time
 import weakref
 from collections.abc import Sequence
 from types import SimpleNamespace
@@ -18,9 +17,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...concurrency import drop_closed_loops
 from ...scripts import async_scripts
-from ..commands import Command, missing_scripts, queue_commands
+from ..commands import Command, queue_commands
 
-__all__ = ["Masters", "WorkerHold", "fan_out"]
+__all__ = ["Masters", "WorkerHold"]
 
 _clients: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, dict[float, redis.asyncio.Redis]]] = (
     weakref.WeakKeyDictionary()
@@ -77,26 +76,6 @@ async def _one_master(client: redis.asyncio.Redis, batch: Sequence[Command], tim
         return [exc] * len(batch)
 
 
-async def fan_out(
-    clients: Sequence[Any], batches: Sequence[Sequence[Command]], node_timeout: float, names: Sequence[str]
-) -> tuple[float, list[list[Any]]]:
-    """Send ``batches[i]`` to master ``i`` for all masters at once; see the sync ``fan_out``."""
-    started = time.monotonic()
-    results = list(await asyncio.gather(*(
-        _one_master(client, batch, node_timeout, where, False) for client, batch, where in zip(clients, batches, names)
-    )))
-    retry = [missing_scripts(batch, replies) for batch, replies in zip(batches, results)]
-    if any(retry):
-        again = await asyncio.gather(*(
-            _one_master(client, [batch[i] for i in indexes], node_timeout, where, True)
-            for client, batch, indexes, where in zip(clients, batches, retry, names)
-        ))
-        for replies, indexes, answers in zip(results, retry, again):
-            for index, answer in zip(indexes, answers):
-                replies[index] = answer
-    return started, results
-
-
 class WorkerHold:
     """Hold state private to the current asyncio task (or the thread, outside a loop)."""
 
@@ -131,6 +110,10 @@ class Masters:
         self.node_timeout = node_timeout
         self.names = names
 
-    async def fan_out(self, batches: Sequence[Sequence[Command]]) -> tuple[float, list[list[Any]]]:
-        """See :func:`fan_out`."""
-        return await fan_out(clients_for(self.masters, self.node_timeout), batches, self.node_timeout, self.names)
+    async def ask(self, batches: Sequence[Sequence[Command]], load: bool) -> list[list[Any]]:
+        """Send each master its batch, all masters at once, each bounded by ``node_timeout``."""
+        clients = clients_for(self.masters, self.node_timeout)
+        return list(await asyncio.gather(*(
+            _one_master(client, batch, self.node_timeout, where, load)
+            for client, batch, where in zip(clients, batches, self.names)
+        )))

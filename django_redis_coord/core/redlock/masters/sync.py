@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -20,10 +19,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from ...scripts import sync_scripts
-from ..commands import Command, missing_scripts, queue_commands
+from ..commands import Command, queue_commands
 from ..rules import SharedHold
 
-__all__ = ["Masters", "WorkerHold", "fan_out"]
+__all__ = ["Masters", "WorkerHold"]
 
 _clients: weakref.WeakKeyDictionary[Any, dict[float, redis.Redis]] = weakref.WeakKeyDictionary()
 _clients_lock = threading.Lock()
@@ -79,58 +78,6 @@ def _exchange(client: redis.Redis, batch: Sequence[Command], load: bool) -> list
     return pipe.execute(raise_on_error=False)[skip:]
 
 
-def _round(
-    clients: Sequence[redis.Redis],
-    batches: Sequence[Sequence[Command]],
-    node_timeout: float,
-    names: Sequence[str],
-    load: bool,
-) -> list[list[Any]]:
-    """Send each master its batch, all masters in parallel; wait at most ``node_timeout``."""
-    work = executor()
-    futures = {
-        index: work.submit(_exchange, client, batch, load)
-        for index, (client, batch) in enumerate(zip(clients, batches))
-        if batch
-    }
-    wait(futures.values(), timeout=node_timeout)
-    results: list[list[Any]] = [[] for _ in clients]
-    for index, future in futures.items():
-        if future.cancel():  # still queued (every thread busy): nothing was sent
-            error: Optional[BaseException] = RedisTimeoutError(f"{names[index]} was not asked in time")
-        elif not future.done():  # its socket timeout closes the connection; the reply is dropped
-            error = RedisTimeoutError(f"{names[index]} did not answer in time")
-        else:
-            error = future.exception()
-            if error is None:
-                results[index] = future.result()
-                continue
-        results[index] = [error] * len(batches[index])
-    return results
-
-
-def fan_out(
-    clients: Sequence[Any], batches: Sequence[Sequence[Command]], node_timeout: float, names: Sequence[str]
-) -> tuple[float, list[list[Any]]]:
-    """Send ``batches[i]`` (as one pipeline) to master ``i``, all masters in parallel.
-
-    Returns the instant before the first send and, per master, one reply per command; a master
-    that fails or does not answer within ``node_timeout`` gets the error as each of its replies.
-    Script calls answered with NOSCRIPT (a restarted master) are sent again, after loading
-    their scripts, in one more round with its own budget.
-    """
-    started = time.monotonic()
-    results = _round(clients, batches, node_timeout, names, load=False)
-    retry = [missing_scripts(batch, replies) for batch, replies in zip(batches, results)]
-    if any(retry):
-        again = _round(clients, [[batch[i] for i in indexes] for batch, indexes in zip(batches, retry)],
-                       node_timeout, names, load=True)
-        for replies, indexes, answers in zip(results, retry, again):
-            for index, answer in zip(indexes, answers):
-                replies[index] = answer
-    return started, results
-
-
 class WorkerHold(SharedHold, threading.local):
     """Hold state private to each thread (a plain namespace the watchdog thread can update)."""
 
@@ -143,6 +90,25 @@ class Masters:
         self.node_timeout = node_timeout
         self.names = names
 
-    def fan_out(self, batches: Sequence[Sequence[Command]]) -> tuple[float, list[list[Any]]]:
-        """See :func:`fan_out`."""
-        return fan_out(self.clients, batches, self.node_timeout, self.names)
+    def ask(self, batches: Sequence[Sequence[Command]], load: bool) -> list[list[Any]]:
+        """Send each master its batch, all masters in parallel; wait at most ``node_timeout``."""
+        work = executor()
+        futures = {
+            index: work.submit(_exchange, client, batch, load)
+            for index, (client, batch) in enumerate(zip(self.clients, batches))
+            if batch
+        }
+        wait(futures.values(), timeout=self.node_timeout)
+        results: list[list[Any]] = [[] for _ in self.clients]
+        for index, future in futures.items():
+            if future.cancel():  # still queued (every thread busy): nothing was sent
+                error: Optional[BaseException] = RedisTimeoutError(f"{self.names[index]} was not asked in time")
+            elif not future.done():  # its socket timeout closes the connection; the reply is dropped
+                error = RedisTimeoutError(f"{self.names[index]} did not answer in time")
+            else:
+                error = future.exception()
+                if error is None:
+                    results[index] = future.result()
+                    continue
+            results[index] = [error] * len(batches[index])
+        return results
