@@ -138,6 +138,13 @@ def async_redis(redis_server: SessionServer):
 
 
 @pytest.fixture
+def sync_redis(redis_server: SessionServer):
+    """A sync client factory, the twin of ``async_redis`` in the generated sync tests (docs/twins.md)."""
+    redis_server.client().flushall()
+    return redis_server.client
+
+
+@pytest.fixture
 def redis_servers():
     """Start extra servers: ``redis_servers(3)`` returns a list of three running servers."""
     started: list[RedisServer] = []

@@ -25,10 +25,22 @@ TWINS = [
     (f"{PACKAGE}/core/semaphore/aio.py", f"{PACKAGE}/core/semaphore/sync.py"),
     (f"{PACKAGE}/core/rwlock/aio.py", f"{PACKAGE}/core/rwlock/sync.py"),
     (f"{PACKAGE}/core/ratelimit/aio.py", f"{PACKAGE}/core/ratelimit/sync.py"),
+    (f"{PACKAGE}/core/waiting/aio.py", f"{PACKAGE}/core/waiting/sync.py"),
+    (f"{PACKAGE}/core/durable/aio.py", f"{PACKAGE}/core/durable/sync.py"),
+    (f"{PACKAGE}/core/leader/aio.py", f"{PACKAGE}/core/leader/sync.py"),
+    (f"{PACKAGE}/core/redlock/aio.py", f"{PACKAGE}/core/redlock/sync.py"),
+    (f"{PACKAGE}/integrations/cache_fill/aio.py", f"{PACKAGE}/integrations/cache_fill/sync.py"),
+    # The tests of what both sides promise alike (what one side only promises stays hand-written).
+    ("tests/core/test_lock_twin_aio.py", "tests/core/test_lock_twin_sync.py"),
+    ("tests/core/test_semaphore_twin_aio.py", "tests/core/test_semaphore_twin_sync.py"),
+    ("tests/core/test_ratelimit_twin_aio.py", "tests/core/test_ratelimit_twin_sync.py"),
 ]
 
 #: Word-bounded replacements, applied in this order to every line of a source.
 SUBS = [
+    # What only asyncio has (an asyncio cluster client's start, a producer that may be async):
+    # a line that ends so is left out of the sync twin.
+    (r"^.*  # asyncio only\n", ""),
     # The language.
     ("async def", "def"),
     ("await ", ""),
@@ -37,6 +49,8 @@ SUBS = [
     ("__aenter__", "__enter__"),
     ("__aexit__", "__exit__"),
     (r"from collections\.abc import Awaitable\n", ""),
+    (r"import Awaitable, ", "import "),
+    (r"(\w+) \| Awaitable\[\1\]", r"\1"),
     (r"Awaitable\[(\w+)\]", r"\1"),
     (r"from \.\.concurrency import run_to_completion\n", ""),
     # Sleeping: a thread sleeps in ``time``; the scripts' registry of each flavour of client.
@@ -51,6 +65,19 @@ SUBS = [
     ("SemaphoreHeldPerTask", "SemaphoreHeldPerThread"),
     ("RWLockHeldPerTask", "RWLockHeldPerThread"),
     (r"_atell_(\w+)", r"_tell_\1"),
+    ("AsyncWaitHub", "WaitHub"),
+    ("AsyncWaiter", "Waiter"),
+    ("aclose", "close"),
+    # The cache's client (one per event loop in asyncio), and Django's name for an asyncio method.
+    ("async_cache_client", "cache_redis_client"),
+    ("aget_or_set", "get_or_set"),
+    # The tests: the package's sync names, a client factory and ``async with``.
+    (r"^from django_redis_coord\.asyncio import", "from django_redis_coord import"),
+    ("async_lock_holder", "lock_holder"),
+    ("async_semaphore_holders", "semaphore_holders"),
+    ("async_watchdog", "sync_watchdog"),
+    ("async_redis", "sync_redis"),
+    ("async with", "with"),
 ]
 
 HEADER = "# Generated from {source} by `python3 dev.py twins`: edit that file, not this one.\n"
