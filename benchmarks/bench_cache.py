@@ -5,7 +5,7 @@ as the cache's own ``get_or_set`` does.  For each supported backend (django-redi
 ``RedisCache``, each on its own database of the run's server), three helpers read one stored key in
 a tight loop, taking turns in slices (see :func:`benchmarks.common.interleaved_pairs`):
 
-* **ours**: ``django_redis_coord.cache_fill.get_or_set(key, producer, cache=alias)``;
+* **ours**: ``django_redis_coord.get_or_set(key, producer, cache=alias)``;
 * **own get_or_set**: the cache's ``get_or_set(key, producer)`` (the cache object fetched once);
 * **own get**: the cache's ``get(key)``: one ``GET`` and the decoding, the least a hit can cost.
 

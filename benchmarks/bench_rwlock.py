@@ -1,7 +1,7 @@
 """Read-write lock: read throughput next to a plain lock, and a writer's wait behind looping readers.
 
 * ``lock`` — ``django_redis_coord.Lock``: the plain lock, the reference of every ratio here;
-* ``read`` / ``write`` — the two holds of ``django_redis_coord.rwlock.ReadWriteLock``;
+* ``read`` / ``write`` — the two holds of ``django_redis_coord.ReadWriteLock``;
 * ``reader count`` — what is often written by hand for comparison: a reader count (``INCR`` /
   ``DECR``) and a writer key, each step one Lua script, polled every 1 ms; a writer gets in when
   the count is 0 (readers first).

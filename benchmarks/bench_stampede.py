@@ -8,7 +8,7 @@ across processes and within one.  Every caller asks the
 same django-redis cache for the key through one of three helpers, the helpers taking turns round by
 round (all of them see the same background load):
 
-* **ours**: ``django_redis_coord.cache_fill.get_or_set`` (one producer, holding the write side of
+* **ours**: ``django_redis_coord.get_or_set`` (one producer, holding the write side of
   the fill's read-write lock; the others queue for its read side, one per process, all granted at
   once when the write ends, and the rest of each process waits for that one);
 * **python-redis-lock**: its cache backend's ``locked_get_or_set`` (``redis_lock.django_cache``):

@@ -5,9 +5,10 @@ The core primitives (:class:`Lock`, :class:`Semaphore`, :class:`Redlock`, :class
 import nothing from Django.  The Django surfaces (settings, ``@locked``, the ``lock()`` shortcuts, the ``locks``
 command and the admin page) load only when used: their names below are served on first access.
 
-``django_redis_coord.redlock`` and ``django_redis_coord.holders`` are modules; the Redlock
-factory configured from the settings is :func:`get_redlock` (``django_redis_coord.shortcuts.redlock``)
-and the function that lists a lock's holders is :func:`lock_holders`.
+``django_redis_coord.holders`` is a module; the function that lists a lock's holders is
+:func:`lock_holders`.  The Redlock and read-write lock factories configured from the settings are
+:func:`get_redlock` and :func:`get_rwlock` (``redlock`` and ``rwlock`` in ``django_redis_coord.shortcuts``).
+The other import paths the documentation teaches are listed in docs/architecture.md ("Import paths").
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from .core.identity import IdentityLock
 from .core.lock.sync import Lock
 
 if TYPE_CHECKING:  # what __getattr__ serves, as type checkers should see it
-    from . import holders, redlock, rwlock  # the documented modules (see __getattr__)
+    from . import holders  # the documented module served as an attribute (see __getattr__)
     from .config.shortcuts import alock, aredlock, arwlock, asemaphore, lock, semaphore
     from .config.shortcuts import redlock as get_redlock
     from .config.shortcuts import rwlock as get_rwlock
@@ -137,13 +138,10 @@ __all__ = [
     "fenced_update",
     "get_or_set",
     "aget_or_set",
-    # modules
-    "redlock",
-    "rwlock",
 ]
 
-#: The documented modules served as attributes: ``django_redis_coord.holders`` and so on.
-_MODULES = ("holders", "redlock", "rwlock")
+#: The documented module served as an attribute: ``django_redis_coord.holders``.
+_MODULES = ("holders",)
 
 # Names served lazily, so that importing the core never imports Django (or optional modules):
 # each name and the module that defines it ("module:attribute" when the name differs).
@@ -174,10 +172,9 @@ _LAZY: dict[str, str] = {
     "alock": ".config.shortcuts",
     "semaphore": ".config.shortcuts",
     "asemaphore": ".config.shortcuts",
-    # The package's "redlock" is its module: the sync factory is served as get_redlock.
+    # The sync Redlock and read-write lock factories, "redlock" and "rwlock" in .shortcuts.
     "get_redlock": ".config.shortcuts:redlock",
     "aredlock": ".config.shortcuts",
-    # The same for "rwlock", the read-write lock's module: its factory is served as get_rwlock.
     "get_rwlock": ".config.shortcuts:rwlock",
     "arwlock": ".config.shortcuts",
     "fenced_update": ".integrations.fencing",

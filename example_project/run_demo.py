@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Start the example project on an embedded redis-server (README Quick start, first command).
 
-Starts a private redis-server (see django_redis_coord.server for where the binary comes from),
+Starts a private redis-server (see django_redis_coord.testing for where the binary comes from),
 migrates a local SQLite database, creates the ``admin`` / ``admin`` superuser, starts a few
 worker processes that contend for locks (``manage.py contend``, so the admin page of live
 holders has something to show) and serves the site on http://127.0.0.1:8000/ until Ctrl-C; the
@@ -24,7 +24,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from django_redis_coord.server import RedisServer  # noqa: E402
+from django_redis_coord.testing import RedisServer  # noqa: E402
 
 
 def terminal_command(redis_url: str) -> str:

@@ -1,4 +1,4 @@
-"""Fixtures that run real redis-server processes (no fakes): see django_redis_coord.server.
+"""Fixtures that run real redis-server processes (no fakes): see django_redis_coord.testing.
 
 * ``redis_server``: one server for the whole session (its URL is what tests.settings uses).
 * ``redis_client`` / ``async_redis``: clients of it, the database flushed before each test.
@@ -135,6 +135,13 @@ def async_redis(redis_server: SessionServer):
     """An asyncio client factory: call it inside the test's event loop."""
     redis_server.client().flushall()
     return redis_server.async_client
+
+
+@pytest.fixture
+def sync_redis(redis_server: SessionServer):
+    """A sync client factory, the twin of ``async_redis`` in the generated sync tests (docs/twins.md)."""
+    redis_server.client().flushall()
+    return redis_server.client
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ import ast
 import asyncio
 import contextlib
 import doctest
+import importlib.util
 import inspect
 import json
 import logging
@@ -371,19 +372,24 @@ def test_relative_links_resolve(page):
             assert anchor in anchors(target), f"{page.name}: {link}: no such heading in {target.name}"
 
 
+def python_source(block: Block) -> str:
+    """A Python block's code, an interactive one's (``>>>``) without its prompts and output."""
+    source = block.code
+    if source.lstrip().startswith(">>>"):
+        source = "\n".join(line[4:] for line in source.splitlines() if line.startswith((">>> ", "... ")))
+    return source
+
+
 def test_a_name_is_imported_from_one_module_across_the_pages():
     """A reader copying imports from two pages never meets two paths for one name: each name the
     pages import from a module of the package comes from one module (the package itself and the
     asyncio twins aside: ``from django_redis_coord import Lock`` next to
-    ``from django_redis_coord.fencing import fenced_set``, ``django_redis_coord.asyncio.Lock``)."""
+    ``from django_redis_coord.holders import semaphore_holders``, ``django_redis_coord.asyncio.Lock``)."""
     modules: dict[str, dict[str, list[str]]] = {}
     for block in ALL_BLOCKS:
         if block.language != "python":
             continue
-        source = block.code
-        if source.lstrip().startswith(">>>"):
-            source = "\n".join(line[4:] for line in source.splitlines() if line.startswith((">>> ", "... ")))
-        for node in ast.walk(ast.parse(source)):
+        for node in ast.walk(ast.parse(python_source(block))):
             if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith("django_redis_coord."):
                 continue
             if node.module.startswith("django_redis_coord.asyncio"):
@@ -393,3 +399,84 @@ def test_a_name_is_imported_from_one_module_across_the_pages():
     several = {name: found for name, found in modules.items() if len(found) > 1}
     assert not several, several
     assert "django_redis_coord.contention" in modules["is_skipped"]  # the collector read the pages
+
+
+# -- the import paths docs/architecture.md lists ---------------------------------------------------
+PACKAGE = ROOT / "django_redis_coord"
+
+
+def listed_paths() -> tuple[list[str], list[str]]:
+    """The two tables of docs/architecture.md's "Import paths" section: (the import paths, the
+    modules that are not import paths), each the first column's names in order."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("\n## Import paths\n", 1)[1].split("\n## ", 1)[0]
+    tables: list[list[str]] = []
+    rows: list[str] = []
+    for line in [*section.splitlines(), ""]:
+        match = re.match(r"\| `(django_redis_coord[\w.]*)` \|", line)
+        if match:
+            rows.append(match.group(1))
+        elif rows:
+            tables.append(rows)
+            rows = []
+    assert len(tables) == 2, tables
+    return tables[0], tables[1]
+
+
+def top_level_modules() -> set[str]:
+    """Every module and package right under ``django_redis_coord/``."""
+    found = {path.stem for path in PACKAGE.glob("*.py") if path.name != "__init__.py"}
+    return found | {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+
+
+def imported_paths(block: Block) -> set[str]:
+    """The package's modules a Python block imports: ``from django_redis_coord import tracing`` is
+    ``django_redis_coord.tracing`` (a module), ``from django_redis_coord import Lock`` the root."""
+    found = set()
+    for node in ast.walk(ast.parse(python_source(block))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                file = PACKAGE.parent / submodule.replace(".", "/")
+                is_module = file.with_suffix(".py").is_file() or (file / "__init__.py").is_file()
+                found.add(submodule if is_module else node.module)
+    return {path for path in found if path.split(".")[0] == "django_redis_coord"}
+
+
+def test_the_listed_import_paths_are_the_package_s_top_level_modules():
+    """Every module or package at the top of the package is listed, as an import path or as one
+    that is not; every listed one exists and imports; none is listed twice."""
+    public, other = listed_paths()
+    listed = [*public, *other]
+    assert len(listed) == len(set(listed)), listed
+    assert "django_redis_coord" in public and "django_redis_coord.core" in other  # the tables were read
+    tops = {path.split(".")[1] for path in listed if path.count(".") >= 1}
+    existing = top_level_modules()
+    assert not existing - tops, f"not listed in docs/architecture.md: {sorted(existing - tops)}"
+    assert not tops - existing, f"listed in docs/architecture.md, no such module: {sorted(tops - existing)}"
+    for path in listed:
+        assert importlib.util.find_spec(path) is not None, path
+    assert all(path.count(".") == 1 for path in other), other
+
+
+def test_the_pages_import_only_listed_paths_and_teach_each_of_them():
+    """The README's and the guides' code imports the package through the listed import paths only,
+    and each listed path is taught (imported or named) outside docs/architecture.md."""
+    public, _ = listed_paths()
+    imported: dict[str, list[str]] = {}
+    for block in ALL_BLOCKS:
+        if block.language == "python":
+            for path in imported_paths(block):
+                imported.setdefault(path, []).append(block.where)
+    unlisted = {path: where for path, where in imported.items() if path not in public}
+    assert not unlisted, unlisted
+    assert {"django_redis_coord", "django_redis_coord.tracing", "django_redis_coord.asyncio"} <= set(imported)
+    named = set(imported)
+    for page in PAGES:
+        if page.name != "architecture.md":
+            named |= set(re.findall(r"django_redis_coord(?:\.\w+)+", page.read_text()))
+    untaught = [path for path in public if path != "django_redis_coord"
+                and not any(name == path or name.startswith(path + ".") for name in named)]
+    assert not untaught, untaught

@@ -196,8 +196,8 @@ def test_key_template_names_are_imported_from_their_home():
 def test_no_module_of_the_package_imports_a_documented_path():
     """The documented paths re-export their real homes; the package itself imports the homes.
 
-    The package's root serves the documented modules ``holders``, ``redlock`` and ``rwlock`` as its
-    attributes (``django_redis_coord.redlock``): that is the documented path itself."""
+    The package's root serves the documented module ``holders`` as its attribute
+    (``django_redis_coord.holders``): that is the documented path itself."""
     assert f"{NAME}.decorators" in DOCUMENTED_PATHS and f"{NAME}.exceptions" in DOCUMENTED_PATHS
     served = {f"{NAME}.{name}" for name in django_redis_coord._MODULES}
     found = [(module, target) for module in MODULES for target in GRAPH[module]

@@ -19,16 +19,17 @@ PACKAGE = Path(django_redis_coord.__file__).resolve().parent
 
 
 def test_the_django_free_public_paths_import_nothing_from_django():
-    # The package's root and the documented paths of the core; every module of the core package
+    # The package's root and the taught paths that hold no Django; every module of the core package
     # itself is imported without Django in tests/test_layout.py.
     code = (
         "import sys\n"
         "from django_redis_coord import Lock, IdentityLock, lock_holder, LockLostError\n"
-        "from django_redis_coord import Semaphore, Redlock, DurableLock, optimistic, holders, redlock\n"
+        "from django_redis_coord import Semaphore, Redlock, DurableLock, ReadWriteLock, optimistic, holders\n"
+        "from django_redis_coord import Events, ReplicationNotAcknowledged\n"
         "from django_redis_coord.asyncio import Lock as AsyncLock, DurableLock as AsyncDurableLock\n"
-        "import django_redis_coord.server, django_redis_coord.testing, django_redis_coord.exceptions\n"
-        "import django_redis_coord.events, django_redis_coord.listing, django_redis_coord.durable\n"
-        "import django_redis_coord.asyncio.durable, django_redis_coord.asyncio.rwlock, django_redis_coord.rwlock\n"
+        "from django_redis_coord.asyncio import ReadWriteLock as AsyncReadWriteLock\n"
+        "import django_redis_coord.testing, django_redis_coord.exceptions, django_redis_coord.listing\n"
+        "import django_redis_coord.holders, django_redis_coord.tracing\n"
         "bad = sorted(m for m in sys.modules if m == 'django' or m.startswith('django.'))\n"
         "assert not bad, bad\n"
         "print('ok')\n"
@@ -40,14 +41,13 @@ def test_the_django_free_public_paths_import_nothing_from_django():
 
 def test_every_public_name_is_importable_and_modules_are_not_shadowed():
     import django_redis_coord.holders
-    import django_redis_coord.redlock
     from django_redis_coord.config import shortcuts
 
     for name in django_redis_coord.__all__:
         assert getattr(django_redis_coord, name) is not None, name
     assert django_redis_coord.holders is sys.modules["django_redis_coord.holders"]
-    assert django_redis_coord.redlock is sys.modules["django_redis_coord.redlock"]
     assert django_redis_coord.get_redlock is shortcuts.redlock
+    assert django_redis_coord.get_rwlock is shortcuts.rwlock
     assert django_redis_coord.lock_holders is django_redis_coord.holders.holders
 
 

@@ -178,6 +178,18 @@ def test_the_check_fails_on_a_generated_twin_edited_by_hand(copy_of_the_twins, c
     assert copy_of_the_twins.main(["--check"]) == 0
 
 
+@pytest.mark.parametrize("source, target", _generator().TWINS, ids=[target for _, target in _generator().TWINS])
+def test_the_check_fails_on_each_generated_twin_edited_by_hand(copy_of_the_twins, capsys, source, target):
+    path = copy_of_the_twins.ROOT / target
+    lines = path.read_text().splitlines(keepends=True)
+    lines.insert(len(lines) // 2, "# edited by hand\n")
+    path.write_text("".join(lines))
+    assert copy_of_the_twins.main(["--check"]) == 1
+    assert f"{target} differs from what {source} gives" in capsys.readouterr().err
+    copy_of_the_twins.main([])
+    assert copy_of_the_twins.main(["--check"]) == 0
+
+
 def test_the_check_fails_on_a_source_changed_without_regenerating(copy_of_the_twins, capsys):
     source, target = copy_of_the_twins.TWINS[0]
     path = copy_of_the_twins.ROOT / source

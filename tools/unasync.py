@@ -26,10 +26,22 @@ TWINS = [
     (f"{PACKAGE}/core/rwlock/aio.py", f"{PACKAGE}/core/rwlock/sync.py"),
     (f"{PACKAGE}/core/ratelimit/aio.py", f"{PACKAGE}/core/ratelimit/sync.py"),
     (f"{PACKAGE}/core/queue/aio.py", f"{PACKAGE}/core/queue/sync.py"),
+    (f"{PACKAGE}/core/waiting/aio.py", f"{PACKAGE}/core/waiting/sync.py"),
+    (f"{PACKAGE}/core/durable/aio.py", f"{PACKAGE}/core/durable/sync.py"),
+    (f"{PACKAGE}/core/leader/aio.py", f"{PACKAGE}/core/leader/sync.py"),
+    (f"{PACKAGE}/core/redlock/aio.py", f"{PACKAGE}/core/redlock/sync.py"),
+    (f"{PACKAGE}/integrations/cache_fill/aio.py", f"{PACKAGE}/integrations/cache_fill/sync.py"),
+    # The tests of what both sides promise alike (what one side only promises stays hand-written).
+    ("tests/core/test_lock_twin_aio.py", "tests/core/test_lock_twin_sync.py"),
+    ("tests/core/test_semaphore_twin_aio.py", "tests/core/test_semaphore_twin_sync.py"),
+    ("tests/core/test_ratelimit_twin_aio.py", "tests/core/test_ratelimit_twin_sync.py"),
 ]
 
 #: Word-bounded replacements, applied in this order to every line of a source.
 SUBS = [
+    # What only asyncio has (an asyncio cluster client's start, a producer that may be async):
+    # a line that ends so is left out of the sync twin.
+    (r"^.*  # asyncio only\n", ""),
     # The language.
     ("async def", "def"),
     ("async with", "with"),
@@ -39,6 +51,8 @@ SUBS = [
     ("__aenter__", "__enter__"),
     ("__aexit__", "__exit__"),
     (r"from collections\.abc import Awaitable\n", ""),
+    (r"import Awaitable, ", "import "),
+    (r"(\w+) \| Awaitable\[\1\]", r"\1"),
     (r"Awaitable\[(\w+)\]", r"\1"),
     (r"from \.\.concurrency import run_to_completion\n", ""),
     # Sleeping: a thread sleeps in ``time``; the scripts' registry of each flavour of client.
@@ -50,9 +64,21 @@ SUBS = [
     (r"(from \S*)\.aio\b", r"\1.sync"),
     (r"import aio as side$", "import sync as side"),
     ("AsyncWithBlock", "WithBlock"),
-    ("AsyncWaiter", "Waiter"),
-    # The calls to ``events`` (a primitive's ``report``): each side's.
+    (r"_atell_(\w+)", r"_tell_\1"),
+    # The calls to ``events`` through a primitive's ``report``: each side's.
     (r"atell_(\w+)", r"tell_\1"),
+    ("AsyncWaitHub", "WaitHub"),
+    ("AsyncWaiter", "Waiter"),
+    ("aclose", "close"),
+    # The cache's client (one per event loop in asyncio), and Django's name for an asyncio method.
+    ("async_cache_client", "cache_redis_client"),
+    ("aget_or_set", "get_or_set"),
+    # The tests: the package's sync names and a client factory.
+    (r"^from django_redis_coord\.asyncio import", "from django_redis_coord import"),
+    ("async_lock_holder", "lock_holder"),
+    ("async_semaphore_holders", "semaphore_holders"),
+    ("async_watchdog", "sync_watchdog"),
+    ("async_redis", "sync_redis"),
 ]
 
 HEADER = "# Generated from {source} by `python3 dev.py twins`: edit that file, not this one.\n"

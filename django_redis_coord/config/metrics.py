@@ -1,5 +1,5 @@
 """The exporters ``DJANGO_REDIS_COORD["METRICS"]`` turns on, for the holds of the factories and
-``@locked`` (their :class:`~django_redis_coord.signalling.DjangoSignals` calls :func:`configured_metrics`).
+``@locked`` (their :class:`~django_redis_coord.config.signalling.DjangoSignals` calls :func:`configured_metrics`).
 
 Each exporter is made once per process, on first use (or when the app is ready): Prometheus'
 metrics on ``prometheus_client.REGISTRY`` with the registry gauges' collector, OpenTelemetry's

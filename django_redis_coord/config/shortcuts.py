@@ -5,7 +5,7 @@ primitives on the client of :func:`django_redis_coord.connection.get_client`, wi
 configured ``KEY_PREFIX``, ``DEFAULT_TIMEOUT`` and ``AUTO_RENEW``; :func:`alock` and
 :func:`asemaphore` are the asyncio forms (call them inside a coroutine).  The objects they return
 are the core classes, whose ``events`` send the signals of :mod:`django_redis_coord.signals`
-(see :mod:`django_redis_coord.signalling`).  :func:`redlock` and
+(see :mod:`django_redis_coord.config.signalling`).  :func:`redlock` and
 :func:`aredlock` build a :class:`~django_redis_coord.Redlock` over the masters of
 ``REDLOCK["MASTERS"]``, with the same signals.  ``template=`` names the key template a name was
 made from (``lock("invoice:42", template="invoice:{pk}")``): the label of its metrics (see
@@ -193,7 +193,7 @@ def redlock(
     ``node_timeout``, ``label``, ``on_lost``, ...).  Raises ``ImproperlyConfigured`` when no masters
     are configured (unless ``masters`` is given).
 
-    >>> from django_redis_coord import redlock                        # doctest: +SKIP
+    >>> from django_redis_coord.shortcuts import redlock              # doctest: +SKIP
     >>> with redlock("ledger:close-month", timeout=30) as held:        # doctest: +SKIP
     ...     close_month(fence=held.fence)
     """

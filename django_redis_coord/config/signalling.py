@@ -1,8 +1,8 @@
 """The Django signals of :mod:`django_redis_coord.signals`, sent through the primitives' one
-``events`` hook (see :mod:`django_redis_coord.events`).
+``events`` hook (see :class:`django_redis_coord.Events`).
 
 The factories (:func:`~django_redis_coord.lock`, :func:`~django_redis_coord.semaphore`,
-:func:`~django_redis_coord.redlock` and their asyncio forms) and ``@locked`` make the core
+:func:`~django_redis_coord.get_redlock` and their asyncio forms) and ``@locked`` make the core
 primitives with a :class:`DjangoSignals` as their ``events``: it carries the name as the
 application wrote it (without ``KEY_PREFIX``) and sends the signals with the primitive's class as
 ``sender`` and the primitive as ``instance``.  It also records each hold's duration for

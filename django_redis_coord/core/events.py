@@ -5,7 +5,7 @@ Nothing here needs Django: the Django signals (:mod:`django_redis_coord.signals`
 object, made by the factories and ``@locked``; metrics or logs are others::
 
     >>> from django_redis_coord import Lock
-    >>> from django_redis_coord.events import Events
+    >>> from django_redis_coord import Events
     >>> class Printed(Events):
     ...     def acquired(self, primitive, *, fence, wait_time):
     ...         print("acquired", primitive.name, fence > 0)

@@ -10,46 +10,13 @@ import pytest
 from redis.exceptions import LockError, LockNotOwnedError
 
 from django_redis_coord import InvalidLockArgument, LockLostError
-from django_redis_coord.asyncio import Lock, async_lock_holder
+from django_redis_coord.asyncio import Lock
 from django_redis_coord.core.keys import keys_for
 from django_redis_coord.core.waiting.rules import READ_SECONDS
 
 
 def run(coro):
     return asyncio.run(coro)
-
-
-def test_basic_acquire_release_extend_and_fence(async_redis):
-    async def scenario():
-        client = async_redis()
-        lock = Lock(client, "a:basic", timeout=10)
-        assert await lock.acquire()
-        assert await client.get("a:basic") == lock.local.token
-        first = lock.fence
-        assert await lock.extend(10)
-        assert 19000 < await client.pttl("a:basic") <= 20000
-        assert await lock.reacquire()
-        holder = await async_lock_holder(client, "a:basic")
-        assert holder is not None and holder.fence == first
-        await lock.release()
-        assert await lock.acquire(blocking=False)
-        assert lock.fence > first
-        await lock.release()
-        await client.aclose()
-
-    run(scenario())
-
-
-def test_works_as_lock_class_of_the_asyncio_client(async_redis):
-    async def scenario():
-        client = async_redis()
-        lock = client.lock("a:class", lock_class=Lock, timeout=5)
-        async with lock:
-            assert await lock.owned() and await lock.locked()
-        assert not await lock.locked()
-        await client.aclose()
-
-    run(scenario())
 
 
 def test_two_tasks_sharing_an_instance_never_release_each_others_hold(async_redis):
@@ -238,31 +205,6 @@ def test_a_first_attempt_cancelled_before_its_reply_leaves_no_hold(redis_server)
     assert left == 0
 
 
-def test_a_fresh_copy_shares_the_settings_but_not_the_hold(async_redis):
-    async def main():
-        client = async_redis()
-        made = Lock(client, "afresh", timeout=5, thread_local=False)
-        first, second = made.fresh(), made.fresh()
-        assert first.keys == made.keys and first.timeout == made.timeout
-        assert await first.acquire(blocking=False)
-        assert not await second.acquire(blocking=False)
-        assert await first.owned() and not await second.owned() and made.local.token is None
-        await first.release()
-        assert await second.acquire(blocking=False)
-        await second.release()
-        per_task = Lock(client, "afresh:tasks", timeout=5).fresh()  # thread_local: per task
-        assert await per_task.acquire(blocking=False)
-
-        async def other_task():
-            return per_task.local.token
-
-        assert await asyncio.create_task(other_task()) is None
-        await per_task.release()
-        await client.aclose()
-
-    run(main())
-
-
 def test_a_release_cancelled_on_its_way_still_releases(async_redis):
     """A task cancelled while its release is under way (a client going away under ASGI) must not
     leave the lock held: the release completes in the background."""
@@ -345,31 +287,6 @@ def test_a_task_that_ends_holding_its_own_lock_is_reported_and_no_longer_renewed
         await client.aclose()
 
     run(main())
-
-
-def test_a_shared_hold_handed_to_another_task_is_not_wiped_by_the_release(async_redis):
-    async def scenario():
-        client = async_redis()
-        lock = Lock(client, "a:shared-hold", timeout=5, thread_local=False)
-        wiped = 0
-        for _ in range(40):
-            assert await lock.acquire()
-            waiter = asyncio.create_task(lock.acquire(blocking_timeout=5))
-            while not await client.zcard(lock.keys.queue):
-                await asyncio.sleep(0.0005)
-            await lock.release()
-            assert await waiter
-            if lock.local.token != await client.get("a:shared-hold"):
-                wiped += 1
-                await client.delete("a:shared-hold")
-                lock.local.token = None
-            else:
-                await lock.release()
-        assert wiped == 0
-        assert await client.get("a:shared-hold") is None
-        await client.aclose()
-
-    run(scenario())
 
 
 if sys.version_info >= (3, 11):  # Task.cancelling(): the cancellation is still counted

@@ -9,7 +9,6 @@ import time
 import pytest
 
 from benchmarks.common import CommandMonitor
-from django_redis_coord import CostTooHigh
 from django_redis_coord.asyncio import RateLimit, SlidingWindowLimit
 from django_redis_coord.core.ratelimit import sync
 from tests.test_twins import public_api
@@ -27,37 +26,6 @@ def test_the_asyncio_twins_have_the_same_public_methods_awaited(synchronous, asy
     for method in ("hit", "peek", "reset", "do_decide"):
         assert inspect.iscoroutinefunction(getattr(asynchronous, method))
         assert not inspect.iscoroutinefunction(getattr(synchronous, method))
-
-
-def test_gcra_decisions(async_redis):
-    async def scenario():
-        client = async_redis()
-        limit = RateLimit(client, "api:1", "2/s", burst=3)
-        assert (await limit.peek()).remaining == 3
-        replies = [await limit.hit() for _ in range(4)]
-        assert [r.allowed for r in replies] == [True, True, True, False]
-        assert replies[-1].retry_after == pytest.approx(replies[0].server_time + 0.5 - replies[-1].server_time,
-                                                        abs=2e-6)
-        with pytest.raises(CostTooHigh):
-            await limit.hit(cost=4)
-        assert await limit.reset() is True
-        assert (await limit.hit(cost=3)).remaining == 0
-        await client.aclose()
-
-    run(scenario())
-
-
-def test_sliding_window_decisions(async_redis):
-    async def scenario():
-        client = async_redis()
-        limit = SlidingWindowLimit(client, "win:1", "3/s")
-        assert [(await limit.hit()).allowed for _ in range(4)] == [True, True, True, False]
-        assert not (await limit.peek()).allowed
-        assert 0 < await client.pttl(limit.key) <= 1000
-        assert await limit.reset() is True and (await limit.peek()).remaining == 3
-        await client.aclose()
-
-    run(scenario())
 
 
 def test_waiting_tasks_are_admitted_in_arrival_order_one_script_call_each(async_redis, redis_server):
@@ -122,19 +90,6 @@ def test_a_cancelled_wait_under_a_later_reservation_leaves_its_slot_unused(async
         assert await client.get(limit.key) == on_top
         reply = await second  # its slot kept its place: after the first's
         assert reply.allowed and reply.server_time + reply.waited == pytest.approx(admitted.server_time + 2, abs=2e-6)
-        await client.aclose()
-
-    run(scenario())
-
-
-def test_a_slot_that_would_open_after_the_wait_is_not_reserved(async_redis):
-    async def scenario():
-        client = async_redis()
-        limit = RateLimit(client, "late", "1/m", burst=1)
-        await limit.hit()
-        before = await client.get(limit.key)
-        reply = await limit.acquire(wait=1)
-        assert not reply.allowed and reply.retry_after > 58 and await client.get(limit.key) == before
         await client.aclose()
 
     run(scenario())

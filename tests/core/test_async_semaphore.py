@@ -8,38 +8,13 @@ import time
 import pytest
 from redis.exceptions import LockError
 
-from django_redis_coord import InvalidLockArgument, LockAcquireTimeout, SemaphoreLimitNotSet
+from django_redis_coord import LockAcquireTimeout
 from django_redis_coord.asyncio import Semaphore
-from django_redis_coord.core.holders import async_semaphore_holders
-from django_redis_coord.core.watchdog import async_watchdog
 from tests.core.test_semaphore import max_concurrent
 
 
 def run(coro):
     return asyncio.run(coro)
-
-
-def test_identity_semaphore_transcript(async_redis):
-    async def scenario():
-        client = async_redis(decode_responses=True)
-        semaphore = Semaphore(client, "test-semaphore")
-        with pytest.raises(SemaphoreLimitNotSet):
-            await semaphore.acquire("peter")
-        assert await client.dbsize() == 0
-        await semaphore.set_max_size(3)
-        assert await semaphore.acquire("peter") is True
-        assert await semaphore.acquire("jack") is True
-        assert await semaphore.acquire("tom") is True
-        assert await semaphore.acquire("mary") is False
-        assert await semaphore.release("jack") is True
-        assert await semaphore.release("jack") is False
-        assert await semaphore.get_current_size() == 2
-        assert await semaphore.get_max_size() == 3
-        holders = await async_semaphore_holders(client, "test-semaphore")
-        assert sorted(h.token for h in holders) == [b"peter", b"tom"]
-        await client.aclose()
-
-    run(scenario())
 
 
 def test_tasks_sharing_an_instance_each_release_their_own_permit(async_redis):
@@ -164,43 +139,3 @@ def test_an_expired_permit_is_handed_to_a_waiter(async_redis):
     assert 0.3 < run(scenario()) < 1.5
 
 
-def test_watchdog_keeps_a_permit_past_three_times_its_timeout(async_redis):
-    async def scenario():
-        client = async_redis()
-        semaphore = Semaphore(client, "a:renewed", limit=1, timeout=0.5, auto_renew=True)
-        lost = []
-        semaphore.on_lost = lost.append
-        assert await semaphore.acquire()
-        fence = semaphore.fence
-        await asyncio.sleep(1.8)
-        assert semaphore.valid and semaphore.fence == fence and not lost
-        assert not await Semaphore(client, "a:renewed", limit=1, timeout=0.5).acquire()
-        assert await semaphore.release()
-        assert all(hold.owner is not semaphore for hold in list(async_watchdog()._holds.values()))
-        # A permit taken away is reported lost at the next renewal.
-        assert await semaphore.acquire("victim")
-        await client.zrem("a:renewed", "victim")
-        for _ in range(200):
-            if lost:
-                break
-            await asyncio.sleep(0.01)
-        assert lost and lost[0].token == b"victim"
-        await client.aclose()
-
-    run(scenario())
-
-
-def test_bad_input_writes_nothing(async_redis):
-    async def scenario():
-        client = async_redis()
-        with pytest.raises(InvalidLockArgument):
-            Semaphore(client, "a:bad", limit=0)
-        with pytest.raises(InvalidLockArgument):
-            await Semaphore(client, "a:bad", limit=2).acquire("")
-        with pytest.raises(InvalidLockArgument):
-            await Semaphore(client, "a:bad").set_max_size(-1)
-        size = await client.dbsize()
-        await client.aclose()
-        return size
-
-    assert run(scenario()) == 0

@@ -64,7 +64,7 @@ class RWWorkload(Workload):
 
 
 class CoordRWHold(_CoordAdapter):
-    """One hold of :class:`~django_redis_coord.rwlock.ReadWriteLock` in ``mode``."""
+    """One hold of :class:`~django_redis_coord.ReadWriteLock` in ``mode``."""
 
     def __init__(self, client: Any, name: str, timeout: float, mode: str) -> None:
         self.primitive = ReadWriteLock(client, name, timeout=timeout).hold(mode)

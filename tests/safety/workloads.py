@@ -47,7 +47,7 @@ IO_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
 # -- the protected resource -------------------------------------------------------------------------
 class Resource:
     """The set the lock protects: one comma-separated string written with
-    :func:`django_redis_coord.fencing.fenced_set` (a hash with fields ``value`` and ``fence``).
+    :func:`django_redis_coord.fenced_set` (a hash with fields ``value`` and ``fence``).
 
     Under a hold both the read and the write are fenced (``fenced_get(key, fence)`` records the
     reader's fence): a read-modify-write needs both, or a stale holder's write that lands between

@@ -8,7 +8,7 @@ closed or a line is read; then releases it and prints ``RELEASED`` (or ``LOST`` 
 taken away meanwhile, e.g. by a force release).  With ``--auto-renew`` the watchdog renews it and
 its loss signal (``on_lost``) prints ``LOSS-SIGNAL``.  ``--host`` makes the holder record name
 another host: a holder on another machine, as far as the listing can tell.  ``--mode`` holds that
-side of a :class:`~django_redis_coord.rwlock.ReadWriteLock` instead of a lock.
+side of a :class:`~django_redis_coord.ReadWriteLock` instead of a lock.
 """
 
 from __future__ import annotations

@@ -23,8 +23,10 @@ from django_redis_coord import (
     Redlock,
     Semaphore,
     TransactionConflict,
+    aget_or_set,
     fenced_get,
     fenced_set,
+    get_or_set,
     holders,
     lock,
     lock_holder,
@@ -33,8 +35,6 @@ from django_redis_coord import (
     optimistic,
     semaphore,
 )
-from django_redis_coord.asyncio.cache_fill import aget_or_set
-from django_redis_coord.cache_fill import get_or_set
 from django_redis_coord.exceptions import ReplicationNotAcknowledged, UnsupportedCacheBackend
 from django_redis_coord.testing import RedisServer, settings_for
 

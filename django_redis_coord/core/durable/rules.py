@@ -1,6 +1,6 @@
 """What the sync and asyncio DurableLocks share: the replica settings and the confirmation of a
 grant (the commands it sends and what their replies mean).  Nothing in here talks to Redis;
-:mod:`django_redis_coord.durable` and :mod:`django_redis_coord.asyncio.durable` do.
+:mod:`django_redis_coord.core.durable.sync` and :mod:`django_redis_coord.core.durable.aio` do.
 """
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# Generated from django_redis_coord/core/durable/aio.py by `python3 dev.py twins`: edit that file, not this one.
 """Locks whose grants are acknowledged by replicas (``WAIT``), failing closed when they are not.
 
 Redis replicates asynchronously: a primary that crashes right after granting a lock may take the
@@ -9,7 +10,7 @@ released and :class:`~django_redis_coord.exceptions.ReplicationNotAcknowledged` 
 caller never runs on a grant that a failover could forget.
 
 >>> from redis.sentinel import Sentinel                                  # doctest: +SKIP
->>> from django_redis_coord.durable import DurableLock
+>>> from django_redis_coord import DurableLock
 >>> client = Sentinel([("10.0.0.1", 26379)]).master_for("coord", socket_timeout=1)
 >>> with DurableLock(client, "payouts", timeout=30, replicas=1) as lock:
 ...     pay_out(fence=lock.fence)
@@ -22,7 +23,10 @@ confirmed.  Use fencing tokens at the resource for safety (see docs/redlock.md).
 How: the confirmation is one pipeline on one connection to the lock's server: a lock script that
 re-writes the hold without changing it (checking it is still ours) followed by ``WAIT``.  ``WAIT``
 counts replicas that received every write up to this connection's last one, so it covers the
-grant even when the lock was handed over by another client's release.
+grant even when the lock was handed over by another client's release.  A sync Redis Cluster
+client sends it to the node that serves the name; an asyncio cluster client cannot, and is refused.
+
+The sync module is generated from the asyncio one (docs/twins.md).
 """
 
 from __future__ import annotations
@@ -30,21 +34,14 @@ from __future__ import annotations
 import time
 from typing import Any, Optional, Union
 
-from .. import watchdog as _watchdog
 from ..arguments import Number
-from ..exceptions import ReplicationNotAcknowledged
+from ..exceptions import InvalidLockArgumentType, ReplicationNotAcknowledged
 from ..lock.sync import Lock
 from ..scripts import sync_scripts
+from ..side.sync import node_client
 from .rules import DEFAULT_REPLICA_TIMEOUT, DurableBase, check_replicas
 
 __all__ = ["DurableLock", "ReplicationNotAcknowledged"]
-
-
-def node_client(client: Any, key: bytes) -> Any:
-    """The client of the one server that serves ``key`` (the client itself unless a cluster)."""
-    if getattr(client, "connection_pool", None) is not None:
-        return client
-    return client.get_redis_connection(client.get_node_from_key(key))  # redis.cluster.RedisCluster
 
 
 class DurableLock(DurableBase, Lock):
@@ -67,14 +64,18 @@ class DurableLock(DurableBase, Lock):
     ) -> None:
         check_replicas(replicas, replica_timeout, name)
         super().__init__(redis, name, *args, **kwargs)
+        if node_client(redis, self.keys.name) is None:
+            raise InvalidLockArgumentType(
+                "DurableLock needs a client with one connection pool (an asyncio cluster client is not supported)",
+                lock_name=name,
+            )
         self.replicas = replicas
         self.replica_timeout = replica_timeout
 
     def acquire(self, *args: Any, **kwargs: Any) -> bool:
         if not super().acquire(*args, **kwargs):
             return False
-        hold = self._state()
-        if hold.count > 1:
+        if self._state().count > 1:
             return True  # a reentrant acquire: the first one was confirmed
         try:
             self.confirm()
@@ -106,15 +107,22 @@ class DurableLock(DurableBase, Lock):
         return self.confirmed(pipe.execute(), started)
 
     def _give_back(self) -> None:
-        """Release an unconfirmed grant (best effort: it expires at its TTL otherwise)."""
+        """Release a grant that could not be confirmed (in asyncio, the release goes on to its end
+        even when the task is cancelled once more meanwhile: see :func:`run_to_completion`); its
+        failure is not reported (the grant was never the caller's; its TTL ends it)."""
         hold = self._state()
         token: Optional[bytes] = hold.token
         if token is None:
             return
-        _watchdog.sync_watchdog().unregister(self, hold)
+        self._detach(hold)
+        try:
+            self._release_quietly(token)
+        finally:
+            hold.token = None
+            hold.count = 0
+
+    def _release_quietly(self, token: bytes) -> None:
         try:
             self.do_release(token)
-        except Exception:
+        except Exception:  # not held any more, or Redis unreachable: the TTL ends it
             pass
-        hold.token = None
-        hold.count = 0

@@ -1,9 +1,10 @@
-"""Leader election (sync): one of N processes leads, the others wait in line to take over.
+# Generated from django_redis_coord/core/leader/aio.py by `python3 dev.py twins`: edit that file, not this one.
+"""Leader election: one of N processes leads, the others wait in line to take over.
 
 A :class:`Leader` is a :class:`~django_redis_coord.Lock` held for as long as its holder leads:
 
-* ``campaign()`` starts a background campaign (a thread) that waits in the lock's FIFO queue; the
-  hold it gets is renewed by the watchdog (``auto_renew``) every ``lease / 3``;
+* ``campaign()`` starts a background campaign (a thread; in asyncio, a task) that waits in the
+  lock's FIFO queue; the hold it gets is renewed by the watchdog (``auto_renew``) every ``lease / 3``;
 * each hold is a **term**, numbered by the hold's fence (strictly growing): pass it to what the
   leader writes, so that a resource can refuse a deposed leader (see ``fenced_set``);
 * when the hold ends without a resign (the watchdog's loss signal: renewals did not come back
@@ -12,13 +13,17 @@ A :class:`Leader` is a :class:`~django_redis_coord.Lock` held for as long as its
 * ``resign()`` (also at interpreter exit, and at the end of a ``with`` block) runs
   ``on_revoked(term)``, then releases: the lock goes at once to the next contender in line.
 
-The asyncio twin is :class:`django_redis_coord.asyncio.Leader`; docs/leaders.md has the guarantees
-and a recipe.
+The asyncio twin (:class:`django_redis_coord.asyncio.Leader`) has the same names, arguments and
+behaviour, awaited: the campaign is a task of the running event loop (use one event loop per
+leader), ``on_elected`` / ``on_revoked`` may be coroutine functions (they are awaited), and
+``with Leader(...)`` campaigns in the background and resigns at the end of the block.  A
+campaign task cancelled while leading (``asyncio.run()`` cancels what is left when its main
+coroutine ends) resigns on its way out; there is no ``atexit`` hook for asyncio.  The sync module
+is generated from the asyncio one (docs/twins.md); docs/leaders.md has the guarantees and a recipe.
 """
 
 from __future__ import annotations
 
-import atexit
 import threading
 import weakref
 from types import TracebackType
@@ -27,6 +32,7 @@ from typing import Any, Optional, Union
 from ..arguments import Number, check_number
 from ..exceptions import LockError
 from ..lock.sync import Lock
+from ..side.sync import INTERRUPTIBLE, Event, alive, at_exit, call, current_worker, interrupt, join, start, wait_event
 from .rules import CAMPAIGN_ROUND, RETRY_PAUSE, LeaderBase, LeaderHold, logger
 
 __all__ = ["Leader"]
@@ -36,11 +42,11 @@ class _LeaderLock(LeaderHold, Lock):
     """The lock a leader holds (its holder record says ``"role": "leader"``)."""
 
 
-#: Leaders campaigning in this process: resigned at interpreter exit.
+#: Leaders campaigning in this process: resigned at interpreter exit (in asyncio, a campaign task
+#: resigns when its event loop cancels it instead).
 _campaigning: weakref.WeakSet[Leader] = weakref.WeakSet()
 
 
-@atexit.register
 def _resign_all() -> None:
     """At interpreter exit, every campaigning leader resigns: its successor takes over at once
     instead of after the lease."""
@@ -52,26 +58,36 @@ def _resign_all() -> None:
                            exc_info=True)
 
 
+at_exit(_resign_all)
+
+
 class Leader(LeaderBase):
     """Leader election among processes: ``campaign()``, ``is_leader``, ``term``, ``resign()``.
 
     ``Leader(client, name, lease=10.0, *, label=None, on_elected=None, on_revoked=None,
     recampaign=True, waiter_lease=2.0)``: ``lease`` is the TTL of the leader's hold (renewed every
-    ``lease / 3``; a dead leader is replaced within it); ``on_elected(term)`` runs on the campaign
-    thread once elected, ``on_revoked(term)`` once per term when it ends (on the watchdog's callback
-    worker for a loss, on the resigning thread for a resign); ``label`` is shown to operators
-    (``leader: <label>``).  ``with Leader(...) as leader:`` campaigns in the background and resigns
-    at the end of the block.
+    ``lease / 3``; a dead leader is replaced within it); ``on_elected(term)`` runs in the campaign
+    (thread or task) once elected, ``on_revoked(term)`` once per term when it ends (for a loss, on
+    the watchdog's callback worker, or in asyncio a task of its own; for a resign, in the resigning
+    thread or task); ``label`` is shown to operators (``leader: <label>``).  ``with Leader(...) as
+    leader:`` campaigns in the background and resigns at the end of the block.
     """
 
     lock: Lock  # a _LeaderLock: a Lock whose holder record says it is the leader's
 
     def _new_campaign_state(self) -> None:
         _campaigning.discard(self)  # not campaigning (yet, or in a forked child: see _forked)
-        self._control = threading.RLock()  # campaign(), resign() and the callbacks, one at a time
-        self._thread: Optional[threading.Thread] = None
-        self._elected = threading.Event()  # set from on_elected's return to the term's end
-        self._term_over = threading.Event()
+        self._control = threading.RLock()  # starting and stopping the campaign, one at a time
+        self._worker: Any = None  # the campaign: a thread, or a task
+        self._in_line = False  # the campaign waits in the queue: a resign interrupts that wait (a task)
+        self._elected = Event()  # set from on_elected's return to the term's end
+        self._term_over = Event()
+        #: Clear while on_elected runs: a loss or a resign waits for it (on_revoked comes after).
+        self._settled = Event()
+        self._settled.set()
+        #: Clear while a loss's on_revoked runs: the next term waits for it (on_elected comes after).
+        self._revoking_done = Event()
+        self._revoking_done.set()
 
     def _make_lock(self, client: Any, name: Union[str, bytes], **options: Any) -> _LeaderLock:
         return _LeaderLock(client, name, **options)
@@ -82,33 +98,37 @@ class Leader(LeaderBase):
 
         Returns :attr:`~django_redis_coord.Leader.is_leader`: True once elected and ``on_elected``
         returned; False when not ``blocking`` and not leader yet, or when ``blocking_timeout``
-        seconds passed first.  The
-        campaign goes on in the background either way, until :meth:`resign`.
+        seconds passed first.  The campaign goes on in the background either way, until
+        :meth:`resign`.
         """
         check_number("blocking_timeout", blocking_timeout, allow_none=True, positive=False, lock_name=self.name)
         self._start()
-        if blocking:
-            self._elected.wait(blocking_timeout)
+        if blocking and not self._elected.is_set():
+            wait_event(self._elected, blocking_timeout)
         return self.is_leader
 
     def resign(self) -> None:
         """Stop campaigning; if leading, run ``on_revoked(term)`` and release, which hands the
-        lead to the next contender in line at once.  Returns once the campaign thread stopped
-        (within ``CAMPAIGN_ROUND`` seconds and a round trip
-        when it was waiting in line)."""
+        lead to the next contender in line at once.  Returns once the campaign stopped (a thread
+        within ``CAMPAIGN_ROUND`` seconds and a round trip when it was waiting in line)."""
         with self._control:
             with self._mutex:
                 self._stopping = True
             _campaigning.discard(self)
-            term = self._end_term()
-            self._elected.clear()
-            if term is not None:
-                self._revoked(term)
-                self._give_back()
-            self._term_over.set()
-            thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(CAMPAIGN_ROUND + self.lease)
+            worker = self._worker
+        inside = worker is not None and worker is current_worker()
+        if not inside:
+            wait_event(self._settled, None)
+        term = self._end_term()
+        self._elected.clear()
+        if term is not None:
+            self._revoked(term)
+            self._give_back()
+        self._term_over.set()
+        if worker is not None and not inside and alive(worker):
+            if self._in_line:
+                interrupt(worker)  # the acquire leaves the queue (and gives back a hold handed over meanwhile)
+            join(worker, CAMPAIGN_ROUND + self.lease)
 
     def __enter__(self) -> Leader:
         self.campaign(blocking=False)
@@ -124,74 +144,93 @@ class Leader(LeaderBase):
 
     # -- the campaign ----------------------------------------------------------------------------
     def _start(self) -> None:
-        """Start the campaign thread, unless it runs (waiting first for one a resign stops)."""
+        """Start the campaign, unless it runs (waiting first for one a resign stops)."""
         while True:
             with self._control:
-                thread = self._thread
-                if thread is None or not thread.is_alive():
+                worker = self._worker
+                if worker is None or not alive(worker):
                     with self._mutex:
                         self._stopping = False
-                    self._thread = threading.Thread(target=self._campaign, name=f"dcoord-leader {self.name!r}",
-                                                    daemon=True)
+                    self._worker = start(self._campaign, f"dcoord-leader {self.name!r}")
                     _campaigning.add(self)
-                    self._thread.start()
                     return
-                if not self._stopping or thread is threading.current_thread():
-                    # Running, or a callback on the campaign thread resigned and campaigns again:
-                    # that thread goes on (it looks at _stopping before each round).
+                if not self._stopping or worker is current_worker():
+                    # Running, or a callback in the campaign resigned and campaigns again: the
+                    # campaign goes on (it looks at _stopping before each round).
                     with self._mutex:
                         self._stopping = False
                     _campaigning.add(self)
                     return
-            thread.join(CAMPAIGN_ROUND + self.lease)  # a resign stops it within a round
+            join(worker, CAMPAIGN_ROUND + self.lease)  # a resign stops it within a round
 
     def _campaign(self) -> None:
         """Wait in line, lead until the term ends, and again (``recampaign``) until resigned."""
-        while not self._stopping:
-            self._term_over.clear()
-            try:
-                granted = self.lock.acquire(blocking=True, blocking_timeout=CAMPAIGN_ROUND)
-            except Exception:  # Redis unreachable for longer than a waiter rides out
-                logger.warning("Campaign of leader %r failed; trying again in %s s", self.name, RETRY_PAUSE,
-                               exc_info=True)
-                self._term_over.wait(RETRY_PAUSE)  # a resign cuts it short
-                continue
-            if not granted:
-                continue
-            # Under _control: a resign, or the loss signal, waits for on_elected to return, so
-            # that on_revoked(term) never runs before on_elected(term).
-            with self._control:
-                term = self._begin_term()
-                if term is None:  # resigned meanwhile (give it back), or already lost (campaign again)
-                    if self._stopping:
-                        self._give_back()
-                    continue
+        try:
+            while not self._stopping:
+                self._term_over.clear()
+                self._in_line = True
+                # A thread waits in rounds, so that a resign from another thread stops it.
+                rounds = None if INTERRUPTIBLE else CAMPAIGN_ROUND
                 try:
-                    if self.on_elected is not None:
-                        self.on_elected(term)
-                except Exception:
-                    self._failed("on_elected", term)
-                if self.is_leader and self.term == term:
-                    self._elected.set()
-            self._term_over.wait()
-            if not self.recampaign:
-                break
+                    granted = self.lock.acquire(blocking=True, blocking_timeout=rounds)
+                except Exception:  # Redis unreachable for longer than a waiter rides out
+                    logger.warning("Campaign of leader %r failed; trying again in %s s", self.name, RETRY_PAUSE,
+                                   exc_info=True)
+                    wait_event(self._term_over, RETRY_PAUSE)  # a resign cuts it short
+                    continue
+                finally:
+                    self._in_line = False
+                if granted and self._lead() and not self.recampaign:
+                    break
+        finally:
+            term = self._end_term()  # stopped while leading (a task cancelled at the loop's end): step down
+            if term is not None:
+                self._elected.clear()
+                self._revoked(term)
+                self._give_back()
+
+    def _lead(self) -> bool:
+        """A hold was granted: run its term until it ends (True), or give the hold back after a
+        resign, or find it already lost (False)."""
+        wait_event(self._revoking_done, None)  # the last term's on_revoked returned
+        self._settled.clear()
+        try:
+            term = self._begin_term()
+            if term is None:  # resigned meanwhile (give it back), or already lost (campaign again)
+                if self._stopping:
+                    self._give_back()
+                return False
+            try:
+                if self.on_elected is not None:
+                    call(self.on_elected, term)
+            except Exception:
+                self._failed("on_elected", term)
+            if self.is_leader and self.term == term:
+                self._elected.set()
+        finally:
+            self._settled.set()
+        wait_event(self._term_over, None)
+        return True
 
     def _lost(self, lock: Any) -> None:
-        """The watchdog's loss signal (on its callback worker): end the term, run ``on_revoked``,
-        then let the campaign go on."""
-        with self._control:
+        """The watchdog's loss signal (on its callback worker; in asyncio, a task of its own): end
+        the term, run ``on_revoked``, then let the campaign go on."""
+        wait_event(self._settled, None)
+        self._revoking_done.clear()
+        try:
             term = self._end_term()
             if term is None:  # the term already ended (a resign)
                 return
             self._elected.clear()
             self._revoked(term)
-            self._term_over.set()
+        finally:
+            self._revoking_done.set()
+        self._term_over.set()
 
     def _revoked(self, term: int) -> None:
         try:
             if self.on_revoked is not None:
-                self.on_revoked(term)
+                call(self.on_revoked, term)
         except Exception:
             self._failed("on_revoked", term)
 

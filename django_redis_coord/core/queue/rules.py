@@ -358,7 +358,7 @@ class QueuedBase:
         self.report.lost(local)  # on_lost runs even when the events object raised
         callback = self.on_lost
         if callback is not None:
-            self.side.after_loss(callback(self._lost_subject(local)))
+            self.side.follow_up(callback(self._lost_subject(local)))
 
     # -- refusals -------------------------------------------------------------------------------
     def _state(self) -> Any:

@@ -1,38 +1,49 @@
-"""The asyncio twin of :class:`django_redis_coord.redlock.Redlock`, over ``redis.asyncio`` clients.
+"""Redlock: one lock over N independent Redis masters, held while a majority of them grant it.
 
->>> from redis.asyncio import Redis                               # doctest: +SKIP
->>> from django_redis_coord.asyncio import Redlock
->>> masters = [Redis(port=p) for p in (6379, 6380, 6381)]
->>> async with Redlock(masters, "invoices:close-month", timeout=30) as lock:
-...     await close_month(fence=lock.fence)
+>>> import redis                                                   # doctest: +SKIP
+>>> from django_redis_coord import Redlock
+>>> masters = [redis.Redis(port=p) for p in (6379, 6380, 6381)]
+>>> with Redlock(masters, "invoices:close-month", timeout=30) as lock:
+...     lock.ensure_valid()              # raises LockLostError once the validity time is over
+...     close_month(fence=lock.fence)    # let the resource refuse stale fences
 
-Same names, arguments and behaviour.  One round goes to all masters at once with
-``asyncio.gather``; each master's exchange is bounded by ``node_timeout``.  A hold belongs to the
-asyncio task that acquired it (``thread_local=False`` shares it between tasks).
+The algorithm (see docs/redlock.md for what it does and does not guarantee):
+
+1. Note the monotonic time, then send the lock script to **all** masters at once (in parallel),
+   so one attempt costs the slowest master's round trip, and each master gets ``node_timeout``
+   (much smaller than the TTL) to answer.
+2. The lock is held when a quorum (``N // 2 + 1``) granted it and the validity time
+   ``TTL - elapsed - drift`` (``drift = 1% of the TTL + 2 ms``) is still positive.
+3. Otherwise the attempt is undone on every master that may have granted it, and a blocking
+   acquire tries again after a random delay (up to ``sleep`` seconds).
+4. ``release`` goes to all masters; ``extend`` (and the watchdog's renewal) needs a quorum.
+
+Each master runs the ordinary lock scripts on the keys a :class:`~django_redis_coord.Lock` of the
+same name uses.  Each master's batch of commands is one redis-py pipeline on a client of its own,
+with no retries: an unreachable master costs at most ``node_timeout`` instead of redis-py's
+reconnect back-off.  How all masters are asked at once differs between the halves (a thread pool,
+or ``asyncio.gather``: :mod:`django_redis_coord.core.redlock.masters`); so does where a hold lives
+(per thread, or per asyncio task; ``thread_local=False`` shares it).  The asyncio twin,
+:class:`django_redis_coord.asyncio.Redlock` over ``redis.asyncio`` masters, has the same names,
+arguments and behaviour, awaited; the sync module is generated from it (docs/twins.md).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, Optional, Union
-
-import redis.asyncio
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import watchdog as _watchdog
 from ..arguments import Number
-from ..concurrency import drop_closed_loops, in_background, run_to_completion
+from ..concurrency import run_to_completion
 from ..events import held_time
 from ..exceptions import QuorumUnavailable
 from ..holds import Hold
 from ..lock.rules import AsyncWithBlock
-from ..scripts import async_scripts
+from ..side.aio import follow_up, sleep, worker_name
 from .commands import (
     Command,
     accept_grant,
@@ -40,120 +51,19 @@ from .commands import (
     fence_of,
     fence_recorded,
     missing_scripts,
-    queue_commands,
     tally_replies,
 )
-from .rules import RedlockBase, SharedHold
+from .masters.aio import Masters, WorkerHold
+from .rules import DEFAULT_RETRY_DELAY, DEFAULT_TIMEOUT, RedlockBase, SharedHold
 
-__all__ = ["Redlock", "QuorumUnavailable"]
+__all__ = ["Redlock", "QuorumUnavailable", "DEFAULT_TIMEOUT", "DEFAULT_RETRY_DELAY"]
 
 logger = logging.getLogger("django_redis_coord")
 
 
-_clients: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, dict[float, redis.asyncio.Redis]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _client_for(pool: Any, node_timeout: float) -> redis.asyncio.Redis:
-    """A client of its own for the master of ``pool`` (for one event loop): the same connection
-    settings, but no retries and a connection timeout of ``node_timeout``; every exchange runs
-    under ``asyncio.wait_for(node_timeout)``."""
-    kwargs = dict(pool.connection_kwargs)
-    kwargs["retry"] = Retry(NoBackoff(), 0)
-    kwargs["socket_timeout"] = None  # the exchange's wait_for bounds it: no per-read timers
-    if "host" in kwargs or "connection_pool" in kwargs:
-        kwargs["socket_connect_timeout"] = node_timeout
-    own_pool = redis.asyncio.ConnectionPool(connection_class=pool.connection_class, **kwargs)
-    return redis.asyncio.Redis(connection_pool=own_pool)
-
-
-def clients_for(masters: Sequence[Any], node_timeout: float) -> list[redis.asyncio.Redis]:
-    """The Redlock clients of ``masters`` in the running event loop (one per master pool and
-    ``node_timeout``); those of event loops that ended are let go."""
-    loop = asyncio.get_running_loop()
-    by_pool = _clients.get(loop)
-    if by_pool is None:
-        drop_closed_loops(_clients)
-        by_pool = _clients[loop] = weakref.WeakKeyDictionary()
-    clients = []
-    for master in masters:
-        by_timeout = by_pool.setdefault(master.connection_pool, {})
-        client = by_timeout.get(node_timeout)
-        if client is None:
-            client = by_timeout[node_timeout] = _client_for(master.connection_pool, node_timeout)
-        clients.append(client)
-    return clients
-
-
-async def _exchange(client: redis.asyncio.Redis, batch: Sequence[Command], load: bool) -> list[Any]:
-    """One pipeline to one master: a reply per command, error replies in place."""
-    pipe = client.pipeline(transaction=False)
-    skip = queue_commands(pipe, async_scripts, client, batch, load)
-    return (await pipe.execute(raise_on_error=False))[skip:]
-
-
-async def _one_master(client: redis.asyncio.Redis, batch: Sequence[Command], timeout: float, where: str,
-                      load: bool) -> list[Any]:
-    if not batch:
-        return []
-    try:
-        return await asyncio.wait_for(_exchange(client, batch, load), timeout)
-    except asyncio.TimeoutError:
-        return [RedisTimeoutError(f"{where} did not answer in time")] * len(batch)
-    except Exception as exc:
-        return [exc] * len(batch)
-
-
-async def fan_out(
-    clients: Sequence[redis.asyncio.Redis],
-    batches: Sequence[Sequence[Command]],
-    node_timeout: float,
-    names: Sequence[str],
-) -> tuple[float, list[list[Any]]]:
-    """Send ``batches[i]`` to master ``i`` for all masters at once; see the sync ``fan_out``."""
-    started = time.monotonic()
-    results = list(await asyncio.gather(*(
-        _one_master(client, batch, node_timeout, where, False) for client, batch, where in zip(clients, batches, names)
-    )))
-    retry = [missing_scripts(batch, replies) for batch, replies in zip(batches, results)]
-    if any(retry):
-        again = await asyncio.gather(*(
-            _one_master(client, [batch[i] for i in indexes], node_timeout, where, True)
-            for client, batch, indexes, where in zip(clients, batches, retry, names)
-        ))
-        for replies, indexes, answers in zip(results, retry, again):
-            for index, answer in zip(indexes, answers):
-                replies[index] = answer
-    return started, results
-
-
-class _TaskHold:
-    """Hold state private to the current asyncio task (or the thread, outside a loop)."""
-
-    def __init__(self) -> None:
-        self._by_task: weakref.WeakKeyDictionary[Any, Hold] = weakref.WeakKeyDictionary()
-        self._outside = Hold(deadline=0.0)
-
-    @property
-    def hold(self) -> Hold:
-        try:
-            task = asyncio.current_task()
-        except RuntimeError:
-            task = None
-        if task is None:
-            return self._outside
-        hold = self._by_task.get(task)
-        if hold is None:
-            hold = self._by_task[task] = Hold(deadline=0.0)
-        return hold
-
-    @property
-    def token(self) -> Optional[bytes]:
-        return self.hold.token
-
-
 class _RenewalBatch:
+    """What the watchdog's ``client.pipeline()`` returns for a Redlock: renewals of its holds."""
+
     def __init__(self, owner: Redlock) -> None:
         self.owner = owner
         self.renewals: list[tuple[bytes, int]] = []
@@ -166,7 +76,7 @@ class _RenewalBatch:
 
 
 class _QuorumClient:
-    """``owner.redis`` as the asyncio watchdog sees it."""
+    """``owner.redis`` as the watchdog sees it: its pipelines renew holds on all masters at once."""
 
     def __init__(self, owner: Redlock) -> None:
         self._owner = weakref.proxy(owner)
@@ -176,22 +86,55 @@ class _QuorumClient:
 
 
 class Redlock(AsyncWithBlock, RedlockBase):
-    """Asyncio Redlock over ``redis.asyncio.Redis`` masters; see :class:`django_redis_coord.Redlock`."""
+    """A lock held on a majority of N independent Redis masters (the Redlock algorithm).
+
+    ``Redlock(masters, name, timeout=10.0, sleep=0.2, blocking=True, blocking_timeout=None,
+    thread_local=True, raise_on_release_error=True, *, node_timeout=None, label=None,
+    auto_renew=False, on_lost=None)``
+
+    * ``masters``: one ``redis.Redis`` client per independent master (not replicas of each other).
+    * ``timeout``: the lease in seconds (required: a Redlock always expires).
+    * ``sleep``: upper bound of the random delay between two attempts of a blocking acquire.
+    * ``node_timeout``: how long each master may take to answer one round (default: 100 ms, at most
+      a tenth of ``timeout``; at most a quarter of it when given).
+
+    The methods are those of :class:`~django_redis_coord.Lock`.  ``acquire`` returns False when
+    the lock is busy (and ``blocking`` is off or ``blocking_timeout`` ran out) and raises
+    :class:`~django_redis_coord.exceptions.QuorumUnavailable` as soon as fewer than a quorum of masters answer.
+    """
 
     def __init__(self, masters: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(masters, name, *args, **kwargs)
-        self.local: Any = _TaskHold() if self.thread_local else SharedHold()
-        self._names = [describe_master(master, index) for index, master in enumerate(self.masters)]
+        self.local: Any = WorkerHold() if self.thread_local else SharedHold()
+        names = [describe_master(master, index) for index, master in enumerate(self.masters)]
+        self._masters = Masters(self.masters, self.node_timeout, names)
+        #: What the watchdog talks to: the masters, as one client (``_QuorumClient``).
         self.redis = _QuorumClient(self)
 
     async def _fan_out(self, batches: Sequence[Sequence[Command]]) -> tuple[float, list[list[Any]]]:
-        clients = clients_for(self.masters, self.node_timeout)
-        return await fan_out(clients, batches, self.node_timeout, self._names)
+        """Send ``batches[i]`` (as one pipeline) to master ``i``, all masters in parallel.
+
+        Returns the instant before the first send and, per master, one reply per command; a master
+        that fails or does not answer within ``node_timeout`` gets the error as each of its replies.
+        Script calls answered with NOSCRIPT (a restarted master) are sent again, after loading
+        their scripts, in one more round with its own budget.
+        """
+        started = time.monotonic()
+        results = await self._masters.ask(batches, load=False)
+        retry = [missing_scripts(batch, replies) for batch, replies in zip(batches, results)]
+        if any(retry):
+            missing = [[batch[i] for i in indexes] for batch, indexes in zip(batches, retry)]
+            again = await self._masters.ask(missing, load=True)
+            for replies, indexes, answers in zip(results, retry, again):
+                for index, answer in zip(indexes, answers):
+                    replies[index] = answer
+        return started, results
 
     async def _everywhere(self, command: Command) -> tuple[float, list[Any]]:
         started, replies = await self._fan_out(self.everywhere(command))
         return started, [reply[0] for reply in replies]
 
+    # -- acquire -----------------------------------------------------------------------------
     async def acquire(
         self,
         sleep: Optional[Number] = None,
@@ -199,19 +142,24 @@ class Redlock(AsyncWithBlock, RedlockBase):
         blocking_timeout: Optional[Number] = None,
         token: Optional[Union[str, bytes]] = None,
     ) -> bool:
-        """Acquire the lock on a quorum of masters; see :meth:`django_redis_coord.Redlock.acquire`."""
+        """Acquire the lock on a quorum of masters; True once held, False when busy.
+
+        A blocking call retries after a random delay (uniform up to ``sleep``, never past the
+        holder's remaining lease or ``blocking_timeout``).  Raises
+        :class:`~django_redis_coord.exceptions.QuorumUnavailable` when fewer than a quorum of
+        masters answer an attempt.
+        """
         started = time.monotonic()
         sleep, blocking, stop_at, raw = self.acquire_arguments(sleep, blocking, blocking_timeout, token)
-        task = asyncio.current_task()
-        worker = task.get_name() if task is not None else "asyncio"
+        worker = worker_name()
         while True:
             try:
                 hint = await self._attempt(raw, worker)
             except QuorumUnavailable:
                 raise  # already undone
             except BaseException:
-                # Cancelled mid-attempt: give back whatever it may have been granted, then stop.
-                await run_to_completion(self._undo(raw, set()))
+                # Interrupted or cancelled mid-attempt: give back whatever it may have been granted.
+                await run_to_completion(self._undo_quietly(raw))
                 raise
             if hint is True:
                 await self._atell_acquired(self._state(), started, self._release_call)
@@ -220,9 +168,11 @@ class Redlock(AsyncWithBlock, RedlockBase):
             if delay is None:
                 await self._atell_contended(started)
                 return False
-            await asyncio.sleep(delay)
+            await _pause(delay)
 
     async def _attempt(self, token: bytes, worker: str) -> Union[bool, float, None]:
+        """One round of the algorithm: True when held, else a hint (seconds until the other
+        holder's lease ends somewhere, or None)."""
         started, replies = await self._everywhere(self.acquire_command(token, worker))
         grants = tally_replies(replies, accept_grant, range(len(self.masters)))
         if len(grants.ok) >= self.quorum:
@@ -240,15 +190,25 @@ class Redlock(AsyncWithBlock, RedlockBase):
         return self.failed_attempt(grants)
 
     async def _undo(self, token: bytes, skip: set[int]) -> None:
-        """Release an attempt everywhere it may have been granted (all masters but ``skip``)."""
+        """Release an attempt everywhere it may have been granted (all masters but ``skip``,
+        which clearly refused it)."""
         undo = [i for i in range(len(self.masters)) if i not in skip]
         if undo:
             await self._fan_out(self.only(undo, [self.release_command(token)]))
 
+    async def _undo_quietly(self, token: bytes) -> None:
+        try:
+            await self._undo(token, set())
+        except Exception:  # the interruption matters more; the TTL ends what is left
+            pass
+
+    # -- inspection ----------------------------------------------------------------------------
     async def locked(self) -> bool:
+        """True when one token holds the lock on a quorum of masters."""
         return self.held_by_one(self.tokens_of((await self._everywhere(self.get_command()))[1], "check the lock"))
 
     async def owned(self) -> bool:
+        """True when this thread's (task's) token holds the lock on a quorum of masters."""
         token = self._state().token
         if token is None:
             return False
@@ -257,28 +217,35 @@ class Redlock(AsyncWithBlock, RedlockBase):
     _report_loss = RedlockBase._atell_lost
 
     def _mark_lost(self, hold: Hold) -> None:
-        result = self.mark_lost(hold)
-        if asyncio.iscoroutine(result):
-            in_background(result)
+        """Called by the watchdog when a hold could not be renewed on a quorum in time."""
+        follow_up(self.mark_lost(hold))
 
+    # -- release / extend ------------------------------------------------------------------------
     async def release(self) -> None:
-        hold = self._state()
-        fence, held = hold.fence, held_time(hold)
-        # Completes (and is told) even if this task is cancelled meanwhile (see Lock.release).
-        await run_to_completion(self._release_told(self._release_call(), fence, held))
+        """Release the lock on every master; raises if it was not held on a quorum any more.  In
+        asyncio, it completes (and is told) even if its task is cancelled meanwhile (as
+        :meth:`django_redis_coord.asyncio.Lock.release`)."""
+        await run_to_completion(self._release_call())
 
-    def _release_call(self) -> Any:
-        """The call that releases this task's hold, needing nothing from the task (see
-        :meth:`django_redis_coord.asyncio.Lock._release_call`)."""
+    def _release_call(self) -> Awaitable[None]:
+        """The call that releases this thread's (task's) hold, needing nothing from its caller
+        (see :meth:`django_redis_coord.asyncio.Lock._release_call`)."""
         hold, token = self.hold_to_release()
+        fence, held = hold.fence, held_time(hold)
         if self.auto_renew:
             _watchdog.async_watchdog().unregister(self, hold)
-        return self._release_hold(hold, token)
+        return self._release_hold(hold, token, fence, held)
 
-    async def _release_hold(self, hold: Hold, token: bytes) -> None:
+    async def _release_hold(
+        self, hold: Hold, token: bytes, fence: Optional[int], held: Optional[float]
+    ) -> None:
         self.released(hold, (await self._everywhere(self.release_command(token)))[1])
+        await self._atell_released(fence, held)
 
     async def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
+        """Add ``additional_time`` seconds to each master's remaining lease (or set it, with
+        ``replace_ttl``); needs a quorum.  Masters that lost the hold meanwhile (a restart) take
+        it again when the quorum still has it."""
         hold, command = self.hold_to_extend(additional_time, replace_ttl)
         sent_at, replies = await self._everywhere(command)
         repair = self.extended(hold, sent_at, replies)
@@ -289,15 +256,15 @@ class Redlock(AsyncWithBlock, RedlockBase):
         return True
 
     async def reacquire(self) -> bool:
+        """Reset the lease to ``timeout`` on every master (needs a quorum)."""
         self.check_reacquire()
         return await self.extend(self.timeout, replace_ttl=True)
 
     async def _repair(self, token: bytes, nodes: list[int]) -> None:
-        task = asyncio.current_task()
-        worker = task.get_name() if task is not None else "asyncio"
-        await self._fan_out(self.only(nodes, self.repair_commands(token, worker)))
+        await self._fan_out(self.only(nodes, self.repair_commands(token, worker_name())))
 
     async def _renew_many(self, renewals: list[tuple[bytes, int]]) -> list[Any]:
+        """The watchdog's batch: renew each hold on all masters in one round."""
         _, replies = await self._fan_out([self.renewal_commands(renewals)] * len(self.masters))
         outcomes = []
         for offset, (token, _) in enumerate(renewals):
@@ -306,3 +273,8 @@ class Redlock(AsyncWithBlock, RedlockBase):
                 await self._repair(token, repair)
             outcomes.append(outcome)
         return outcomes
+
+
+async def _pause(seconds: float) -> None:
+    """Sleep between two attempts (``acquire``'s ``sleep`` argument hides the side's name)."""
+    await sleep(seconds)

@@ -1,6 +1,6 @@
 """What the sync and asyncio Redlocks share: arguments, per-master commands and quorum arithmetic.
 
-Nothing in here talks to Redis; :mod:`django_redis_coord.redlock` and
+Nothing in here talks to Redis; :mod:`django_redis_coord.core.redlock.sync` and
 :mod:`django_redis_coord.core.redlock.aio` send the commands built here to every master at once,
 one redis-py pipeline per master (see :mod:`django_redis_coord.core.redlock.commands`).
 

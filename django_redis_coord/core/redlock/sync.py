@@ -1,3 +1,4 @@
+# Generated from django_redis_coord/core/redlock/aio.py by `python3 dev.py twins`: edit that file, not this one.
 """Redlock: one lock over N independent Redis masters, held while a majority of them grant it.
 
 >>> import redis                                                   # doctest: +SKIP
@@ -19,27 +20,22 @@ The algorithm (see docs/redlock.md for what it does and does not guarantee):
 4. ``release`` goes to all masters; ``extend`` (and the watchdog's renewal) needs a quorum.
 
 Each master runs the ordinary lock scripts on the keys a :class:`~django_redis_coord.Lock` of the
-same name uses.  Each master's batch of commands is one redis-py pipeline on a client of its own
-(the master client's connection settings, socket timeouts of ``node_timeout``, no retries), run
-on a small per-process thread pool so that all masters are asked at once; an unreachable master
-costs at most ``node_timeout`` instead of redis-py's reconnect back-off.
+same name uses.  Each master's batch of commands is one redis-py pipeline on a client of its own,
+with no retries: an unreachable master costs at most ``node_timeout`` instead of redis-py's
+reconnect back-off.  How all masters are asked at once differs between the halves (a thread pool,
+or ``asyncio.gather``: :mod:`django_redis_coord.core.redlock.masters`); so does where a hold lives
+(per thread, or per asyncio task; ``thread_local=False`` shares it).  The asyncio twin,
+:class:`django_redis_coord.asyncio.Redlock` over ``redis.asyncio`` masters, has the same names,
+arguments and behaviour, awaited; the sync module is generated from it (docs/twins.md).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
 import weakref
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Optional, Union
-
-import redis
-from redis.backoff import NoBackoff
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
 from .. import watchdog as _watchdog
 from ..arguments import Number
@@ -47,7 +43,7 @@ from ..events import held_time
 from ..exceptions import QuorumUnavailable
 from ..holds import Hold
 from ..lock.rules import WithBlock
-from ..scripts import sync_scripts
+from ..side.sync import follow_up, sleep, worker_name
 from .commands import (
     Command,
     accept_grant,
@@ -55,126 +51,14 @@ from .commands import (
     fence_of,
     fence_recorded,
     missing_scripts,
-    queue_commands,
     tally_replies,
 )
+from .masters.sync import Masters, WorkerHold
 from .rules import DEFAULT_RETRY_DELAY, DEFAULT_TIMEOUT, RedlockBase, SharedHold
 
 __all__ = ["Redlock", "QuorumUnavailable", "DEFAULT_TIMEOUT", "DEFAULT_RETRY_DELAY"]
 
 logger = logging.getLogger("django_redis_coord")
-
-
-# -- talking to all masters at once -----------------------------------------------------------
-_clients: weakref.WeakKeyDictionary[Any, dict[float, redis.Redis]] = weakref.WeakKeyDictionary()
-_clients_lock = threading.Lock()
-
-
-def _client_for(pool: Any, node_timeout: float) -> redis.Redis:
-    """A client of its own for the master of ``pool``: the same connection settings, but socket
-    timeouts of ``node_timeout`` and no retries (redis-py's reconnect back-off would make a dead
-    master cost seconds), on a connection pool of its own."""
-    kwargs = dict(pool.connection_kwargs)
-    kwargs["retry"] = Retry(NoBackoff(), 0)
-    kwargs["socket_timeout"] = node_timeout
-    if "host" in kwargs or "service_name" in kwargs or "connection_pool" in kwargs:
-        kwargs["socket_connect_timeout"] = node_timeout
-    own_pool = redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
-    return redis.Redis(connection_pool=own_pool)
-
-
-def clients_for(masters: Sequence[Any], node_timeout: float) -> list[redis.Redis]:
-    """The Redlock clients of ``masters`` (one per master pool and ``node_timeout``, made once)."""
-    clients = []
-    with _clients_lock:
-        for master in masters:
-            by_timeout = _clients.setdefault(master.connection_pool, {})
-            client = by_timeout.get(node_timeout)
-            if client is None:
-                client = by_timeout[node_timeout] = _client_for(master.connection_pool, node_timeout)
-            clients.append(client)
-    return clients
-
-
-_executor: Optional[tuple[int, ThreadPoolExecutor]] = None
-_executor_lock = threading.Lock()
-
-
-def executor() -> ThreadPoolExecutor:
-    """The threads that talk to the masters (one per process: a forked child makes its own)."""
-    global _executor
-    current = _executor
-    if current is None or current[0] != os.getpid():
-        with _executor_lock:
-            current = _executor
-            if current is None or current[0] != os.getpid():
-                pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="dcoord-redlock")
-                current = _executor = (os.getpid(), pool)
-    return current[1]
-
-
-def _exchange(client: redis.Redis, batch: Sequence[Command], load: bool) -> list[Any]:
-    """One pipeline to one master: a reply per command, error replies in place."""
-    pipe = client.pipeline(transaction=False)
-    skip = queue_commands(pipe, sync_scripts, client, batch, load)
-    return pipe.execute(raise_on_error=False)[skip:]
-
-
-def _round(
-    clients: Sequence[redis.Redis],
-    batches: Sequence[Sequence[Command]],
-    node_timeout: float,
-    names: Sequence[str],
-    load: bool,
-) -> list[list[Any]]:
-    """Send each master its batch, all masters in parallel; wait at most ``node_timeout``."""
-    work = executor()
-    futures = {
-        index: work.submit(_exchange, client, batch, load)
-        for index, (client, batch) in enumerate(zip(clients, batches))
-        if batch
-    }
-    wait(futures.values(), timeout=node_timeout)
-    results: list[list[Any]] = [[] for _ in clients]
-    for index, future in futures.items():
-        if future.cancel():  # still queued (every thread busy): nothing was sent
-            error: Optional[BaseException] = RedisTimeoutError(f"{names[index]} was not asked in time")
-        elif not future.done():  # its socket timeout closes the connection; the reply is dropped
-            error = RedisTimeoutError(f"{names[index]} did not answer in time")
-        else:
-            error = future.exception()
-            if error is None:
-                results[index] = future.result()
-                continue
-        results[index] = [error] * len(batches[index])
-    return results
-
-
-def fan_out(
-    clients: Sequence[redis.Redis], batches: Sequence[Sequence[Command]], node_timeout: float, names: Sequence[str]
-) -> tuple[float, list[list[Any]]]:
-    """Send ``batches[i]`` (as one pipeline) to master ``i``, all masters in parallel.
-
-    Returns the instant before the first send and, per master, one reply per command; a master
-    that fails or does not answer within ``node_timeout`` gets the error as each of its replies.
-    Script calls answered with NOSCRIPT (a restarted master) are sent again, after loading
-    their scripts, in one more round with its own budget.
-    """
-    started = time.monotonic()
-    results = _round(clients, batches, node_timeout, names, load=False)
-    retry = [missing_scripts(batch, replies) for batch, replies in zip(batches, results)]
-    if any(retry):
-        again = _round(clients, [[batch[i] for i in indexes] for batch, indexes in zip(batches, retry)],
-                       node_timeout, names, load=True)
-        for replies, indexes, answers in zip(results, retry, again):
-            for index, answer in zip(indexes, answers):
-                replies[index] = answer
-    return started, results
-
-
-# -- the lock ---------------------------------------------------------------------------------
-class _ThreadHold(SharedHold, threading.local):
-    """Hold state private to each thread (a plain namespace the watchdog thread can update)."""
 
 
 class _RenewalBatch:
@@ -221,14 +105,30 @@ class Redlock(WithBlock, RedlockBase):
 
     def __init__(self, masters: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(masters, name, *args, **kwargs)
-        self.local: Any = _ThreadHold() if self.thread_local else SharedHold()
-        self._clients = clients_for(self.masters, self.node_timeout)
-        self._names = [describe_master(master, index) for index, master in enumerate(self.masters)]
+        self.local: Any = WorkerHold() if self.thread_local else SharedHold()
+        names = [describe_master(master, index) for index, master in enumerate(self.masters)]
+        self._masters = Masters(self.masters, self.node_timeout, names)
         #: What the watchdog talks to: the masters, as one client (``_QuorumClient``).
         self.redis = _QuorumClient(self)
 
     def _fan_out(self, batches: Sequence[Sequence[Command]]) -> tuple[float, list[list[Any]]]:
-        return fan_out(self._clients, batches, self.node_timeout, self._names)
+        """Send ``batches[i]`` (as one pipeline) to master ``i``, all masters in parallel.
+
+        Returns the instant before the first send and, per master, one reply per command; a master
+        that fails or does not answer within ``node_timeout`` gets the error as each of its replies.
+        Script calls answered with NOSCRIPT (a restarted master) are sent again, after loading
+        their scripts, in one more round with its own budget.
+        """
+        started = time.monotonic()
+        results = self._masters.ask(batches, load=False)
+        retry = [missing_scripts(batch, replies) for batch, replies in zip(batches, results)]
+        if any(retry):
+            missing = [[batch[i] for i in indexes] for batch, indexes in zip(batches, retry)]
+            again = self._masters.ask(missing, load=True)
+            for replies, indexes, answers in zip(results, retry, again):
+                for index, answer in zip(indexes, answers):
+                    replies[index] = answer
+        return started, results
 
     def _everywhere(self, command: Command) -> tuple[float, list[Any]]:
         started, replies = self._fan_out(self.everywhere(command))
@@ -251,27 +151,24 @@ class Redlock(WithBlock, RedlockBase):
         """
         started = time.monotonic()
         sleep, blocking, stop_at, raw = self.acquire_arguments(sleep, blocking, blocking_timeout, token)
-        worker = threading.current_thread().name
+        worker = worker_name()
         while True:
             try:
                 hint = self._attempt(raw, worker)
             except QuorumUnavailable:
                 raise  # already undone
             except BaseException:
-                # Interrupted mid-attempt (KeyboardInterrupt, ...): give back what may have been granted.
-                try:
-                    self._undo(raw, set())
-                except Exception:
-                    pass
+                # Interrupted or cancelled mid-attempt: give back whatever it may have been granted.
+                self._undo_quietly(raw)
                 raise
             if hint is True:
-                self._tell_acquired(self._state(), started, self.release)
+                self._tell_acquired(self._state(), started, self._release_call)
                 return True
             delay = self.retry_delay(hint, sleep, stop_at) if blocking else None
             if delay is None:
                 self._tell_contended(started)
                 return False
-            time.sleep(delay)
+            _pause(delay)
 
     def _attempt(self, token: bytes, worker: str) -> Union[bool, float, None]:
         """One round of the algorithm: True when held, else a hint (seconds until the other
@@ -299,32 +196,50 @@ class Redlock(WithBlock, RedlockBase):
         if undo:
             self._fan_out(self.only(undo, [self.release_command(token)]))
 
+    def _undo_quietly(self, token: bytes) -> None:
+        try:
+            self._undo(token, set())
+        except Exception:  # the interruption matters more; the TTL ends what is left
+            pass
+
     # -- inspection ----------------------------------------------------------------------------
     def locked(self) -> bool:
         """True when one token holds the lock on a quorum of masters."""
-        return self.held_by_one(self.tokens_of(self._everywhere(self.get_command())[1], "check the lock"))
+        return self.held_by_one(self.tokens_of((self._everywhere(self.get_command()))[1], "check the lock"))
 
     def owned(self) -> bool:
-        """True when this thread's token holds the lock on a quorum of masters."""
+        """True when this thread's (task's) token holds the lock on a quorum of masters."""
         token = self._state().token
         if token is None:
             return False
-        return self.held_by(self.tokens_of(self._everywhere(self.get_command())[1], "check the lock"), token)
+        return self.held_by(self.tokens_of((self._everywhere(self.get_command()))[1], "check the lock"), token)
 
     _report_loss = RedlockBase._tell_lost
 
     def _mark_lost(self, hold: Hold) -> None:
         """Called by the watchdog when a hold could not be renewed on a quorum in time."""
-        self.mark_lost(hold)
+        follow_up(self.mark_lost(hold))
 
     # -- release / extend ------------------------------------------------------------------------
     def release(self) -> None:
-        """Release the lock on every master; raises if it was not held on a quorum any more."""
+        """Release the lock on every master; raises if it was not held on a quorum any more.  In
+        asyncio, it completes (and is told) even if its task is cancelled meanwhile (as
+        :meth:`django_redis_coord.asyncio.Lock.release`)."""
+        self._release_call()
+
+    def _release_call(self) -> None:
+        """The call that releases this thread's (task's) hold, needing nothing from its caller
+        (see :meth:`django_redis_coord.asyncio.Lock._release_call`)."""
         hold, token = self.hold_to_release()
         fence, held = hold.fence, held_time(hold)
         if self.auto_renew:
             _watchdog.sync_watchdog().unregister(self, hold)
-        self.released(hold, self._everywhere(self.release_command(token))[1])
+        return self._release_hold(hold, token, fence, held)
+
+    def _release_hold(
+        self, hold: Hold, token: bytes, fence: Optional[int], held: Optional[float]
+    ) -> None:
+        self.released(hold, (self._everywhere(self.release_command(token)))[1])
         self._tell_released(fence, held)
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
@@ -346,7 +261,7 @@ class Redlock(WithBlock, RedlockBase):
         return self.extend(self.timeout, replace_ttl=True)
 
     def _repair(self, token: bytes, nodes: list[int]) -> None:
-        self._fan_out(self.only(nodes, self.repair_commands(token, threading.current_thread().name)))
+        self._fan_out(self.only(nodes, self.repair_commands(token, worker_name())))
 
     def _renew_many(self, renewals: list[tuple[bytes, int]]) -> list[Any]:
         """The watchdog's batch: renew each hold on all masters in one round."""
@@ -358,3 +273,8 @@ class Redlock(WithBlock, RedlockBase):
                 self._repair(token, repair)
             outcomes.append(outcome)
         return outcomes
+
+
+def _pause(seconds: float) -> None:
+    """Sleep between two attempts (``acquire``'s ``sleep`` argument hides the side's name)."""
+    sleep(seconds)

@@ -9,7 +9,7 @@ arguments and behaviour, with ``await``); the sync module is generated from the 
 ::
 
     >>> from redis import Redis
-    >>> from django_redis_coord.rwlock import ReadWriteLock
+    >>> from django_redis_coord import ReadWriteLock
     >>> rw = ReadWriteLock(Redis(), "catalog", timeout=30)
     >>> with rw.read:                    # shared with other readers          # doctest: +SKIP
     ...     show(catalog, fence=rw.read.fence)

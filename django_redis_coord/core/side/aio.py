@@ -5,24 +5,48 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Generic, Optional, TypeVar
 
 from .. import watchdog as _watchdog
-from ..concurrency import in_background
+from ..concurrency import drop_closed_loops, in_background
 from ..holds import Hold
 
 logger = logging.getLogger("django_redis_coord")
 
 T = TypeVar("T")
 
+#: An event a task waits for (set from the same event loop).
+Event = asyncio.Event
 
-def after_loss(result: Any) -> None:
-    """What becomes of the value ``on_lost`` returned: a coroutine runs in the background."""
-    if asyncio.iscoroutine(result):
-        in_background(result)
+#: Whether a worker waiting in line can be interrupted where it waits: a task can (it is cancelled).
+INTERRUPTIBLE = True
+
+#: A loss the watchdog finds is told in the background (a task), not in the caller.
+LOSS_TOLD_IN_BACKGROUND = True
+
+#: A counting semaphore of tasks.
+Semaphore = asyncio.Semaphore
+
+
+def alive(worker: asyncio.Future[Any]) -> bool:
+    """Whether the task ``worker`` has not ended yet."""
+    return not worker.done()
+
+
+def at_exit(function: Callable[[], Awaitable[Any]]) -> None:
+    """Nothing: an event loop cancels its tasks when it ends, and their own clean-up runs then."""
+
+
+async def call(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)``, its result awaited when it is awaitable (a coroutine function's)."""
+    result = function(*args)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
 
 
 def cancels_pending() -> int:
@@ -32,8 +56,36 @@ def cancels_pending() -> int:
     return cancelling() if cancelling is not None else 0
 
 
-#: A loss the watchdog finds is told in the background (a task), not in the caller.
-LOSS_TOLD_IN_BACKGROUND = True
+def current_worker() -> Optional[asyncio.Future[Any]]:
+    """The task running this code."""
+    return asyncio.current_task()
+
+
+def drop_ended_scopes(by_scope: MutableMapping[Any, Any]) -> None:
+    """Remove what ``by_scope`` keeps for event loops that have been closed."""
+    drop_closed_loops(by_scope)
+
+
+def follow_up(result: Any) -> None:
+    """What a callback returned: a coroutine (a coroutine function's) runs as a task of its own."""
+    if asyncio.iscoroutine(result):
+        in_background(result)
+
+
+def interrupt(worker: asyncio.Future[Any]) -> None:
+    """Stop ``worker`` where it waits: the task is cancelled."""
+    worker.cancel()
+
+
+async def join(worker: asyncio.Future[Any], timeout: Optional[float]) -> None:
+    """Wait until the task ``worker`` ended, for at most ``timeout`` seconds."""
+    await asyncio.wait({worker}, timeout=timeout)
+
+
+def node_client(client: Any, key: bytes) -> Any:
+    """The client of the one server that serves ``key``: ``client`` itself, or ``None`` for an
+    asyncio cluster client (its pipelines cannot reach the server of one key)."""
+    return client if getattr(client, "connection_pool", None) is not None else None
 
 
 class PerWorker(Generic[T]):
@@ -69,12 +121,40 @@ def raise_swallowed_cancel(before: int) -> None:
         raise asyncio.CancelledError
 
 
+def scope() -> Any:
+    """What work is shared within: the running event loop."""
+    return asyncio.get_running_loop()
+
+
+async def sleep(seconds: float) -> None:
+    """Sleep ``seconds`` (the task's; the event loop runs others meanwhile)."""
+    await asyncio.sleep(seconds)
+
+
+def start(function: Callable[[], Awaitable[Any]], name: str) -> asyncio.Future[Any]:
+    """Run ``function()`` in the background, as a task kept referenced until it ends (its error logged)."""
+    return in_background(function())
+
+
 def unwatch_worker_end(hold: Hold) -> None:
     """Undo :func:`watch_worker_end` for ``hold`` (at its release: a long-lived task acquires many times)."""
     task_end = hold.task_end
     if task_end is not None:
         hold.task_end = None
         task_end[0].remove_done_callback(task_end[1])
+
+
+async def wait_event(event: asyncio.Event, timeout: Optional[float]) -> bool:
+    """Wait until ``event`` is set (True) or ``timeout`` seconds passed (False; ``None``: no limit)."""
+    if event.is_set():
+        return True
+    # asyncio.wait, not wait_for: wait_for can swallow a cancellation (Python 3.10/3.11).
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({waiter}, timeout=timeout)
+    finally:
+        waiter.cancel()
+    return event.is_set()
 
 
 def watch_worker_end(primitive: Any, hold: Hold, token: bytes) -> None:
@@ -112,7 +192,7 @@ def watchdog() -> Any:
 
 
 def worker_name() -> str:
-    """Who is acquiring, for the holder metadata: the current task's name."""
+    """The name of the task running this code (``asyncio`` outside a task)."""
     task = asyncio.current_task()
     return task.get_name() if task is not None else "asyncio"
 

@@ -1,53 +1,73 @@
-"""Waiting in line without a connection per waiter (asyncio): the twin of
-:mod:`django_redis_coord.core.waiting.sync`, with one hub per event loop and connection pool (or cluster
-client), whose connection is read by one of its waiting tasks at a time, and waiters that are
-tasks."""
+"""Waiting in line without a connection per waiter.
+
+Every blocking acquire that has to wait registers with the :class:`AsyncWaitHub` of its client's
+connection pool (one per pool, or per cluster client; in asyncio, one per event loop too): the hub
+holds one subscribed connection, on a channel of its own.  The scripts that grant a lock or a
+permit to a queued waiter publish the grant to that waiter's channel (the queue entry records
+channel and waiter number), so a process with any number of waiting threads or tasks uses one
+waiting connection per Redis server, and each waiter is woken alone, in FIFO order.  The
+connection is read by one of the waiters at a time, the reader: it takes its own grant from its
+own read, with no switch, and hands every other message to the waiter it names; when it leaves,
+it wakes another waiter to read on.  A waiter uses the pool only for its own commands (the
+queueing call, its refresh every ``refresh_interval``, the cancel), never while it waits.
+
+A message is only a wake-up.  The grant is written before it is announced, so a lost message (the
+connection dropped, a failover) costs at most one refresh period: the waiter's refresh finds that
+it holds the lock.  When the reader notices that the connection came back, it makes every waiter
+look again at once.  The sync module (threads) is generated from the asyncio one (tasks): what
+differs between a thread and a task is in :mod:`django_redis_coord.core.side`.
+"""
 
 from __future__ import annotations
 
-import asyncio
+import os
+import threading
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any, Optional
 
-from ..concurrency import drop_closed_loops, in_background
+from ..concurrency import run_to_completion
+from ..side.aio import Event, Semaphore, drop_ended_scopes, scope, sleep, start, wait_event
 from .rules import IDLE_SECONDS, READ_FAILURES, READ_SECONDS, HubBase, WaiterBase, check_pool, command_slots, hub_key
 
 __all__ = ["AsyncWaitHub", "AsyncWaiter", "hub_for"]
 
 
 class AsyncWaiter(WaiterBase):
-    """One waiting task (see :class:`~django_redis_coord.core.waiting.rules.WaiterBase`)."""
+    """One waiter (see :class:`~django_redis_coord.core.waiting.rules.WaiterBase`)."""
 
     __slots__ = ("hub",)
 
     def __init__(self, number: int, hub: AsyncWaitHub, gate: Any) -> None:
-        super().__init__(number, hub.channel, gate, asyncio.Event())
+        super().__init__(number, hub.channel, gate, Event())
         self.hub = hub
 
     async def wait(self, timeout: float) -> Optional[bytes]:
         """The next message (``RECHECK``: look again in Redis now), or ``None`` after ``timeout`` s;
-        reads the hub's connection itself while nobody else does (see the sync twin)."""
+        reads the hub's connection itself while nobody else does (see :meth:`AsyncWaitHub.take_turn`)."""
         await self.hub.take_turn(self, self.messages.__len__, time.monotonic() + timeout)
         return self.next_message()
 
 
 class AsyncWaitHub(HubBase):
-    """The waiting connection of one event loop for one connection pool (or cluster client)."""
+    """The waiting connection of one process (in asyncio: one event loop) for one connection pool
+    (or cluster client)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._gate: Optional[asyncio.Semaphore] = None
-        self._reading = asyncio.Lock()
+        self._gate: Optional[Semaphore] = None
+        #: Held by the reader (taken without waiting, by one waiter of the hub at a time).
+        self._reading = threading.Lock()
         self._pubsub: Any = None
-        self._ready = asyncio.Event()
-        #: The task that gives the connection back once nobody waited for :data:`IDLE_SECONDS`.
-        self._closer: Optional[asyncio.Future] = None
+        self._ready = Event()
+        #: The worker that gives the connection back once nobody waited for :data:`IDLE_SECONDS`.
+        self._closer: Any = None
 
     async def register(self, client: Any, ready_within: float) -> AsyncWaiter:
-        """A new waiter; subscribes the hub's connection (on ``client``'s pool) if it is not, and
-        waits up to ``ready_within`` seconds for the subscription (see the sync twin)."""
+        """A new waiter.  Subscribes the hub's connection (on ``client``'s pool) if it is not, and
+        waits up to ``ready_within`` seconds for the subscription, so that the first grant is not
+        missed (it would be found at the first refresh)."""
         check_pool(client)
         waiter = AsyncWaiter(self._next_number(), self, self.gate_for(client))
         self._add(waiter)
@@ -55,26 +75,32 @@ class AsyncWaitHub(HubBase):
         if not self._ready.is_set():
             try:
                 await self.take_turn(waiter, self._ready.is_set, time.monotonic() + ready_within)
-            except BaseException:
+            except BaseException:  # interrupted (cancelled, a signal handler's exception): not kept
                 self.unregister(waiter)
                 raise
         return waiter
 
-    def gate_for(self, client: Any) -> asyncio.Semaphore:
-        """The gate of this hub's calls, made on first use (see the sync twin)."""
-        if self._gate is None:
-            self._gate = asyncio.Semaphore(command_slots(client))
-        return self._gate
+    def gate_for(self, client: Any) -> Semaphore:
+        """The gate every call of this hub's waiters goes through (see
+        :attr:`~django_redis_coord.core.waiting.rules.WaiterBase.gate`), made on first use: the first
+        try of a blocking acquire, made before it registers, goes through it too."""
+        gate = self._gate
+        if gate is None:
+            with self._lock:
+                if self._gate is None:
+                    self._gate = Semaphore(command_slots(client))
+                gate = self._gate
+        return gate
 
     async def take_turn(self, waiter: AsyncWaiter, done: Callable[[], Any], deadline: float) -> None:
-        """Until ``done()`` or ``deadline``: read the channel while nobody else does, else sleep
-        until woken (see the sync twin)."""
+        """Until ``done()`` or ``deadline``: read the channel while nobody else does (handing the
+        reading over when stopping), else sleep until woken (a message for ``waiter``, or the
+        reading handed over to it)."""
         while not done():
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            if not self._reading.locked():
-                await self._reading.acquire()  # free: taken at once
+            if self._reading.acquire(blocking=False):
                 try:
                     while not done() and (left := deadline - time.monotonic()) > 0:
                         await self.read(left)
@@ -82,19 +108,17 @@ class AsyncWaitHub(HubBase):
                     self._reading.release()
                     self.pass_reading(waiter)
                 return
-            try:
-                await asyncio.wait_for(waiter.event.wait(), left)
-            except asyncio.TimeoutError:
-                return
-            waiter.event.clear()  # a message, or the reading handed over: look again
+            if await wait_event(waiter.event, left):
+                waiter.event.clear()  # a message, or the reading handed over: look again
 
     async def read(self, timeout: float) -> None:
-        """One read of the channel (by the task holding ``_reading``); see the sync twin."""
+        """One read of the channel (by the waiter holding ``_reading``), for up to ``timeout`` s:
+        subscribes first if needed, hands what it read over, and handles a lost connection."""
         try:
             if self._pubsub is None:
                 pause = self._retry_at - time.monotonic()
                 if pause > 0:
-                    await asyncio.sleep(min(pause, timeout))
+                    await sleep(min(pause, timeout))
                     return
                 await self._open()
             message = await self._pubsub.get_message(timeout=min(timeout, READ_SECONDS))
@@ -109,35 +133,53 @@ class AsyncWaitHub(HubBase):
         # An asyncio cluster client learns its slots on its first command, but its pub/sub routes
         # SUBSCRIBE through the slot table without asking (redis-py 8.1 raises KeyError on a
         # client that ran nothing yet).  initialize() does nothing once done, nor for a plain client.
-        await self._client.initialize()
+        await self._client.initialize()  # asyncio only
         pubsub = self._client.pubsub()
         try:
             await pubsub.subscribe(self.channel)
         except BaseException:  # cancelled too: a half-made subscription is not kept
-            in_background(_close(pubsub))
+            await run_to_completion(_close(pubsub))
             raise
         self._pubsub = pubsub
-        if self._closer is None:
-            self._closer = in_background(self._close_when_idle())
+        with self._lock:
+            if self._closer is None:
+                self._closer = start(self._close_when_idle, "django_redis_coord waiting")
 
     async def _close_when_idle(self) -> None:
-        """Give the connection back once nobody waited for :data:`IDLE_SECONDS` (see the sync twin),
-        or when the loop shuts down (this task is cancelled)."""
+        """Give the connection back once nobody waited for :data:`IDLE_SECONDS` (a new waiter opens
+        a new one), or when the event loop shuts down (in asyncio: this task is cancelled)."""
+        pubsub: Any = None
+        closed = False
         try:
-            while True:
-                idle_for = time.monotonic() - self._idle_since if self._idle_since is not None else 0.0
+            while not closed:
+                with self._lock:
+                    idle_for = time.monotonic() - self._idle_since if self._idle_since is not None else 0.0
                 if idle_for < IDLE_SECONDS:
-                    await asyncio.sleep(IDLE_SECONDS - idle_for)
-                elif self._reading.locked():
-                    await asyncio.sleep(READ_SECONDS)
-                elif not self._waiters and self._idle_since is not None:
-                    return
+                    await sleep(IDLE_SECONDS - idle_for)
+                    continue
+                if not self._reading.acquire(blocking=False):
+                    await sleep(READ_SECONDS)
+                    continue
+                try:
+                    with self._lock:
+                        if not self._waiters and self._idle_since is not None:
+                            pubsub, closed = self._let_go(), True
+                finally:
+                    self._reading.release()
+                    self.pass_reading(None)  # a waiter that found the reading taken meanwhile sleeps
         finally:
-            self._ready.clear()
-            self._subscribed = False
-            self._closer = None
-            pubsub, self._pubsub = self._pubsub, None
+            if not closed:  # cancelled
+                with self._lock:
+                    pubsub = self._let_go()
             await _close(pubsub)
+
+    def _let_go(self) -> Any:
+        """Forget the connection (under ``_lock``): the next waiter subscribes anew; returns it."""
+        self._ready.clear()
+        self._subscribed = False
+        self._closer = None
+        pubsub, self._pubsub = self._pubsub, None
+        return pubsub
 
 
 async def _close(pubsub: Any) -> None:
@@ -148,19 +190,35 @@ async def _close(pubsub: Any) -> None:
             pass
 
 
-#: The hubs of each event loop, by pool (or cluster client).
+#: The hubs of each scope (the process; in asyncio, each event loop), by pool (or cluster client).
 _hubs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_hubs_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of its parent's threads nor connections: its hubs start afresh."""
+    global _hubs_lock
+    _hubs_lock = threading.Lock()
+    _hubs.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def hub_for(client: Any) -> AsyncWaitHub:
-    """The hub of the running event loop for ``client`` (shared by every client on the same pool)."""
-    loop = asyncio.get_running_loop()
-    by_key = _hubs.get(loop)
-    if by_key is None:
-        drop_closed_loops(_hubs)
-        by_key = _hubs[loop] = weakref.WeakKeyDictionary()
+    """The hub of this scope for ``client`` (shared by every client on the same pool)."""
     key = hub_key(client)
-    hub = by_key.get(key)
+    by_key = _hubs.get(scope())
+    hub = by_key.get(key) if by_key is not None else None
     if hub is None:
-        hub = by_key[key] = AsyncWaitHub()
+        with _hubs_lock:
+            where = scope()
+            by_key = _hubs.get(where)
+            if by_key is None:
+                drop_ended_scopes(_hubs)
+                by_key = _hubs[where] = weakref.WeakKeyDictionary()
+            hub = by_key.get(key)
+            if hub is None:
+                hub = by_key[key] = AsyncWaitHub()
     return hub

@@ -1,19 +1,37 @@
-"""The asyncio twin of :mod:`django_redis_coord.cache_fill`: :func:`aget_or_set`.
+"""Single-flight cache fills (cache stampede protection) for Django's Redis caches.
 
-Named as Django names the asyncio form of a cache method (``cache.aget_or_set``).  Same
-arguments and behaviour as :func:`~django_redis_coord.get_or_set`, over
-``redis.asyncio`` (a client per event loop with the cache's connection parameters) and the asyncio
-:class:`~django_redis_coord.asyncio.rwlock.ReadWriteLock`; ``producer`` may be a plain callable or return an
-awaitable (an ``async def`` function), which is awaited.  Within one event loop, one task per key
-waits in the fill lock's queue and the others wait for it.
+:func:`get_or_set` is Django's ``cache.get_or_set(key, default, timeout, version)`` where, on a
+miss, exactly one caller runs ``producer`` and the others wait for its value:
+
+* Across processes they wait on the key's fenced
+  :class:`~django_redis_coord.ReadWriteLock`: the producer holds its write side, the others
+  queue for its read side (no polling), and the script that ends the write grants every queued
+  reader at once and wakes each through its process's waiting connection: the waiting processes
+  read the value together, none waits for another.  Within a process, one caller per key waits
+  in that queue and the others wait for it
+  (:class:`~django_redis_coord.integrations.cache_fill.rules.Flights`).
+* A producer that dies is replaced when its lock's TTL (``lock_timeout``) ends.
+* The write is fenced: ``lua/cache_fill_set.lua`` writes the value only while the lock is still
+  held with the producer's token, in the same script, so a producer whose hold ended (paused past
+  its TTL) cannot overwrite what a later producer stored.
+* A producer that raises: the exception reaches its caller; the waiting callers find no value and
+  queue for the write side, the first of them produces (the others, in turn, find its value).
+
+Over ``redis.asyncio`` the function is named as Django names the asyncio form of a cache method
+(``a`` + name, in ``django_redis_coord.asyncio``), with the same arguments and behaviour,
+a client per event loop with the cache's connection parameters and the asyncio
+:class:`~django_redis_coord.asyncio.ReadWriteLock`; there ``producer`` may also return an
+awaitable (a coroutine function's), which is awaited, and within one event loop, one task per key
+waits in the fill lock's queue and the others wait for it.  The sync module is generated from the
+asyncio one (docs/twins.md); the shared code is in
+:mod:`django_redis_coord.integrations.cache_fill.rules`.  See docs/caching.md.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
+import typing  # asyncio only
 from collections.abc import Awaitable, Callable
-from typing import Any, Optional, TypeVar, Union, overload
+from typing import Any, Optional, TypeVar
 
 from django.core.cache import DEFAULT_CACHE_ALIAS
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
@@ -23,7 +41,8 @@ from ...config.cache_backends import async_cache_client
 from ...core.arguments import Number
 from ...core.rwlock.aio import ReadWriteLock, RWHold
 from ...core.scripts import async_scripts
-from .rules import DEFAULT_LOCK_TIMEOUT, Fill, FillLockSettings, Flights, prepare, written
+from ...core.side.aio import Event, call, scope, wait_event
+from .rules import DEFAULT_LOCK_TIMEOUT, Fill, FillLockSettings, Flights, check_produced, prepare, written
 
 __all__ = ["aget_or_set", "DEFAULT_LOCK_TIMEOUT"]
 
@@ -32,22 +51,32 @@ T = TypeVar("T")
 _flights = Flights()
 
 
+class _Flight:
+    """One fill in this process: ``raw`` is what its leader read or stored (``None``: nothing)."""
+
+    __slots__ = ("raw", "done")
+
+    def __init__(self) -> None:
+        self.raw: Optional[bytes] = None
+        self.done = Event()
+
+
 class FillLock(FillLockSettings, ReadWriteLock):
     """The read-write lock guarding the fills of one cache key (its metadata kept for a minute, not a day)."""
 
 
-# A producer returning an awaitable (an ``async def`` function) gives the awaited type; any other, its own.
-@overload
-async def aget_or_set(key: str, producer: Callable[[], Awaitable[T]], timeout: Optional[Number] = ...,
-                      version: Optional[int] = ..., *, cache: str = ..., lock_timeout: Number = ...,
-                      wait_timeout: Optional[Number] = ..., auto_renew: bool = ...) -> T: ...
-@overload
-async def aget_or_set(key: str, producer: Callable[[], T], timeout: Optional[Number] = ...,
-                      version: Optional[int] = ..., *, cache: str = ..., lock_timeout: Number = ...,
-                      wait_timeout: Optional[Number] = ..., auto_renew: bool = ...) -> T: ...
+# A producer returning an awaitable gives the awaited type; any other, its own.  # asyncio only
+@typing.overload  # asyncio only
+async def aget_or_set(key: str, producer: Callable[[], Awaitable[T]], timeout: Optional[Number] = ...,  # asyncio only
+                      version: Optional[int] = ..., *, cache: str = ..., lock_timeout: Number = ...,  # asyncio only
+                      wait_timeout: Optional[Number] = ..., auto_renew: bool = ...) -> T: ...  # asyncio only
+@typing.overload  # asyncio only
+async def aget_or_set(key: str, producer: Callable[[], T], timeout: Optional[Number] = ...,  # asyncio only
+                      version: Optional[int] = ..., *, cache: str = ..., lock_timeout: Number = ...,  # asyncio only
+                      wait_timeout: Optional[Number] = ..., auto_renew: bool = ...) -> T: ...  # asyncio only
 async def aget_or_set(
     key: str,
-    producer: Union[Callable[[], Awaitable[T]], Callable[[], T]],
+    producer: Callable[[], T | Awaitable[T]],
     timeout: Optional[Number] = DEFAULT_TIMEOUT,
     version: Optional[int] = None,
     *,
@@ -56,10 +85,19 @@ async def aget_or_set(
     wait_timeout: Optional[Number] = None,
     auto_renew: bool = True,
 ) -> T:
-    """The asyncio form of :func:`~django_redis_coord.get_or_set` (call it in a coroutine).
+    """The value of ``key`` in the cache ``cache`` (an alias of ``CACHES``); on a miss, the value
+    ``producer()`` returns, stored with ``timeout`` (as ``cache.set`` takes it), by one caller only.
 
-    >>> from django_redis_coord.asyncio.cache_fill import aget_or_set   # doctest: +SKIP
-    >>> await aget_or_set("report:2026", abuild_report, timeout=300)     # doctest: +SKIP
+    ``lock_timeout``: seconds the fill lock lives unless renewed (with ``auto_renew``, the default,
+    it is renewed every ``lock_timeout / 3`` while the producer runs): a producer that dies is
+    replaced that long after its last renewal.  ``wait_timeout``: at most that many seconds of
+    waiting for another caller's value, then :class:`~django_redis_coord.exceptions.LockAcquireTimeout`
+    (``None``: no limit).  A ``timeout`` of 0 or less stores nothing, as in Django: a cached value
+    is returned, and on a miss the producer runs, without a lock, its value stored nowhere.
+    Raises :class:`~django_redis_coord.exceptions.UnsupportedCacheBackend` for a cache that is not
+    django-redis nor Django's ``RedisCache``.
+
+    >>> await aget_or_set("report:2026", build_report, timeout=300)    # doctest: +SKIP
     """
     fill = prepare(key, producer, timeout, version, cache, lock_timeout, wait_timeout, auto_renew)
     client = async_cache_client(fill.access.alias)
@@ -67,38 +105,42 @@ async def aget_or_set(
     if found is not None:  # a hit: one GET, as the cache's own get_or_set
         return fill.access.decode(found)  # type: ignore[no-any-return]
     if not fill.stores:
-        return await _produce(producer)  # type: ignore[no-any-return]
-    flight_key = (asyncio.get_running_loop(), *fill.flight_key)
+        return await _produce(producer, fill.key)  # type: ignore[no-any-return]
+    flight_key = (scope(), *fill.flight_key)  # in asyncio, a flight is one event loop's
     while True:
-        flight, leading = _flights.join(flight_key, asyncio.get_running_loop().create_future)
-        if leading:  # the other tasks of this loop asking for the key wait for this one's outcome
+        flight, leading = _flights.join(flight_key, _Flight)
+        if leading:  # the others of this process (loop) asking for the key wait for this one's outcome
             found = None
             try:
                 value, found = await _fill(fill, client, producer)
                 return value  # type: ignore[no-any-return]
             finally:
                 _flights.leave(flight_key, flight)
-                flight.set_result(found)
-        try:
-            raw = await asyncio.wait_for(asyncio.shield(flight), fill.remaining())
-        except asyncio.TimeoutError:
-            raise fill.timed_out() from None
-        if raw is not None:
-            return fill.access.decode(raw)  # type: ignore[no-any-return]
+                flight.raw = found
+                flight.done.set()
+        if not await wait_event(flight.done, fill.remaining()):
+            raise fill.timed_out()
+        if flight.raw is not None:
+            return fill.access.decode(flight.raw)  # type: ignore[no-any-return]
         # The leader's producer raised (or its value could not be stored): try again.
 
 
-async def _produce(producer: Callable[[], Any]) -> Any:
-    value = producer()
-    if inspect.isawaitable(value):
-        value = await value
+async def _produce(producer: Callable[[], Any], key: bytes) -> Any:
+    """What ``producer()`` gives: a sync producer must give the value itself; in asyncio, an
+    awaitable it returns is awaited."""
+    value = await call(producer)
+    check_produced(value, key)
     return value
 
 
 async def _fill(fill: Fill, client: Any, producer: Callable[[], Any]) -> tuple[Any, Optional[bytes]]:
-    """As the sync ``_fill``: take the fill lock's write side, or wait for its read side (granted to
-    every waiting reader together when the write ends) and read the value; when it is missing, take
-    the write side and, holding it, read the value or produce and store it."""
+    """Take the fill lock's write side, then read the value a previous holder stored, or produce and
+    store it.  Returns what the caller returns and the stored bytes (``None`` when nothing is stored).
+
+    While another caller holds the write side, wait for its read side: the release of the write
+    grants every reader queued behind it together, and each reads the value the writer has, almost
+    always, just stored.  When the value is not there (that writer failed or died), queue for the
+    write side and, holding it, read and produce."""
     lock = FillLock(client, fill.lock_name, **fill.lock_arguments())
     if not await lock.write.acquire(blocking=False):
         if not await lock.read.acquire(blocking_timeout=fill.remaining()):
@@ -115,7 +157,7 @@ async def _fill(fill: Fill, client: Any, producer: Callable[[], Any]) -> tuple[A
         raw = await client.get(fill.key)
         if raw is not None:
             return fill.access.decode(raw), raw
-        value = await _produce(producer)
+        value = await _produce(producer, fill.key)
         encoded = fill.access.encode(value)
         script = async_scripts.get(client, "cache_fill_set")
         reply = await script(fill.write_keys(), fill.write_args(lock, encoded), client=client)

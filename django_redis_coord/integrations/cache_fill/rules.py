@@ -1,11 +1,11 @@
-"""What :func:`~django_redis_coord.cache_fill.get_or_set` and its asyncio twin
-:func:`~django_redis_coord.asyncio.cache_fill.aget_or_set` share: their arguments, the keys (the
+"""What :func:`~django_redis_coord.get_or_set` and its asyncio twin
+:func:`~django_redis_coord.aget_or_set` share: their arguments, the keys (the
 value's and its fill lock's, in one Redis Cluster slot), the fenced write's arguments and reply,
 and the flights through which the callers of one process wait for one fill.  Nothing in here talks
 to Redis.
 
 A fill of the cache key ``K`` (the full Redis key: the cache's ``KEY_PREFIX`` and ``VERSION``
-applied) is guarded by the fenced :class:`~django_redis_coord.rwlock.ReadWriteLock` named
+applied) is guarded by the fenced :class:`~django_redis_coord.ReadWriteLock` named
 ``{T}:dcoord-fill:K``, where ``T`` is the part of ``K`` that Redis Cluster hashes (``K`` itself
 unless it has a ``{hash tag}``): the lock's keys and ``K`` share a slot, so the write script can
 read the lock and write ``K`` atomically, also on a cluster.  A key longer than
@@ -69,7 +69,7 @@ def fill_lock_name(key: bytes) -> bytes:
 
 
 class FillLockSettings:
-    """What the fill locks (a :class:`~django_redis_coord.rwlock.ReadWriteLock` and its asyncio
+    """What the fill locks (a :class:`~django_redis_coord.ReadWriteLock` and its asyncio
     twin) change in a read-write lock: the retention of their metadata (:data:`FILL_RETENTION_MS`)."""
 
     acquire_setting = FILL_RETENTION_MS
@@ -167,7 +167,7 @@ def check_produced(value: Any, key: bytes) -> None:
             close()  # a coroutine never awaited: no "never awaited" warning
         raise InvalidLockArgumentType(
             f"the producer of cache key {key.decode(errors='replace')!r} returned an awaitable: "
-            "use aget_or_set (django_redis_coord.asyncio.cache_fill) in asyncio code",
+            "use aget_or_set (from django_redis_coord) in asyncio code",
             lock_name=key,
         )
 

@@ -1,10 +1,11 @@
-"""Single-flight cache fills (cache stampede protection) for Django's Redis caches (sync).
+# Generated from django_redis_coord/integrations/cache_fill/aio.py by `python3 dev.py twins`: edit that file, not this one.
+"""Single-flight cache fills (cache stampede protection) for Django's Redis caches.
 
 :func:`get_or_set` is Django's ``cache.get_or_set(key, default, timeout, version)`` where, on a
 miss, exactly one caller runs ``producer`` and the others wait for its value:
 
 * Across processes they wait on the key's fenced
-  :class:`~django_redis_coord.rwlock.ReadWriteLock`: the producer holds its write side, the others
+  :class:`~django_redis_coord.ReadWriteLock`: the producer holds its write side, the others
   queue for its read side (no polling), and the script that ends the write grants every queued
   reader at once and wakes each through its process's waiting connection: the waiting processes
   read the value together, none waits for another.  Within a process, one caller per key waits
@@ -17,13 +18,18 @@ miss, exactly one caller runs ``producer`` and the others wait for its value:
 * A producer that raises: the exception reaches its caller; the waiting callers find no value and
   queue for the write side, the first of them produces (the others, in turn, find its value).
 
-The asyncio twin is :func:`django_redis_coord.asyncio.cache_fill.aget_or_set`; the shared code is
-in :mod:`django_redis_coord.integrations.cache_fill.rules`.  See docs/caching.md.
+Over ``redis.asyncio`` the function is named as Django names the asyncio form of a cache method
+(``a`` + name, in ``django_redis_coord.asyncio``), with the same arguments and behaviour,
+a client per event loop with the cache's connection parameters and the asyncio
+:class:`~django_redis_coord.asyncio.ReadWriteLock`; there ``producer`` may also return an
+awaitable (a coroutine function's), which is awaited, and within one event loop, one task per key
+waits in the fill lock's queue and the others wait for it.  The sync module is generated from the
+asyncio one (docs/twins.md); the shared code is in
+:mod:`django_redis_coord.integrations.cache_fill.rules`.  See docs/caching.md.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any, Optional, TypeVar
 
@@ -31,14 +37,18 @@ from django.core.cache import DEFAULT_CACHE_ALIAS
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from redis.exceptions import LockError
 
+from ...config.cache_backends import cache_redis_client
 from ...core.arguments import Number
 from ...core.rwlock.sync import ReadWriteLock, RWHold
 from ...core.scripts import sync_scripts
+from ...core.side.sync import Event, call, scope, wait_event
 from .rules import DEFAULT_LOCK_TIMEOUT, Fill, FillLockSettings, Flights, check_produced, prepare, written
 
 __all__ = ["get_or_set", "DEFAULT_LOCK_TIMEOUT"]
 
 T = TypeVar("T")
+
+_flights = Flights()
 
 
 class _Flight:
@@ -48,10 +58,7 @@ class _Flight:
 
     def __init__(self) -> None:
         self.raw: Optional[bytes] = None
-        self.done = threading.Event()
-
-
-_flights = Flights()
+        self.done = Event()
 
 
 class FillLock(FillLockSettings, ReadWriteLock):
@@ -81,36 +88,43 @@ def get_or_set(
     Raises :class:`~django_redis_coord.exceptions.UnsupportedCacheBackend` for a cache that is not
     django-redis nor Django's ``RedisCache``.
 
-    >>> from django_redis_coord.cache_fill import get_or_set          # doctest: +SKIP
-    >>> get_or_set("report:2026", build_report, timeout=300)           # doctest: +SKIP
+    >>> get_or_set("report:2026", build_report, timeout=300)    # doctest: +SKIP
     """
     fill = prepare(key, producer, timeout, version, cache, lock_timeout, wait_timeout, auto_renew)
-    found = fill.access.client.get(fill.key)
+    client = cache_redis_client(fill.access.alias)
+    found = client.get(fill.key)
     if found is not None:  # a hit: one GET, as the cache's own get_or_set
         return fill.access.decode(found)  # type: ignore[no-any-return]
     if not fill.stores:
-        value = producer()
-        check_produced(value, fill.key)
-        return value
+        return _produce(producer, fill.key)  # type: ignore[no-any-return]
+    flight_key = (scope(), *fill.flight_key)  # in asyncio, a flight is one event loop's
     while True:
-        flight, leading = _flights.join(fill.flight_key, _Flight)
-        if leading:  # the others of this process asking for the key wait for this one's outcome
+        flight, leading = _flights.join(flight_key, _Flight)
+        if leading:  # the others of this process (loop) asking for the key wait for this one's outcome
             found = None
             try:
-                value, found = _fill(fill, producer)
+                value, found = _fill(fill, client, producer)
                 return value  # type: ignore[no-any-return]
             finally:
-                _flights.leave(fill.flight_key, flight)
+                _flights.leave(flight_key, flight)
                 flight.raw = found
                 flight.done.set()
-        if not flight.done.wait(fill.remaining()):
+        if not wait_event(flight.done, fill.remaining()):
             raise fill.timed_out()
         if flight.raw is not None:
             return fill.access.decode(flight.raw)  # type: ignore[no-any-return]
         # The leader's producer raised (or its value could not be stored): try again.
 
 
-def _fill(fill: Fill, producer: Callable[[], Any]) -> tuple[Any, Optional[bytes]]:
+def _produce(producer: Callable[[], Any], key: bytes) -> Any:
+    """What ``producer()`` gives: a sync producer must give the value itself; in asyncio, an
+    awaitable it returns is awaited."""
+    value = call(producer)
+    check_produced(value, key)
+    return value
+
+
+def _fill(fill: Fill, client: Any, producer: Callable[[], Any]) -> tuple[Any, Optional[bytes]]:
     """Take the fill lock's write side, then read the value a previous holder stored, or produce and
     store it.  Returns what the caller returns and the stored bytes (``None`` when nothing is stored).
 
@@ -118,7 +132,6 @@ def _fill(fill: Fill, producer: Callable[[], Any]) -> tuple[Any, Optional[bytes]
     grants every reader queued behind it together, and each reads the value the writer has, almost
     always, just stored.  When the value is not there (that writer failed or died), queue for the
     write side and, holding it, read and produce."""
-    client = fill.access.client
     lock = FillLock(client, fill.lock_name, **fill.lock_arguments())
     if not lock.write.acquire(blocking=False):
         if not lock.read.acquire(blocking_timeout=fill.remaining()):
@@ -135,8 +148,7 @@ def _fill(fill: Fill, producer: Callable[[], Any]) -> tuple[Any, Optional[bytes]
         raw = client.get(fill.key)
         if raw is not None:
             return fill.access.decode(raw), raw
-        value = producer()
-        check_produced(value, fill.key)
+        value = _produce(producer, fill.key)
         encoded = fill.access.encode(value)
         script = sync_scripts.get(client, "cache_fill_set")
         reply = script(fill.write_keys(), fill.write_args(lock, encoded), client=client)
