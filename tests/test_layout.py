@@ -218,33 +218,40 @@ def test_documented_paths_are_thin():
 #: ``_base_manager`` (documented: "Model _meta API"), and namedtuple's ``_replace``.
 PUBLIC_UNDERSCORE = {"_meta", "_base_manager", "_replace"}
 
-#: Private attributes read across objects that stay within one concern, each named here; the
-#: list may shrink, never grow.  (module, the text of the object, attribute)
+#: Private attributes read or written across objects that stay within one concern, each named
+#: here; the list may shrink, never grow.  (module, the text of the object, attribute)
 KNOWN = {
     # a read-write lock's read and write holds run their lock's steps (the lock is another class)
-    *{(f"{NAME}.core.rwlock.{side}", "self.lock", attribute) for side in ("sync", "aio")
-      for attribute in ("_held", "_extend_hold")},
-    # the watchdog and the loss report call back into the primitive that registered with them
+    *{(f"{NAME}.core.rwlock.{side}", "self.lock", "_held") for side in ("sync", "aio")},
+    # the watchdog and the Redlock's loss report call back into the primitive that registered with them
     (f"{NAME}.core.watchdog", "hold.owner", "_mark_lost"),
     (f"{NAME}.core.reporting", "primitive", "_report_loss"),
-    # @locked's release adapter copies a hold from an asyncio lock to its sync twin, as its
-    # docstring says: a public ``sync_twin()`` on the core locks would remove it
-    *{(f"{NAME}.decorator.release", f"_holder({side})", "_state") for side in ("source", "target", "primitive")},
-    (f"{NAME}.decorator.release", "source", "_fences"),
-    (f"{NAME}.decorator.release", "target", "_fences"),
+    # @locked keeps the releases still to run on the request it serves (its own mark on Django's
+    # object, read back through ``request.__dict__``)
+    (f"{NAME}.decorator.release", "request", "_coord_releases"),
 }
 
 
+SELF = {"self", "cls"}
+
+
 def private_accesses(module: str) -> set[tuple[str, str, str]]:
-    """``x._name`` where ``x`` is not ``self``, ``cls``, ``super()``, a class of the module or a
-    base class of one (a method calling its base class's method by name), and ``_name`` is not the
-    module's own (a method or function it defines, an attribute it assigns)."""
+    """``x._name``, read or written, where ``x`` is not ``self``, ``cls``, ``super()``, a class of
+    the module or a base class of one (a method calling its base class's method by name), and
+    ``_name`` is not the module's own: a method or function it defines, a name a class of it
+    defines, an attribute it sets on ``self`` or ``cls``.  Setting ``x._name`` on another object
+    does not make ``_name`` the module's: ``target._permits = source._permits`` is two accesses."""
     tree = ast.parse(MODULES[module].read_text())
     defined = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
     classes = {node.name for node in defined}
     classes |= {base.id for node in defined for base in node.bases if isinstance(base, ast.Name)}
     own = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    own |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)}
+    own |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name) and node.value.id in SELF}
+    own |= {target.id for node in defined for statement in node.body
+            for target in (statement.targets if isinstance(statement, ast.Assign) else
+                           [statement.target] if isinstance(statement, ast.AnnAssign) else [])
+            if isinstance(target, ast.Name)}
     found = set()
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
@@ -270,10 +277,57 @@ def test_no_private_attribute_of_another_module_s_objects():
     ("import x\nx._y()\n", {("m", "x", "_y")}),
     ("def f(made):\n    return made._fresh(1)\n", {("m", "made", "_fresh")}),
     ("class A(B):\n    def f(self, o):\n        return self._a, A._b, B._d, super()._c, o._meta\n", set()),
-    ("def _own(o):\n    o._mine = 1\n    return o._own, o._mine, o._theirs\n", {("m", "o", "_theirs")}),
+    ("def _own(o):\n    return o._own, o._theirs\n", {("m", "o", "_theirs")}),
+    # Setting another object's private attribute is an access, not ownership.
+    ("def share(source, target):\n    target._permits = source._permits\n",
+     {("m", "target", "_permits"), ("m", "source", "_permits")}),
+    ("class A:\n    def __init__(self):\n        self._mine = 1\n\n    def f(self, o):\n        return o._mine\n",
+     set()),
+    ("class A:\n    _slot = 1\n\ndef f(o):\n    return o._slot, o._state()\n", {("m", "o", "_state")}),
 ])
 def test_private_accesses_sees_what_it_should(source, expected, tmp_path, monkeypatch):
     path = tmp_path / "m.py"
     path.write_text(source)
     monkeypatch.setitem(MODULES, "m", path)
     assert private_accesses("m") == expected
+
+
+#: The families of the core: each package (or module: ``identity``, the lock held under a caller's
+#: identity) builds one kind of primitive on the shared machinery.
+FAMILIES = [f"{CORE}.{family}" for family in
+            ("lock", "semaphore", "rwlock", "redlock", "durable", "leader", "ratelimit", "identity")]
+
+
+def test_no_import_runs_back_up_inside_the_core():
+    """The core's shared machinery (``queue/``, ``waiting/``, ``side/``, ``holds``, ``reporting``,
+    ``grants``, ...: every module of ``core/`` outside a family's package) knows no family: it
+    imports none of ``lock/``, ``semaphore/``, ``rwlock/``, ... (a family imports what it builds on)."""
+    shared = [module for module in MODULES if in_core(module) and module != CORE
+              and not any(in_package(module, family) for family in FAMILIES)]
+    assert f"{CORE}.queue.aio" in shared and f"{CORE}.side.sync" in shared  # the layers were told apart
+    up = [(module, target) for module in shared for target in GRAPH[module]
+          if any(in_package(target, family) for family in FAMILIES)]
+    assert not up, up
+
+
+def package_classes(cls: type) -> list[str]:
+    """The classes of the package in ``cls``'s method resolution order, ``cls`` included."""
+    return [klass.__qualname__ for klass in cls.__mro__ if klass.__module__.startswith(NAME + ".")]
+
+
+@pytest.mark.parametrize("module, name", [
+    (f"{CORE}.{family}.{side}", name) for family, name in (("lock", "Lock"), ("semaphore", "Semaphore"),
+                                                           ("rwlock", "ReadWriteLock"))
+    for side in ("sync", "aio")
+])
+def test_the_queued_primitives_compose_rather_than_inherit(module, name):
+    """A lock, a semaphore and a read-write lock inherit from at most three of the package's classes
+    (themselves, their family's rules and what every queued primitive shares); the wait in line, the
+    calls to ``events`` and the holds are objects they hold (docs/architecture.md)."""
+    import importlib
+
+    cls = getattr(importlib.import_module(module), name)
+    classes = package_classes(cls)
+    assert len(classes) <= 3, classes
+    made = cls(None, "layout")  # no client needed to be made
+    assert (type(made.line).__name__, type(made.report).__name__) == ("Line", "Reporter")

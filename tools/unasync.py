@@ -25,6 +25,7 @@ TWINS = [
     (f"{PACKAGE}/core/semaphore/aio.py", f"{PACKAGE}/core/semaphore/sync.py"),
     (f"{PACKAGE}/core/rwlock/aio.py", f"{PACKAGE}/core/rwlock/sync.py"),
     (f"{PACKAGE}/core/ratelimit/aio.py", f"{PACKAGE}/core/ratelimit/sync.py"),
+    (f"{PACKAGE}/core/queue/aio.py", f"{PACKAGE}/core/queue/sync.py"),
     (f"{PACKAGE}/core/waiting/aio.py", f"{PACKAGE}/core/waiting/sync.py"),
     (f"{PACKAGE}/core/durable/aio.py", f"{PACKAGE}/core/durable/sync.py"),
     (f"{PACKAGE}/core/leader/aio.py", f"{PACKAGE}/core/leader/sync.py"),
@@ -43,6 +44,7 @@ SUBS = [
     (r"^.*  # asyncio only\n", ""),
     # The language.
     ("async def", "def"),
+    ("async with", "with"),
     ("await ", ""),
     # A call that must finish even when its task is cancelled: a sync call cannot be cancelled.
     (r"run_to_completion\((.*)\)$", r"\1"),
@@ -60,24 +62,23 @@ SUBS = [
     # The package's sync and asyncio names: a family's halves sit side by side (``aio.py`` and
     # ``sync.py``), and so do the halves of what they import (``queue/aio.py``, ``queue/sync.py``).
     (r"(from \S*)\.aio\b", r"\1.sync"),
+    (r"import aio as side$", "import sync as side"),
     ("AsyncWithBlock", "WithBlock"),
-    ("LockHeldPerTask", "LockHeldPerThread"),
-    ("SemaphoreHeldPerTask", "SemaphoreHeldPerThread"),
-    ("RWLockHeldPerTask", "RWLockHeldPerThread"),
     (r"_atell_(\w+)", r"_tell_\1"),
+    # The calls to ``events`` through a primitive's ``report``: each side's.
+    (r"atell_(\w+)", r"tell_\1"),
     ("AsyncWaitHub", "WaitHub"),
     ("AsyncWaiter", "Waiter"),
     ("aclose", "close"),
     # The cache's client (one per event loop in asyncio), and Django's name for an asyncio method.
     ("async_cache_client", "cache_redis_client"),
     ("aget_or_set", "get_or_set"),
-    # The tests: the package's sync names, a client factory and ``async with``.
+    # The tests: the package's sync names and a client factory.
     (r"^from django_redis_coord\.asyncio import", "from django_redis_coord import"),
     ("async_lock_holder", "lock_holder"),
     ("async_semaphore_holders", "semaphore_holders"),
     ("async_watchdog", "sync_watchdog"),
     ("async_redis", "sync_redis"),
-    ("async with", "with"),
 ]
 
 HEADER = "# Generated from {source} by `python3 dev.py twins`: edit that file, not this one.\n"

@@ -148,5 +148,4 @@ def speak_for(twin: Any, primitive: Any) -> None:
 def name_view(primitive: Any, view: Optional[str]) -> None:
     """Name ``view`` (a dotted path) in the holder info of ``primitive``'s holds: what the admin
     page, ``manage.py locks`` and the listing show as the holder's view."""
-    node: Any = getattr(primitive, "_node", primitive)  # a Redlock's holder info is its per-master lock's
-    node.view = view
+    primitive.view = view  # a Redlock passes it on to its per-master lock's holder info

@@ -88,5 +88,5 @@ class Events:
 
 def held_time(hold: Any) -> Optional[float]:
     """Seconds since ``hold`` began (its ``started`` instant), or ``None`` when not recorded."""
-    started = getattr(hold, "started", None)
+    started = hold.started if hold is not None else None
     return None if started is None else time.monotonic() - started

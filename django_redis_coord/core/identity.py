@@ -38,7 +38,7 @@ class IdentityLock:
         token = encode_token(identity, self.key)
         lock = Lock(self.client, self.key, timeout=timeout) if timeout != self._lock.timeout else self._lock
         self._lock = lock
-        grant = lock.do_acquire(token, 0, "identity")
+        grant = lock.line.acquire(token, 0, "identity")
         if grant.acquired:
             self.last_fence = grant.fence
         return grant.acquired

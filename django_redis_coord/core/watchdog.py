@@ -63,7 +63,7 @@ class Hold:
 
     def first_look(self) -> float:
         """When the watchdog must first look at this hold: its renewal, or its local deadline."""
-        deadline = getattr(self.local, "deadline", None)
+        deadline = self.local.deadline
         return self.due if deadline is None else min(self.due, deadline)
 
 
@@ -77,7 +77,7 @@ def _settle(holds: dict, hold: Hold, sent_at: float, reply: Any, now: float) -> 
     if outcome is False:
         holds.pop(hold.key, None)
         # Not held in Redis any more: no longer valid from now on, even before on_lost has run.
-        deadline = getattr(hold.local, "deadline", None)
+        deadline = hold.local.deadline
         hold.local.deadline = now if deadline is None else min(deadline, now)
         return True
     if outcome is None:
@@ -97,7 +97,7 @@ def _look(holds: dict, now: float) -> tuple[list[Hold], list[Hold], float]:
     due: list[Hold] = []
     lost: list[Hold] = []
     for hold in list(holds.values()):
-        deadline = getattr(hold.local, "deadline", None)
+        deadline = hold.local.deadline
         if deadline is not None and now >= deadline:
             holds.pop(hold.key, None)
             lost.append(hold)
@@ -178,15 +178,15 @@ class Watchdog:
             return
         hold = Hold.create(owner, local, token, first_in, once)
         with self._cond:
-            if getattr(local, "arriving", None) is not None:
+            if local.arriving is not None:
                 local.arriving = None
             self._holds[hold.key] = hold
             if hold.first_look() < self._wake_at:
                 self._cond.notify()
 
     def unregister(self, owner: Any, local: Any) -> None:
-        token = getattr(local, "token", None)
-        if getattr(local, "arriving", None) is not None:
+        token = local.token
+        if local.arriving is not None:
             local.arriving = None  # before the look that would take it in (under the lock below)
         with self._cond:
             self._holds.pop((id(owner), id(local), token), None)
@@ -197,7 +197,7 @@ class Watchdog:
         while arriving:
             entry = arriving.popleft()
             owner, local, token, first_in, registered_at = entry
-            if getattr(local, "arriving", None) is entry:
+            if local.arriving is entry:
                 hold = Hold.create(owner, local, token, first_in, True, now=registered_at)
                 self._holds[hold.key] = hold
 
@@ -253,10 +253,10 @@ class Watchdog:
 
     @staticmethod
     def _lose(hold: Hold) -> None:
-        if getattr(hold.local, "token", None) != hold.token:
+        if hold.local.token != hold.token:
             return  # that hold ended meanwhile, and its state may describe the next hold already
         max_hold = getattr(hold.owner, "max_hold", None)
-        started = getattr(hold.local, "started", None)
+        started = hold.local.started
         if max_hold is not None and started is not None and time.monotonic() >= started + max_hold - hold.interval:
             logger.error("Ended %s %r at max_hold: held for %gs, no renewal past that", hold.owner.kind,
                          hold.owner.name, max_hold)
@@ -304,7 +304,7 @@ class AsyncWatchdog:
             self._changed.set()
 
     def unregister(self, owner: Any, local: Any) -> None:
-        self._holds.pop((id(owner), id(local), getattr(local, "token", None)), None)
+        self._holds.pop((id(owner), id(local), local.token), None)
 
     def look_again(self) -> None:
         """As :meth:`Watchdog.look_again`."""

@@ -20,10 +20,10 @@ class PermitHold:
 
     kind = "semaphore"
 
-    def __init__(self, semaphore: Any) -> None:
+    def __init__(self, semaphore: Any, identity: Optional[str] = None, fence: Optional[int] = None) -> None:
         self.semaphore = semaphore
-        self.identity = secrets.token_hex(16)
-        self._fence: Optional[int] = None
+        self.identity = identity if identity is not None else secrets.token_hex(16)
+        self._fence: Optional[int] = fence
 
     @property
     def name(self) -> Any:
@@ -73,10 +73,9 @@ class AsyncPermitHold(PermitHold):
         """The same permit seen through a sync semaphore (for a release after the loop ended)."""
         semaphore = self.semaphore
         twin = Semaphore(get_client(), semaphore.name, semaphore.limit, semaphore.timeout)
-        share_permits(semaphore, twin)
+        semaphore.share_permits_with(twin)
         speak_for(twin, semaphore)
-        hold = PermitHold(twin)
-        hold.identity, hold._fence = self.identity, self._fence
+        hold = PermitHold(twin, self.identity, self._fence)
         return hold
 
     async def acquire(self, blocking: bool = False, blocking_timeout: Optional[float] = None) -> bool:  # type: ignore[override]
@@ -85,14 +84,3 @@ class AsyncPermitHold(PermitHold):
     async def release(self) -> None:  # type: ignore[override]
         if not await self.semaphore.release(self.identity):
             raise LockLostError("The permit was lost before it was released", lock_name=self.name)
-
-
-
-# -- adapter: private state of the semaphores read here ------------------------------------------
-def share_permits(source: Any, target: Any) -> None:
-    """Make ``target`` see the permits ``source`` holds (each with its fence and start instant).
-
-    Reads private state of the core semaphore: a ``Semaphore.sync_twin(client)`` in
-    :mod:`django_redis_coord.core.semaphore.sync` (the core's, returning a sync semaphore that shares the
-    permits) would remove this adapter."""
-    target._permits = source._permits

@@ -20,6 +20,7 @@ from ..config.connection import get_client, get_redlock_masters
 from ..config.shortcuts import made_lock
 from ..config.signalling import app_name, speak_for
 from ..core.exceptions import LockError
+from ..core.holds import copy_hold as copy_hold_record
 from ..core.lock.aio import Lock as AsyncLock
 from ..core.redlock.aio import Redlock as AsyncRedlock
 from ..core.redlock.sync import Redlock
@@ -229,24 +230,20 @@ async def released_after(stream: AsyncIterator[Any], release: AsyncRelease) -> A
 
 
 
-# -- adapter: private state of the primitives read here ------------------------------------------
 def copy_hold(source: Any, target: Any) -> None:
-    """Make ``target`` hold what ``source`` holds: its hold state (token, fence, deadline, start)
-    and, for a Redlock, its fences by token.  A side of a read-write lock (or the lock) stands for
-    the lock's hold state.
-
-    Reads private state of the core locks: a ``sync_twin(client)`` method on the asyncio
-    :class:`~django_redis_coord.core.lock.aio.Lock` and :class:`~django_redis_coord.asyncio.Redlock`
-    (returning the sync object holding the same hold) would remove this adapter."""
-    vars(_holder(target)._state()).update(vars(_holder(source)._state()))
-    if hasattr(source, "_fences"):
-        target._fences.update(source._fences)
+    """Make ``target`` hold what ``source`` holds (a side of a read-write lock stands for the
+    lock's hold): through the core's public hooks, ``hold_record`` and
+    :func:`~django_redis_coord.core.holds.copy_hold` for a lock, ``copy_hold_to`` for a Redlock
+    (its fences by token too)."""
+    if isinstance(source, (AsyncRedlock, Redlock)):
+        source.copy_hold_to(target)
+    else:
+        copy_hold_record(_holder(source).hold_record, _holder(target).hold_record)
 
 
 def hold_watched(primitive: Any) -> bool:
-    """Whether the watchdog looks after ``primitive``'s current hold (renewal or the claim of a
-    hand-off).  A public ``watched`` property on the core lock would remove this adapter."""
-    return bool(getattr(_holder(primitive)._state(), "watched", False))
+    """Whether the watchdog looks after ``primitive``'s current hold (renewal or the claim of a hand-off)."""
+    return bool(_holder(primitive).hold_record.watched)
 
 
 def _holder(primitive: Any) -> Any:

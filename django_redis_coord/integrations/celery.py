@@ -33,12 +33,10 @@ from celery.worker.request import Request
 from ..config.connection import get_client
 from ..config.settings import coord_settings
 from ..config.signalling import DjangoSignals, app_name, retry_after
-from ..core.arguments import as_bytes, check_number
+from ..core.arguments import check_number
 from ..core.exceptions import InvalidLockArgument, InvalidLockArgumentType, LockContended, LockError, LockNotOwnedError
+from ..core.lock.handover import HandOver
 from ..core.lock.sync import Lock
-from ..core.queue.rules import NO_REPLY
-from ..core.scripts import queue_script
-from ..core.transactions import optimistic
 from ..decorator.contention import retry_contended
 from ..key_templates.filling import call_namespace, checked_name
 from ..key_templates.template import KeyTemplate
@@ -100,60 +98,18 @@ def _task_id_of(token: Any) -> Optional[str]:
 
 
 # -- the lock of a task's key ------------------------------------------------------------------------
-class HandOverLock(Lock):
-    """A lock that can take a hold over from another token, or hand its own over, in one step.
-
-    ``replaces``: the token whose hold an acquire ends in the same MULTI/EXEC as it takes the key
-    (the worker taking a reservation over, with a fresh fence).  ``hands_to``: a lock whose hold
-    the release grants to ``replaces`` in the same MULTI/EXEC (a retry keeps its reservation),
-    when the hold released is still this one's (WATCH): a hold already lost or ended hands
-    nothing over.  Nothing can take the key in between: no second enqueue slips in.
-    """
-
-    replaces: Optional[bytes] = None
-    hands_to: Optional[Lock] = None
-
-    def do_acquire(self, token: bytes, enqueue: int, worker: str, reply_to: tuple[bytes, int] = NO_REPLY) -> Any:
-        if self.replaces is None:
-            return super().do_acquire(token, enqueue, worker, reply_to)
-        release = self.scripts.get(self.redis, "lock_release")
-        acquire = self.scripts.get(self.redis, self.acquire_script)
-        with self.redis.pipeline(transaction=True) as pipe:
-            queue_script(pipe, release, self.release_keys(), self.release_args(self.replaces))
-            queue_script(pipe, acquire, self.acquire_keys(), self.acquire_args(token, enqueue, worker, reply_to))
-            _ended, reply = pipe.execute()
-        return self.grant_from_reply(reply)
-
-    def do_release(self, token: bytes) -> None:
-        target, reserved = self.hands_to, self.replaces
-        if target is None or reserved is None:
-            return super().do_release(token)
-        release = self.scripts.get(self.redis, "lock_release")
-        acquire = self.scripts.get(self.redis, target.acquire_script)
-        worker = self._worker()
-
-        def hand_over(pipe: Any) -> bool:
-            if as_bytes(pipe.get(self.name)) != token:
-                return False  # lost (its TTL ran out) or ended: nothing of it to hand over
-            pipe.multi()
-            # The release grants the key to a queued waiter first: the retry's run waiting for it.
-            queue_script(pipe, release, self.release_keys(), self.release_args(token))
-            queue_script(pipe, acquire, target.acquire_keys(), target.acquire_args(reserved, 0, worker))
-            return True
-
-        if not optimistic(self.redis, self.name).run(hand_over):
-            raise LockNotOwnedError("Cannot release a lock that's no longer owned", lock_name=self.name)
-        return None
-
-
 def _task_lock(name: str, timeout: float, *, label: str, auto_renew: bool,
-               template: Optional[str] = None) -> HandOverLock:
-    """A :class:`HandOverLock` on ``KEY_PREFIX:name`` of the configured Redis; a renewed one
-    logs its loss (besides the ``lock_lost`` signal and ``valid``)."""
+               template: Optional[str] = None) -> Lock:
+    """A lock on ``KEY_PREFIX:name`` of the configured Redis, with a hand-over hook
+    (:class:`~django_redis_coord.core.lock.handover.HandOver`: the run takes its reservation over,
+    and a run that sent a retry hands the key to the retry's reservation, each in one step); a
+    renewed one logs its loss (besides the ``lock_lost`` signal and ``valid``)."""
     settings = coord_settings()
-    return HandOverLock(get_client(), settings.prefixed(name), timeout=timeout, auto_renew=auto_renew,
-                        label=label, events=DjangoSignals(name, template=template),
-                        on_lost=_log_lost_run if auto_renew else None)
+    lock = Lock(get_client(), settings.prefixed(name), timeout=timeout, auto_renew=auto_renew,
+                label=label, events=DjangoSignals(name, template=template),
+                on_lost=_log_lost_run if auto_renew else None)
+    lock.hand_over = HandOver()
+    return lock
 
 
 def _log_lost_run(hold: Lock) -> None:
@@ -256,11 +212,11 @@ class UniqueTask(Task):
         name = self.unique_name(args, kwargs)
         running = self._running_hold(task_id)
         if running is not None and app_name(running) == name:  # a retry of the run: it keeps the key
-            running.hands_to = self._hold(name, self._pending_ttl(options), task_id, "retrying")
+            running.hand_over.hands_to = self._hold(name, self._pending_ttl(options), task_id, "retrying")
             try:
                 return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow, **options)
             except BaseException:
-                running.hands_to = None  # not sent: nothing to keep the key for
+                running.hand_over.hands_to = None  # not sent: nothing to keep the key for
                 raise
         task_id = task_id or _new_task_id()
         reservation = self._hold(name, self._pending_ttl(options), task_id, "pending")
@@ -290,7 +246,7 @@ class UniqueTask(Task):
         return float(self.unique_pending_timeout) + max(0.0, delay)
 
     def _hold(self, name: str, timeout: float, task_id: Optional[str], phase: str,
-              auto_renew: bool = False) -> HandOverLock:
+              auto_renew: bool = False) -> Lock:
         """The lock of key ``name`` for task ``task_id`` in ``phase`` (``pending``, ``running``,
         ``retrying``...): labelled ``celery <task>[<id>] <phase>``, its holder record naming the
         task, its id, the phase and the key for operators (``HolderInfo.extra``)."""
@@ -299,7 +255,7 @@ class UniqueTask(Task):
         hold.holder_fields = {"role": "task", "task": self.name, "task_id": task_id, "state": phase, "key": name}
         return hold
 
-    def _duplicate(self, name: str, reservation: HandOverLock, holder: Optional[bytes]) -> Any:
+    def _duplicate(self, name: str, reservation: Lock, holder: Optional[bytes]) -> Any:
         pending = _task_id_of(holder)
         if self.unique_on_duplicate == "return" and pending is not None:
             logger.info("%s(%r): already pending or running as %s", self.name, name, pending)
@@ -314,7 +270,7 @@ class UniqueTask(Task):
                             retry_after=retry_after(reservation))
 
     # -- run ----------------------------------------------------------------------------------------
-    def _running_hold(self, task_id: Optional[str]) -> Optional[HandOverLock]:
+    def _running_hold(self, task_id: Optional[str]) -> Optional[Lock]:
         request = self.request
         if task_id is None or request.called_directly or request.id != task_id:
             return None
@@ -326,7 +282,7 @@ class UniqueTask(Task):
             return super().__call__(*args, **kwargs)
         name = self.unique_name(args, kwargs)
         hold = self._hold(name, self.unique_timeout, request.id, "running", auto_renew=True)
-        hold.replaces = task_token(request.id)
+        hold.hand_over.replaces = task_token(request.id)
         token = task_token(request.id, int(request.retries or 0))
         if not hold.acquire(token=token, blocking=False):
             if _task_id_of(hold.redis.get(hold.name)) != request.id:
@@ -342,7 +298,7 @@ class UniqueTask(Task):
         try:
             return super().__call__(*args, **kwargs)
         finally:
-            # To the retry's reservation when this run sent a retry (apply_async set hands_to),
+            # To the retry's reservation when this run sent a retry (apply_async set hand_over.hands_to),
             # whether it raised Retry, returned or failed: that message runs whatever this one did.
             _release_quietly(hold)
 

@@ -242,7 +242,7 @@ def test_event_loops_that_ended_are_let_go(redis_client, redis_url):
 
     from django_redis_coord.asyncio import Redlock
     from django_redis_coord.core import watchdog
-    from django_redis_coord.core.redlock import aio as async_redlock
+    from django_redis_coord.core.redlock.masters import aio as async_masters
 
     async def once():
         client = redis.asyncio.Redis.from_url(redis_url)
@@ -257,7 +257,7 @@ def test_event_loops_that_ended_are_let_go(redis_client, redis_url):
         asyncio.run(once())
     gc.collect()
     assert len(watchdog._async_watchdogs) <= 1
-    assert len(async_redlock._clients) <= 1
+    assert len(async_masters._clients) <= 1
 
 
 def test_a_task_that_ends_holding_its_own_lock_is_reported_and_no_longer_renewed(async_redis, caplog):

@@ -400,18 +400,18 @@ def test_an_acquire_sent_again_by_a_retrying_client_is_recognised_as_its_own_gra
 
     lock = Lock(redis_client, "resent", timeout=None)
     token = make_token()
-    first = lock.do_acquire(token, 1 + OWN_TOKEN, "w")
+    first = lock.line.acquire(token, 1 + OWN_TOKEN, "w")
     for mode in (1 + OWN_TOKEN, 0 + OWN_TOKEN):  # a blocking acquire sent again, or a try sent again
-        again = lock.do_acquire(token, mode, "w")
+        again = lock.line.acquire(token, mode, "w")
         assert again.acquired and again.fence == first.fence
     assert redis_client.zcard(lock.keys.queue) == 0
     # Handed over between the two sends: the second send takes the hand-off, not a place in line.
     waiting = make_token()
-    assert not lock.do_acquire(waiting, 1 + OWN_TOKEN, "w").acquired
+    assert not lock.line.acquire(waiting, 1 + OWN_TOKEN, "w").acquired
     lock.local.hold.token = token
     lock.release()
     assert redis_client.get("resent") == waiting
-    handed = lock.do_acquire(waiting, 1 + OWN_TOKEN, "w")
+    handed = lock.line.acquire(waiting, 1 + OWN_TOKEN, "w")
     assert handed.acquired and handed.fence > first.fence
     assert redis_client.zcard(lock.keys.queue) == 0 and redis_client.hlen(lock.keys.waiters) == 0
 
@@ -439,3 +439,26 @@ def test_a_first_acquire_whose_reply_timed_out_gives_its_grant_back(redis_server
     stall.close()
 
 
+def test_the_hand_over_hook_takes_a_hold_over_and_hands_it_on_in_one_step(redis_client):
+    """``lock.hand_over``: an acquire that ends another token's hold as it takes the key (a fresh
+    fence), and a release that grants the key to that token, each one transaction; a hold already
+    ended hands nothing over."""
+    from django_redis_coord.core.lock.handover import HandOver
+
+    reservation = Lock(redis_client, "hand-over", timeout=30)
+    assert reservation.acquire(token="reserved", blocking=False)
+    run = Lock(redis_client, "hand-over", timeout=30)
+    run.hand_over = HandOver(replaces=b"reserved")
+    assert run.acquire(token="run", blocking=False)  # taken over: no refusal, the key is the run's
+    assert redis_client.get("hand-over") == b"run" and run.fence > reservation.fence
+    run.hand_over.hands_to = Lock(redis_client, "hand-over", timeout=30)
+    run.release()
+    assert redis_client.get("hand-over") == b"reserved" and 0 < redis_client.pttl("hand-over") <= 30_000
+
+    ended = Lock(redis_client, "hand-over:ended", timeout=0.2)
+    assert ended.acquire(token="gone", blocking=False)
+    ended.hand_over = HandOver(replaces=b"next", hands_to=Lock(redis_client, "hand-over:ended", timeout=30))
+    wait_until(lambda: redis_client.get("hand-over:ended") is None, timeout=10)
+    with pytest.raises(LockNotOwnedError):
+        ended.release()
+    assert redis_client.get("hand-over:ended") is None  # nothing handed over

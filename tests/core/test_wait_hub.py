@@ -750,7 +750,7 @@ def test_a_waiter_interrupted_while_it_subscribes_is_not_kept(redis_servers):
     waiter = Lock(client, "interrupted", timeout=30)
     # As after a blocking acquire that found the lock taken: the next one registers with the hub
     # (and so subscribes) before its first call, instead of trying first.
-    waiter._contended = True
+    waiter.line.contended = True
     server.pause()  # the subscription waits for the server's reply
     try:
         # The interrupted acquire is undone in Redis (it may have queued): the server answers again

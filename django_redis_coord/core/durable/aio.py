@@ -75,7 +75,7 @@ class DurableLock(DurableBase, Lock):
     async def acquire(self, *args: Any, **kwargs: Any) -> bool:
         if not await super().acquire(*args, **kwargs):
             return False
-        if getattr(self._state(), "count", 1) > 1:
+        if self._state().count > 1:
             return True  # a reentrant acquire: the first one was confirmed
         try:
             await self.confirm()

@@ -16,14 +16,21 @@ A hold belongs to the thread (sync) or the asyncio task that took it, so two thr
 sharing one instance never release or extend each other's hold (redis-py's asyncio lock keeps it
 per thread); ``thread_local=False`` shares one hold deliberately.  In asyncio, a release once
 asked completes even if its task is cancelled meanwhile, and a task that ends still holding is
-reported (see :mod:`django_redis_coord.core.queue.aio`).
+reported (see :func:`django_redis_coord.core.side.aio.watch_worker_end`).
+
+The lock is composed, top to bottom: its rules (:class:`~django_redis_coord.core.lock.rules.LockBase`:
+arguments, keys, the caller's hold), its holds (``local``: one per thread or task, or one shared),
+its wait in line (``line``: :class:`~django_redis_coord.core.queue.aio.Line`) and its reporter
+(``report``: :class:`~django_redis_coord.core.reporting.Reporter`).  See docs/architecture.md for the
+walk of an acquire that waits.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable
-from typing import Any, Optional, Union
+from types import TracebackType
+from typing import Any, Optional, TypeVar, Union
 
 from ..arguments import Number, as_bytes, check_number, encode_token, new_token, to_ms
 from ..concurrency import run_to_completion
@@ -33,14 +40,21 @@ from ..exceptions import (
     LockLostError,
     LockNotOwnedError,
 )
-from ..holds import refuse_forked, taken_elsewhere
-from ..queue.aio import LockHeldPerTask
-from .rules import AsyncWithBlock
+from ..holds import SharedHold, refuse_forked, taken_elsewhere
+from ..queue.aio import Line
+from ..reporting import Reporter
+from ..scripts import async_scripts
+from ..side import aio as side
+from ..side.aio import WorkerHolds
+from .rules import LockBase, release_failed, timed_out
 
 __all__ = ["Lock"]
 
+#: A subclass's ``with`` block gives that subclass.
+_LockT = TypeVar("_LockT", bound="Lock")
 
-class Lock(AsyncWithBlock, LockHeldPerTask):
+
+class Lock(LockBase):
     """A distributed lock with fencing tokens, FIFO waiting and an explicit loss signal.
 
     Takes redis-py's arguments (``timeout=None`` means no expiry, ``sleep`` is accepted for
@@ -49,9 +63,18 @@ class Lock(AsyncWithBlock, LockHeldPerTask):
     a hold is found lost), ``reentrant`` and ``waiter_lease``.
     """
 
+    scripts = async_scripts
+    side = side
+
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
-        self.local = self._new_local()
+        self._compose()
+
+    def _compose(self) -> None:
+        """Its holds (per task, or one shared with ``thread_local=False``), its line, its reporter."""
+        self.local = WorkerHolds() if self.thread_local else SharedHold()
+        self.line = Line(self)
+        self.report = Reporter(self, refusal=self._refusal, in_background=side.LOSS_TOLD_IN_BACKGROUND)
 
     # -- public API ----------------------------------------------------------------------------
     async def acquire(
@@ -70,13 +93,13 @@ class Lock(AsyncWithBlock, LockHeldPerTask):
         blocking, stop_at = self.acquire_arguments(sleep, blocking, blocking_timeout)
         if self.reenter(token):
             return True
-        own = token is None  # made here for this call: Redis can tell a resend of it (see _take)
+        own = token is None  # made here for this call: Redis can tell a resend of it (see Line.take)
         token = new_token() if token is None else encode_token(token, self.name)
-        taken = await self._take(token, blocking, stop_at, own)
+        taken = await self.line.take(token, blocking, stop_at, own)
         if taken is None:
-            await self._atell_contended(started)
+            await self.report.atell_contended(started)
             return False
-        await self._atell_acquired(self._own(token, *taken), started, self._release_call)
+        await self.report.atell_acquired(self._own(token, *taken), started, self._release_call)
         return True
 
     async def locked(self) -> bool:
@@ -99,11 +122,11 @@ class Lock(AsyncWithBlock, LockHeldPerTask):
         if token is None:
             raise LockError(f"Cannot release an unlocked lock: {self.name!r}", lock_name=self.name)
         refuse_forked(local, self.name)
-        if self.reentrant and getattr(local, "count", 1) > 1:
+        if self.reentrant and local.count > 1:
             local.count -= 1
             return
-        lost = getattr(local, "lost", False)
-        fence, held = getattr(local, "fence", None), held_time(local)
+        lost = local.lost
+        fence, held = local.fence, held_time(local)
         self._detach(local)
         # In asyncio, once asked, the release completes (and is told) even if its task is cancelled
         # meanwhile (a client going away under ASGI): otherwise the lock would stay held, renewed by nobody.
@@ -117,7 +140,7 @@ class Lock(AsyncWithBlock, LockHeldPerTask):
         so it can finish in another one (see :func:`~django_redis_coord.core.concurrency.run_to_completion`)."""
         local = self._state()
         self._detach(local)
-        return self._release_hold(local, local.token, getattr(local, "fence", None))
+        return self._release_hold(local, local.token, local.fence)
 
     async def _release_hold(
         self, local: Any, token: bytes, fence: Optional[int], held: Optional[float] = None, tell: bool = False
@@ -130,15 +153,17 @@ class Lock(AsyncWithBlock, LockHeldPerTask):
         except LockNotOwnedError:
             if self._still_holding(local, token, fence):
                 self._forget_hold(local)
-                await self._atell_lost_now(local)
+                await self.report.atell_lost_now(local)
                 self._mark_lost(local)  # found here before the watchdog did: on_lost still fires once
             raise
         if self._still_holding(local, token, fence):
             self._forget_hold(local)
         if tell:
-            await self._atell_released(fence, held)
+            await self.report.atell_released(fence, held)
 
     async def do_release(self, token: bytes) -> None:
+        if self.hand_over is not None and await self.hand_over.release(self, token):
+            return  # released by the hand-over hook (see core.lock.handover)
         script = self.scripts.get(self.redis, "lock_release")
         reply = await script(self.release_keys(), self.release_args(token), client=self.redis)
         if int(reply) != 1:
@@ -152,7 +177,7 @@ class Lock(AsyncWithBlock, LockHeldPerTask):
             raise LockError("Cannot extend an unlocked lock", lock_name=self.name)
         refuse_forked(local, self.name)
         self.check_extendable("extend")
-        return await self._extend_hold(local, to_ms(additional_time), "replace" if replace_ttl else "add")
+        return await self.line.extend(local, to_ms(additional_time), "replace" if replace_ttl else "add")
 
     async def do_extend(self, token: bytes, ms: int, mode: str) -> int:
         script = self.scripts.get(self.redis, "lock_extend")
@@ -170,7 +195,24 @@ class Lock(AsyncWithBlock, LockHeldPerTask):
             raise LockError("Cannot reacquire an unlocked lock", lock_name=self.name)
         refuse_forked(local, self.name)
         self.check_extendable("reacquire")
-        return await self._extend_hold(local, self._ttl_ms, "replace")
+        return await self.line.extend(local, self._ttl_ms, "replace")
 
     async def do_reacquire(self) -> bool:
         return await self.reacquire()
+
+    # -- context manager -------------------------------------------------------------------------
+    async def __aenter__(self: _LockT) -> _LockT:
+        if await self.acquire():
+            return self
+        raise timed_out(self)
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        try:
+            await self.release()
+        except LockError:
+            release_failed(self)

@@ -1,5 +1,7 @@
-"""What the sync and asyncio locks share: their arguments, the with-block rules and the
-caller's hold (:class:`LockBase`).  Nothing in here talks to Redis."""
+"""What the sync and asyncio locks share: their arguments and the caller's hold
+(:class:`LockBase`), and the rules of a ``with`` block (:func:`timed_out`, :func:`release_failed`;
+:class:`WithBlock` and :class:`AsyncWithBlock` for the primitives that take them as a base class).
+Nothing in here talks to Redis."""
 
 from __future__ import annotations
 
@@ -14,13 +16,28 @@ from ..arguments import Number, check_number, encode_token
 from ..events import Events
 from ..exceptions import InvalidLockArgument, InvalidLockArgumentType, LockAcquireTimeout, LockError, LockLostError
 from ..grants import Grant
-from ..holds import taken_elsewhere
+from ..holds import Hold, taken_elsewhere
 from ..queue.rules import DEFAULT_WAITER_LEASE, META_RETENTION_MS, QueuedBase
 
-__all__ = ["AsyncWithBlock", "LockBase", "ReleaseOnExit", "WithBlock"]
+__all__ = ["AsyncWithBlock", "LockBase", "ReleaseOnExit", "WithBlock", "release_failed", "timed_out"]
 
 _WithT = TypeVar("_WithT", bound="WithBlock")
 _AsyncWithT = TypeVar("_AsyncWithT", bound="AsyncWithBlock")
+
+
+def timed_out(primitive: Any) -> LockAcquireTimeout:
+    """The error of a ``with`` block that could not acquire in time (as redis-py's Lock behaves)."""
+    return LockAcquireTimeout("Unable to acquire lock within the time specified", lock_name=primitive.name)
+
+
+def release_failed(primitive: Any) -> None:
+    """A release at the end of a ``with`` block failed: re-raise, or log it when the primitive's
+    ``raise_on_release_error`` is off.  Call it from the ``except`` clause."""
+    if primitive.raise_on_release_error:
+        raise  # noqa: PLE0704 -- the exception being handled by the caller's except clause
+    logging.getLogger("django_redis_coord").warning(
+        "%s %r was no longer owned when exiting the context manager.", primitive.kind.capitalize(), primitive.name
+    )
 
 
 class ReleaseOnExit:
@@ -32,16 +49,12 @@ class ReleaseOnExit:
 
     def timed_out(self) -> LockAcquireTimeout:
         """The error of a ``with`` block that could not acquire in time."""
-        return LockAcquireTimeout("Unable to acquire lock within the time specified", lock_name=self.name)
+        return timed_out(self)
 
     def release_failed(self) -> None:
         """A release at the end of a ``with`` block failed: re-raise, or log it when
         ``raise_on_release_error`` is off.  Call it from the ``except`` clause."""
-        if self.raise_on_release_error:
-            raise
-        logging.getLogger("django_redis_coord").warning(
-            "%s %r was no longer owned when exiting the context manager.", self.kind.capitalize(), self.name
-        )
+        release_failed(self)
 
 
 class WithBlock(ReleaseOnExit):
@@ -90,13 +103,11 @@ class AsyncWithBlock(ReleaseOnExit):
             self.release_failed()
 
 
-class LockBase(ReleaseOnExit, QueuedBase):
-    """Arguments, keys and local state common to :class:`Lock` and its asyncio twin."""
+class LockBase(QueuedBase):
+    """Arguments, keys and the caller's hold common to :class:`Lock` and its asyncio twin."""
 
     kind = "lock"
     key_kind = b"lock"
-    #: The hold state (see :meth:`_new_local`), set by each flavour.
-    local: Any
     acquire_setting = META_RETENTION_MS
 
     def __init__(
@@ -140,31 +151,33 @@ class LockBase(ReleaseOnExit, QueuedBase):
     def _lost_subject(self, local: Any) -> Any:
         return self
 
-    # -- the caller's hold (per thread or task: see each flavour's ``_state``) ---------------
-    def _state(self) -> Any:
-        """The current thread's (or task's) hold: token, fence, deadline, count, lost."""
-        raise NotImplementedError
+    # -- the caller's hold (per thread or task, or shared: see ``local``) --------------------
+    @property
+    def hold_record(self) -> Hold:
+        """The current thread's (or task's) hold, as this object keeps it (``token`` ``None``: none);
+        :func:`~django_redis_coord.core.holds.copy_hold` makes a twin of this lock hold the same."""
+        return self._state()  # type: ignore[no-any-return]
 
     @property
     def fence(self) -> Optional[int]:
         """Fence token of the current hold (``None`` when not held by this thread or task, nor in a
         forked child: the parent's hold is not the child's)."""
         local = self._state()
-        return getattr(local, "fence", None) if local.token is not None and not taken_elsewhere(local) else None
+        return local.fence if local.token is not None and not taken_elsewhere(local) else None
 
     @property
     def deadline(self) -> Optional[float]:
         """``time.monotonic()`` instant after which the hold may have ended (``None``: no expiry)."""
-        return getattr(self._state(), "deadline", None)
+        return self._state().deadline  # type: ignore[no-any-return]
 
     @property
     def valid(self) -> bool:
         """True while this thread (or task) holds the lock and its local deadline has not passed
         (False in a forked child for the parent's hold)."""
         local = self._state()
-        if local.token is None or getattr(local, "lost", False) or taken_elsewhere(local):
+        if local.token is None or local.lost or taken_elsewhere(local):
             return False
-        deadline = getattr(local, "deadline", None)
+        deadline = local.deadline
         return deadline is None or time.monotonic() < deadline
 
     def ensure_valid(self) -> None:
@@ -178,7 +191,7 @@ class LockBase(ReleaseOnExit, QueuedBase):
         ``fence``.  With ``thread_local=False`` one state serves every thread (or task): once a
         release reached Redis, another thread may already have been handed the next hold and
         written it there (a new fence), and what the release does next must leave that alone."""
-        return local.token == token and getattr(local, "fence", None) == fence
+        return local.token == token and local.fence == fence
 
     @staticmethod
     def _forget_hold(local: Any) -> None:
@@ -201,7 +214,7 @@ class LockBase(ReleaseOnExit, QueuedBase):
         forked child never joins the hold its parent took (the state it inherited): it takes a hold
         of its own, in line like any other process."""
         local = self._state()
-        if not (self.reentrant and local.token is not None and getattr(local, "count", 0) > 0):
+        if not (self.reentrant and local.token is not None and local.count > 0):
             return False
         if taken_elsewhere(local):
             return False
@@ -215,7 +228,7 @@ class LockBase(ReleaseOnExit, QueuedBase):
     def _own(self, token: bytes, grant: Grant, sent_at: float) -> Any:
         """Record a granted hold and, when needed, hand it to the watchdog; returns the hold."""
         local = self._state()
-        self._began(local)
+        self.report.began(local)
         local.token = token
         local.pid = os.getpid()  # only this process may release or renew it (refuse_forked)
         local.fence = grant.fence
@@ -223,7 +236,14 @@ class LockBase(ReleaseOnExit, QueuedBase):
         local.count = 1
         local.lost = False
         self._watch(local, token, grant.provisional)
+        if self.local.per_worker:  # a hold of this thread or task only: nobody else can release it
+            self.side.watch_worker_end(self, local, token)
         return local
+
+    def _detach(self, local: Any) -> None:
+        """Before the hold ``local`` is released: out of the watchdog, its worker's end no longer watched."""
+        self._unwatch(local)
+        self.side.unwatch_worker_end(local)
 
     def __repr__(self) -> str:
         return f"<{type(self).__module__}.{type(self).__qualname__} name={self.name!r} timeout={self.timeout!r}>"

@@ -1,8 +1,10 @@
-"""What the queued primitives (locks and semaphores, sync and asyncio) share: settings, key
-layout, the arguments and replies of their scripts, the rules of waiting in line.
+"""What the queued primitives (locks, semaphores, read-write locks; sync and asyncio) share:
+settings, key layout, the arguments and replies of their scripts, the rules of waiting in line
+(:class:`QueuedBase`), and the acquires of this process in flight (:class:`InFlight`).
 
-Nothing in here talks to Redis; the sync and asyncio twins (:mod:`django_redis_coord.core.queue.sync`,
-:mod:`django_redis_coord.core.queue.aio`) do, each in its own ``do_*`` methods.
+Nothing in here talks to Redis, and nothing here knows a family: each family's module composes a
+:class:`~django_redis_coord.core.queue.aio.Line` (the wait in line, sync or asyncio), a
+:class:`~django_redis_coord.core.reporting.Reporter` and its holds.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ..exceptions import InvalidLockArgument, InvalidLockArgumentType, LockError
 from ..grants import Grant
 from ..holds import capped_ms, first_time
 from ..keys import KeySet, cacheable, encode_name, keys_for
-from ..reporting import Reporting, check_events, report_loss
+from ..reporting import Reporter, check_events
 from ..scripts import queue_script
 
 __all__ = [
@@ -36,7 +38,7 @@ META_RETENTION_MS = 24 * 3600 * 1000
 
 _HOSTNAME = socket.gethostname()
 _INFO_CACHE: dict[tuple, str] = {}
-#: How many times the give-back of an interrupted acquire (``_abandon``) is tried when an
+#: How many times the give-back of an interrupted acquire (``Line.abandon``) is tried when an
 #: exception interrupts it in turn (a signal that comes again): each try is one script, safe to
 #: run again, that leaves the queue and releases what the token holds.
 GIVE_BACK_TRIES = 3
@@ -103,13 +105,14 @@ class InFlight:
             return len(self._by_name.get(name, ()))
 
 
-class QueuedBase(Reporting):
-    """What every queued primitive (a lock, a semaphore) shares: settings, keys, the arguments
-    of its scripts, the rules of waiting in line and the watchdog's view of a hold.
+class QueuedBase:
+    """What every queued primitive (a lock, a semaphore, a read-write lock) shares: settings,
+    keys, the arguments of its scripts, the rules of waiting in line and the watchdog's view of a hold.
 
-    A subclass names its scripts and the kind of its keys; the sync and asyncio twins that talk
-    to Redis (``QueuedPrimitive`` in :mod:`django_redis_coord.core.queue.sync` and
-    :mod:`django_redis_coord.core.queue.aio`) add the waiting loop on top.
+    A family's rules (``LockBase``, ``SemaphoreBase``, ``RWLockBase``) name its scripts and the kind
+    of its keys; the family's classes (sync and asyncio) compose what talks to Redis and waits
+    (:meth:`_compose`): ``line`` (the wait in line), ``report`` (the calls to ``events``) and
+    ``local`` (its holds), and name their ``side`` (:mod:`django_redis_coord.core.side`).
     """
 
     kind = "lock"
@@ -134,11 +137,15 @@ class QueuedBase(Reporting):
     #: hold is for (a leader's ``role``, a task's name and key, ...).  JSON values; ``host``,
     #: ``pid``, ``thread``, ``label`` and ``view`` are the primitive's own and cannot be replaced.
     holder_fields: Optional[Mapping[str, Any]] = None
-    #: A hint: whether this primitive's last blocking acquire found it taken.  While it is, a
-    #: blocking acquire registers and queues in one call (a try first would cost a contended
-    #: acquire one more script call); else it tries first and sets up no waiting when granted
-    #: (unless another blocking acquire of the process is queued on the name: :class:`InFlight`).
-    _contended = False
+    #: What differs between a thread and a task (:mod:`django_redis_coord.core.side`), named by each family's class.
+    side: Any = None
+    #: The hand-over hook: when set, the acquire and release calls of a lock go through it (see
+    #: :mod:`django_redis_coord.core.lock.handover`).
+    hand_over: Any = None
+    #: The calls to ``events`` (see :meth:`_compose`).
+    report: Reporter
+    #: The wait in line (see :meth:`_compose`).
+    line: Any
 
     def __init__(
         self,
@@ -191,11 +198,11 @@ class QueuedBase(Reporting):
     def check_settings(self, name: object, timeout: Optional[Number]) -> None:
         """Refuse the settings only this kind of primitive has (before the common ones)."""
 
-    #: The hold state of a lock-like primitive (see :meth:`_new_local`), set by each flavour.
+    #: The holds of this primitive (see :meth:`_compose`).
     local: Any
 
-    def _new_local(self) -> Any:
-        """Empty hold state of this flavour: per thread, per task or shared (``thread_local``)."""
+    def _compose(self) -> None:
+        """Make this primitive's collaborators (each family's class: its holds, line and reporter)."""
         raise NotImplementedError
 
     def fresh(self, redis: Any = None) -> Any:
@@ -210,7 +217,7 @@ class QueuedBase(Reporting):
         vars(twin).update(vars(self))
         if redis is not None:
             twin.redis = redis
-        twin.local = twin._new_local()
+        twin._compose()
         return twin
 
     # -- arguments of the scripts ------------------------------------------------------------
@@ -321,29 +328,25 @@ class QueuedBase(Reporting):
         ttl = pttl_ms / 1000.0
         return sent_at + ttl - drift(ttl)
 
-    def _watchdog(self) -> Any:
-        """The renewal loop of this flavour (a thread, or a task of the running loop)."""
-        raise NotImplementedError
-
     def _watch(self, local: Any, token: bytes, provisional: bool) -> None:
         """Hand a new hold to the watchdog when it needs one: renewal, or the claim of a hold
         handed over provisionally (two waiter leases), unless the hold ends first."""
         local.watched = self.auto_renew or provisional
         if self.auto_renew:
             first_in = min(self.renew_ttl_ms / 3000.0, self.waiter_lease / 2) if provisional else None
-            self._watchdog().register(self, local, token, first_in)
+            self.side.watchdog().register(self, local, token, first_in)
         elif provisional:
-            self._watchdog().register(self, local, token, self.waiter_lease / 2, once=True)
+            self.side.watchdog().register(self, local, token, self.waiter_lease / 2, once=True)
+
+    def _unwatch(self, local: Any) -> None:
+        """Before a hold's release: no renewal (nor claim) of it may go out from now on, or its
+        reply, coming after the release, would declare the hold lost."""
+        if local.watched:
+            self.side.watchdog().unregister(self, local)
+            local.watched = False
 
     def _lost_subject(self, local: Any) -> Any:
         """What ``on_lost`` is called with when the hold ``local`` is lost."""
-        raise NotImplementedError
-
-    def _after_loss(self, result: Any) -> None:
-        """What happens to the value ``on_lost`` returned (the asyncio flavour runs a coroutine)."""
-
-    def _report_loss(self, hold: Any) -> None:
-        """Tell ``events`` of the loss of ``hold`` (each flavour: see :mod:`._reporting`)."""
         raise NotImplementedError
 
     def _mark_lost(self, local: Any) -> None:
@@ -352,14 +355,34 @@ class QueuedBase(Reporting):
         gets here first."""
         if not first_time(local, "lost"):
             return
-        report_loss(self, local)  # on_lost runs even when the events object raised
+        self.report.lost(local)  # on_lost runs even when the events object raised
         callback = self.on_lost
         if callback is not None:
-            self._after_loss(callback(self._lost_subject(local)))
+            self.side.follow_up(callback(self._lost_subject(local)))
+
+    # -- refusals -------------------------------------------------------------------------------
+    def _state(self) -> Any:
+        """The current thread's (or task's) hold (a :class:`~django_redis_coord.core.holds.Hold`)."""
+        return self.local.hold
+
+    @property
+    def refused_pttl(self) -> Optional[int]:
+        """After a refused acquire by this thread (task): the holder's remaining time in ms as the
+        refusal said (``-1``: no expiry), else ``None``."""
+        return self._refusal()[0]
+
+    def _note_refusal(self, pttl: Optional[int], limit: Optional[int] = None) -> None:
+        """Keep what the last refused acquire said (a lock: with this thread's or task's hold)."""
+        self._state().refusal = (pttl, limit)
+
+    def _refusal(self) -> tuple[Optional[int], Optional[int]]:
+        """What :meth:`_note_refusal` kept: the holder's remaining ms and the limit in force."""
+        refusal: tuple[Optional[int], Optional[int]] = self._state().refusal
+        return refusal
 
     # -- waiting ------------------------------------------------------------------------------
     def taken(self, grant: Grant, sent_at: float) -> Optional[tuple[Grant, float]]:
-        """The outcome of ``_take``: the grant and its send instant, or ``None`` when refused (what
+        """The outcome of ``Line.take``: the grant and its send instant, or ``None`` when refused (what
         the refusal said is kept: see :meth:`_note_refusal`)."""
         if grant.acquired:
             return grant, sent_at

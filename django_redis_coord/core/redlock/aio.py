@@ -34,7 +34,6 @@ import logging
 import time
 import weakref
 from collections.abc import Awaitable, Sequence
-from types import SimpleNamespace
 from typing import Any, Optional, Union
 
 from .. import watchdog as _watchdog
@@ -42,6 +41,7 @@ from ..arguments import Number
 from ..concurrency import run_to_completion
 from ..events import held_time
 from ..exceptions import QuorumUnavailable
+from ..holds import Hold
 from ..lock.rules import AsyncWithBlock
 from ..side.aio import follow_up, sleep, worker_name
 from .commands import (
@@ -216,7 +216,7 @@ class Redlock(AsyncWithBlock, RedlockBase):
 
     _report_loss = RedlockBase._atell_lost
 
-    def _mark_lost(self, hold: SimpleNamespace) -> None:
+    def _mark_lost(self, hold: Hold) -> None:
         """Called by the watchdog when a hold could not be renewed on a quorum in time."""
         follow_up(self.mark_lost(hold))
 
@@ -237,7 +237,7 @@ class Redlock(AsyncWithBlock, RedlockBase):
         return self._release_hold(hold, token, fence, held)
 
     async def _release_hold(
-        self, hold: SimpleNamespace, token: bytes, fence: Optional[int], held: Optional[float]
+        self, hold: Hold, token: bytes, fence: Optional[int], held: Optional[float]
     ) -> None:
         self.released(hold, (await self._everywhere(self.release_command(token)))[1])
         await self._atell_released(fence, held)
@@ -251,7 +251,7 @@ class Redlock(AsyncWithBlock, RedlockBase):
         repair = self.extended(hold, sent_at, replies)
         if self.auto_renew:  # a shorter deadline must not wait for the watchdog's next look
             _watchdog.async_watchdog().look_again()
-        if repair:
+        if repair and hold.token is not None:
             await self._repair(hold.token, repair)
         return True
 

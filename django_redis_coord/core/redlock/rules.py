@@ -14,7 +14,6 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
-from types import SimpleNamespace
 from typing import Any, Optional, Union
 
 from ..arguments import Number, as_bytes, check_max_hold, check_number, drift, encode_token, new_token, to_ms
@@ -27,8 +26,8 @@ from ..exceptions import (
     LockNotOwnedError,
     QuorumUnavailable,
 )
+from ..holds import Hold, capped_ms, copy_hold, first_time
 from ..holds import SharedHold as BaseSharedHold
-from ..holds import capped_ms, first_time
 from ..lock.rules import LockBase, ReleaseOnExit
 from ..reporting import Reporting, check_events, report_loss
 from .commands import (
@@ -226,13 +225,13 @@ class RedlockBase(Reporting, ReleaseOnExit):
     def held_by(self, tokens: Sequence[Optional[bytes]], token: bytes) -> bool:
         return list(tokens).count(token) >= self.quorum
 
-    def hold_to_release(self) -> tuple[SimpleNamespace, bytes]:
+    def hold_to_release(self) -> tuple[Hold, bytes]:
         hold = self._state()
         if hold.token is None:
             raise LockError("Cannot release an unlocked lock", lock_name=self.name)
         return hold, hold.token
 
-    def released(self, hold: SimpleNamespace, replies: Sequence[Any]) -> None:
+    def released(self, hold: Hold, replies: Sequence[Any]) -> None:
         """Settle a release from the masters' answers (raising as redis-py's Lock would)."""
         tally = tally_replies(replies, accept_one, range(len(self.masters)))
         lost = hold.lost
@@ -246,7 +245,7 @@ class RedlockBase(Reporting, ReleaseOnExit):
         if lost:
             raise LockLostError("The Redlock was lost before it was released", lock_name=self.name)
 
-    def hold_to_extend(self, additional_time: Number, replace_ttl: bool) -> tuple[SimpleNamespace, Command]:
+    def hold_to_extend(self, additional_time: Number, replace_ttl: bool) -> tuple[Hold, Command]:
         check_number("additional_time", additional_time, allow_none=False, positive=True, lock_name=self.name)
         hold = self._state()
         if hold.token is None:
@@ -254,7 +253,7 @@ class RedlockBase(Reporting, ReleaseOnExit):
         mode = "replace" if replace_ttl else "add"
         return hold, self.extend_command(hold.token, to_ms(additional_time), mode)
 
-    def extended(self, hold: SimpleNamespace, sent_at: float, replies: Sequence[Any]) -> list[int]:
+    def extended(self, hold: Hold, sent_at: float, replies: Sequence[Any]) -> list[int]:
         """Settle an extend: new deadline from a quorum, else raise; returns the masters to repair
         (they answered that they no longer have the hold)."""
         tally = tally_replies(replies, accept_pttl, range(len(self.masters)))
@@ -269,11 +268,11 @@ class RedlockBase(Reporting, ReleaseOnExit):
         if self._state().token is None:
             raise LockError("Cannot reacquire an unlocked lock", lock_name=self.name)
 
-    def _report_loss(self, hold: SimpleNamespace) -> None:
+    def _report_loss(self, hold: Hold) -> None:
         """Tell ``events`` of the loss of ``hold`` (each flavour: see :mod:`._reporting`)."""
         raise NotImplementedError
 
-    def mark_lost(self, hold: SimpleNamespace) -> Any:
+    def mark_lost(self, hold: Hold) -> Any:
         """Flag ``hold`` lost once and tell ``events``; returns what ``on_lost`` returned (None
         when not called)."""
         if not first_time(hold, "lost"):
@@ -305,10 +304,25 @@ class RedlockBase(Reporting, ReleaseOnExit):
         )
 
     # -- local state --------------------------------------------------------------------------
-    def _state(self) -> SimpleNamespace:
+    def _state(self) -> Hold:
         return self.local.hold  # type: ignore[attr-defined]
 
-    def _own(self, token: bytes, fence: int, deadline: float) -> SimpleNamespace:
+    @property
+    def view(self) -> Optional[str]:
+        """The view named in the holder info of this lock's holds (``@locked`` sets its dotted path)."""
+        return self._node.view
+
+    @view.setter
+    def view(self, value: Optional[str]) -> None:
+        self._node.view = value
+
+    def copy_hold_to(self, target: RedlockBase) -> None:
+        """Make ``target`` (a Redlock on the same name and masters: this one's twin of the other
+        side) hold what this one holds in the current thread or task, its fences by token too."""
+        copy_hold(self._state(), target._state())
+        target._fences.update(self._fences)
+
+    def _own(self, token: bytes, fence: int, deadline: float) -> Hold:
         hold = self._state()
         self._began(hold)
         hold.token = token
@@ -318,7 +332,7 @@ class RedlockBase(Reporting, ReleaseOnExit):
         self._fences[token] = fence
         return hold
 
-    def _forget(self, hold: SimpleNamespace) -> None:
+    def _forget(self, hold: Hold) -> None:
         if hold.token is not None:
             self._fences.pop(hold.token, None)
         hold.token = None
@@ -339,7 +353,7 @@ class RedlockBase(Reporting, ReleaseOnExit):
     def valid(self) -> bool:
         """True while held here, not found lost, and the validity time has not run out."""
         hold = self._state()
-        if hold.token is None or hold.lost:
+        if hold.token is None or hold.lost or hold.deadline is None:
             return False
         return time.monotonic() < hold.deadline
 

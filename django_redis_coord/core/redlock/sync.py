@@ -35,13 +35,13 @@ import logging
 import time
 import weakref
 from collections.abc import Sequence
-from types import SimpleNamespace
 from typing import Any, Optional, Union
 
 from .. import watchdog as _watchdog
 from ..arguments import Number
 from ..events import held_time
 from ..exceptions import QuorumUnavailable
+from ..holds import Hold
 from ..lock.rules import WithBlock
 from ..side.sync import follow_up, sleep, worker_name
 from .commands import (
@@ -216,7 +216,7 @@ class Redlock(WithBlock, RedlockBase):
 
     _report_loss = RedlockBase._tell_lost
 
-    def _mark_lost(self, hold: SimpleNamespace) -> None:
+    def _mark_lost(self, hold: Hold) -> None:
         """Called by the watchdog when a hold could not be renewed on a quorum in time."""
         follow_up(self.mark_lost(hold))
 
@@ -237,7 +237,7 @@ class Redlock(WithBlock, RedlockBase):
         return self._release_hold(hold, token, fence, held)
 
     def _release_hold(
-        self, hold: SimpleNamespace, token: bytes, fence: Optional[int], held: Optional[float]
+        self, hold: Hold, token: bytes, fence: Optional[int], held: Optional[float]
     ) -> None:
         self.released(hold, (self._everywhere(self.release_command(token)))[1])
         self._tell_released(fence, held)
@@ -251,7 +251,7 @@ class Redlock(WithBlock, RedlockBase):
         repair = self.extended(hold, sent_at, replies)
         if self.auto_renew:  # a shorter deadline must not wait for the watchdog's next look
             _watchdog.sync_watchdog().look_again()
-        if repair:
+        if repair and hold.token is not None:
             self._repair(hold.token, repair)
         return True
 

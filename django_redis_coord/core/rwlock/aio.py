@@ -47,10 +47,14 @@ from ..arguments import Number, check_number, to_ms
 from ..concurrency import run_to_completion
 from ..events import held_time
 from ..holders import HolderInfo
-from ..holds import taken_elsewhere
+from ..holds import SharedHold, taken_elsewhere
 from ..lock.rules import AsyncWithBlock
-from ..queue.aio import RWLockHeldPerTask
-from .rules import READ, WRITE, RWHoldBase
+from ..queue.aio import Line
+from ..reporting import Reporter
+from ..scripts import async_scripts
+from ..side import aio as side
+from ..side.aio import WorkerHolds
+from .rules import READ, WRITE, RWHoldBase, RWLockBase
 
 __all__ = ["ReadWriteLock", "RWHold"]
 
@@ -91,15 +95,15 @@ class RWHold(AsyncWithBlock, RWHoldBase):
         """Add ``additional_time`` seconds to the hold's remaining TTL (or set it, with ``replace_ttl``)."""
         check_number("additional_time", additional_time, allow_none=False, positive=True, lock_name=self.name)
         local = self.lock._held(self.mode, "extend")
-        return await self.lock._extend_hold(local, to_ms(additional_time), "replace" if replace_ttl else "add")
+        return await self.lock.line.extend(local, to_ms(additional_time), "replace" if replace_ttl else "add")
 
     async def reacquire(self) -> bool:
         """Reset the hold's TTL to ``timeout``."""
         local = self.lock._held(self.mode, "reacquire")
-        return await self.lock._extend_hold(local, self.lock.renew_ttl_ms, "replace")
+        return await self.lock.line.extend(local, self.lock.renew_ttl_ms, "replace")
 
 
-class ReadWriteLock(RWLockHeldPerTask):
+class ReadWriteLock(RWLockBase):
     """A fenced, FIFO read-write lock: ``lock.read`` is shared by readers, ``lock.write`` is held alone.
 
     ``ReadWriteLock(redis, name, timeout=None, *, blocking=True, blocking_timeout=None,
@@ -114,13 +118,23 @@ class ReadWriteLock(RWLockHeldPerTask):
       ``RWLockBase`` in ``core/rwlock/rules.py``).
     """
 
+    scripts = async_scripts
+    side = side
+
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
-        self.local = self._new_local()
+        self._compose()
         #: The read side: shared with the other readers.
         self.read = RWHold(self, READ)
         #: The write side: held alone.
         self.write = RWHold(self, WRITE)
+
+    def _compose(self) -> None:
+        """Its holds (per task, or one shared with ``thread_local=False``), its line, its reporter
+        (which tells ``events`` of ``lock.read`` or ``lock.write``)."""
+        self.local = WorkerHolds() if self.thread_local else SharedHold()
+        self.line = Line(self)
+        self.report = Reporter(self, self._lost_subject, self._refusal, in_background=side.LOSS_TOLD_IN_BACKGROUND)
 
     async def locked(self) -> bool:
         """True when anyone holds this lock, in either mode."""
@@ -147,15 +161,15 @@ class ReadWriteLock(RWLockHeldPerTask):
         token = self.new_hold_token(mode)
         taken = None
         try:
-            taken = await self._take(token, blocking, stop_at, own=True)
+            taken = await self.line.take(token, blocking, stop_at, own=True)
         finally:
             if taken is None:
                 self._unclaim()
         if taken is None:
-            await self._atell_contended(started, self.hold(mode))
+            await self.report.atell_contended(started, self.hold(mode))
             return False
         hold = self._own(mode, token, *taken)
-        await self._atell_acquired(hold, started, lambda: self._release_call(hold))
+        await self.report.atell_acquired(hold, started, lambda: self._release_call(hold))
         return True
 
     async def _release_mode(self, mode: str) -> None:
@@ -166,14 +180,14 @@ class ReadWriteLock(RWLockHeldPerTask):
         self._detach(local)
         # In asyncio, once asked, the release completes (and is told) even if its task is cancelled
         # meanwhile (a client going away under ASGI).
-        await run_to_completion(self._release_hold(local, local.token, getattr(local, "lost", False), self.hold(mode)))
+        await run_to_completion(self._release_hold(local, local.token, local.lost, self.hold(mode)))
 
     def _release_call(self, local: Any) -> Awaitable[None]:
         """Stop renewing the hold ``local`` and return the call that releases it, untold: the
         give-back of a grant whose ``acquired`` receiver raised.  In asyncio that call needs nothing
         from the task, so it can finish in another one (see :meth:`_release_mode`)."""
         self._detach(local)
-        return self._release_hold(local, local.token, getattr(local, "lost", False))
+        return self._release_hold(local, local.token, local.lost)
 
     async def _release_hold(self, local: Any, token: bytes, lost: bool, told: Optional[RWHold] = None) -> None:
         """Release the hold ``local`` and tell ``released`` of the side ``told`` (``None``: untold):
@@ -181,10 +195,10 @@ class ReadWriteLock(RWLockHeldPerTask):
         fence, held = local.fence, held_time(local)
         released = await self.do_release(token)
         if not released:
-            await self._atell_lost_now(local)  # told here, so _mark_lost (in _release_done) tells nothing more
+            await self.report.atell_lost_now(local)  # told here, so _mark_lost (in _release_done) tells nothing more
         self._release_done(local, token, released, lost)
         if told is not None:
-            await self._atell_released(fence, held, told)
+            await self.report.atell_released(fence, held, told)
 
     # -- the only methods talking to Redis -----------------------------------------------------
     async def do_release(self, token: bytes) -> bool:

@@ -31,7 +31,7 @@ from ..exceptions import (
 )
 from ..grants import Grant
 from ..holders import HolderInfo, permits_from_inspect
-from ..holds import first_time, refuse_forked, taken_elsewhere
+from ..holds import Hold, first_time, refuse_forked, taken_elsewhere
 from ..lock.rules import ReleaseOnExit
 from ..queue.rules import DEFAULT_WAITER_LEASE, META_RETENTION_MS, NO_REPLY, QueuedBase
 
@@ -42,8 +42,8 @@ WRITE = "write"
 #: The first letter of a token of each mode (what the scripts read), and back.
 _LETTERS = {READ: b"r", WRITE: b"w"}
 _MODES = {b"r"[0]: READ, b"w"[0]: WRITE}
-#: The count of nested holds of each mode in a hold's state.
-_COUNTS = {READ: "reads", WRITE: "writes"}
+#: The modes a hold may have.
+_MODES_BY_NAME = (READ, WRITE)
 #: Holder records longer than this are not cached with their mode (see :func:`_with_mode`).
 _CACHED_INFO_MAX = 1024
 
@@ -68,17 +68,26 @@ def _with_mode(info: str, mode: str) -> str:
     return _cached_add_mode(info, mode) if len(info) <= _CACHED_INFO_MAX else _add_mode(info, mode)
 
 
-def _count(local: Any, mode: str) -> int:
-    return int(getattr(local, _COUNTS[mode], 0))
+def _count(local: Hold, mode: str) -> int:
+    """How many holds of ``mode`` the hold ``local`` nests."""
+    return local.reads if mode == READ else local.writes
+
+
+def _set_count(local: Hold, mode: str, count: int) -> None:
+    if mode == READ:
+        local.reads = count
+    else:
+        local.writes = count
 
 
 class RWLockBase(QueuedBase):
     """Arguments, keys and the caller's hold common to :class:`ReadWriteLock` and its asyncio twin.
 
-    The hold state of a thread (task) is one namespace: ``token`` and ``mode`` of its hold in Redis,
-    ``fence``, ``deadline``, ``lost``, and how many read and write holds it nests in it (``reads``,
-    ``writes``).  Re-entry: a read inside a read or inside a write, and a write inside a write, join
-    the hold (no round trip, same fence); a write inside a read raises :class:`LockUpgradeError`.
+    The hold state of a thread (task) is one :class:`~django_redis_coord.core.holds.Hold`: ``token``
+    and ``mode`` of its hold in Redis, ``fence``, ``deadline``, ``lost``, and how many read and write
+    holds it nests in it (``reads``, ``writes``).  Re-entry: a read inside a read or inside a write,
+    and a write inside a write, join the hold (no round trip, same fence); a write inside a read
+    raises :class:`LockUpgradeError`.
 
     With ``thread_local=False`` the object has one hold state, shared by every thread (task): the
     hold may be released by another thread than the one that took it (a view's response closed by
@@ -130,7 +139,7 @@ class RWLockBase(QueuedBase):
         if not isinstance(mode, str):
             raise InvalidLockArgumentType(f"mode must be 'read' or 'write', not {type(mode).__name__}",
                                           lock_name=self.name)
-        if mode not in _COUNTS:
+        if mode not in _MODES_BY_NAME:
             raise InvalidLockArgument(f"mode must be 'read' or 'write', not {mode!r}", lock_name=self.name)
         return mode
 
@@ -159,17 +168,15 @@ class RWLockBase(QueuedBase):
         return [bytes(token) if not isinstance(token, str) else token.encode() for token in reply[5::3]]
 
     # -- the caller's hold ---------------------------------------------------------------------
-    def _state(self) -> Any:
-        """The current thread's (or task's) hold state."""
-        raise NotImplementedError
+    @property
+    def hold_record(self) -> Hold:
+        """The current thread's (or task's) hold, as this object keeps it (``token`` ``None``: none);
+        :func:`~django_redis_coord.core.holds.copy_hold` makes a twin of this lock hold the same."""
+        return self._state()  # type: ignore[no-any-return]
 
     def _lost_subject(self, local: Any) -> Any:
-        """``on_lost`` gets the hold object of the mode that was lost (``lock.read`` or ``lock.write``)."""
-        return self.write if getattr(local, "mode", None) == WRITE else self.read
-
-    def _event_subject(self, hold: Any) -> Any:
-        """``events`` hears of ``lock.read`` or ``lock.write``, as ``on_lost`` does."""
-        return self._lost_subject(hold)
+        """``on_lost`` (and ``events``) get the hold object of the mode: ``lock.read`` or ``lock.write``."""
+        return self.write if local.mode == WRITE else self.read
 
     def holding(self, mode: str) -> Optional[Any]:
         """The current thread's (task's) hold state when it holds ``mode`` (a read nested in its
@@ -179,9 +186,9 @@ class RWLockBase(QueuedBase):
 
     @staticmethod
     def _valid(local: Any) -> bool:
-        if local.token is None or getattr(local, "lost", False) or taken_elsewhere(local):
+        if local.token is None or local.lost or taken_elsewhere(local):
             return False
-        deadline = getattr(local, "deadline", None)
+        deadline = local.deadline
         return deadline is None or time.monotonic() < deadline
 
     def reenter(self, mode: str) -> bool:
@@ -208,7 +215,7 @@ class RWLockBase(QueuedBase):
                 "Release the read first (or take the write from the start)", lock_name=self.name)
         if not self._valid(local):
             raise LockLostError("The hold this re-entry would join was lost", lock_name=self.name)
-        setattr(local, _COUNTS[mode], _count(local, mode) + 1)
+        _set_count(local, mode, _count(local, mode) + 1)
         return True
 
     def _unclaim(self) -> None:
@@ -218,7 +225,7 @@ class RWLockBase(QueuedBase):
     def _own(self, mode: str, token: bytes, grant: Grant, sent_at: float) -> Any:
         """Record a granted hold and, when needed, hand it to the watchdog; returns its state."""
         local = self._state()
-        self._began(local)
+        self.report.began(local)
         local.token = token
         local.pid = os.getpid()  # only this process may release or renew it (refuse_forked)
         local.mode = mode
@@ -228,6 +235,8 @@ class RWLockBase(QueuedBase):
         local.writes = 1 if mode == WRITE else 0
         local.lost = False
         self._watch(local, token, grant.provisional)
+        if self.local.per_worker:  # a hold of this thread or task only: nobody else can release it
+            self.side.watch_worker_end(self, local, token)
         return local
 
     def _release_start(self, mode: str) -> Optional[Any]:
@@ -240,15 +249,15 @@ class RWLockBase(QueuedBase):
             raise LockError(f"Cannot release a {mode} hold this thread (task) does not have", lock_name=self.name)
         refuse_forked(local, self.name)
         if _count(local, READ) + _count(local, WRITE) > 1:
-            setattr(local, _COUNTS[mode], count - 1)
+            _set_count(local, mode, count - 1)
             return None
         return local
 
-    def _stop_watching(self, local: Any) -> None:
-        """Before a hold's release: no renewal (nor claim) of it may go out any more."""
-        if getattr(local, "watched", False):
-            self._watchdog().unregister(self, local)
-            local.watched = False
+    def _detach(self, local: Any) -> None:
+        """Before the hold ``local`` is released: no renewal (nor claim) of it may go out any more,
+        and its worker's end is no longer watched."""
+        self._unwatch(local)
+        self.side.unwatch_worker_end(local)
 
     def _release_done(self, local: Any, token: bytes, released: bool, lost: bool) -> None:
         """After the release script answered: forget the hold; raise when it had been lost."""
@@ -333,13 +342,13 @@ class RWHoldBase(ReleaseOnExit):
         """Fence token of the current thread's (task's) hold of this mode (``None``: none, and in a
         forked child for the parent's hold).  A read nested in a write has the write's fence."""
         local = self.lock.holding(self.mode)
-        return getattr(local, "fence", None) if local is not None and not taken_elsewhere(local) else None
+        return local.fence if local is not None and not taken_elsewhere(local) else None
 
     @property
     def deadline(self) -> Optional[float]:
         """``time.monotonic()`` instant after which the hold may have ended (``None``: no expiry)."""
         local = self.lock.holding(self.mode)
-        return getattr(local, "deadline", None) if local is not None else None
+        return local.deadline if local is not None else None
 
     @property
     def valid(self) -> bool:

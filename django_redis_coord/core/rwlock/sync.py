@@ -46,10 +46,14 @@ from typing import Any, Optional, Union
 from ..arguments import Number, check_number, to_ms
 from ..events import held_time
 from ..holders import HolderInfo
-from ..holds import taken_elsewhere
+from ..holds import SharedHold, taken_elsewhere
 from ..lock.rules import WithBlock
-from ..queue.sync import RWLockHeldPerThread
-from .rules import READ, WRITE, RWHoldBase
+from ..queue.sync import Line
+from ..reporting import Reporter
+from ..scripts import sync_scripts
+from ..side import sync as side
+from ..side.sync import WorkerHolds
+from .rules import READ, WRITE, RWHoldBase, RWLockBase
 
 __all__ = ["ReadWriteLock", "RWHold"]
 
@@ -90,15 +94,15 @@ class RWHold(WithBlock, RWHoldBase):
         """Add ``additional_time`` seconds to the hold's remaining TTL (or set it, with ``replace_ttl``)."""
         check_number("additional_time", additional_time, allow_none=False, positive=True, lock_name=self.name)
         local = self.lock._held(self.mode, "extend")
-        return self.lock._extend_hold(local, to_ms(additional_time), "replace" if replace_ttl else "add")
+        return self.lock.line.extend(local, to_ms(additional_time), "replace" if replace_ttl else "add")
 
     def reacquire(self) -> bool:
         """Reset the hold's TTL to ``timeout``."""
         local = self.lock._held(self.mode, "reacquire")
-        return self.lock._extend_hold(local, self.lock.renew_ttl_ms, "replace")
+        return self.lock.line.extend(local, self.lock.renew_ttl_ms, "replace")
 
 
-class ReadWriteLock(RWLockHeldPerThread):
+class ReadWriteLock(RWLockBase):
     """A fenced, FIFO read-write lock: ``lock.read`` is shared by readers, ``lock.write`` is held alone.
 
     ``ReadWriteLock(redis, name, timeout=None, *, blocking=True, blocking_timeout=None,
@@ -113,13 +117,23 @@ class ReadWriteLock(RWLockHeldPerThread):
       ``RWLockBase`` in ``core/rwlock/rules.py``).
     """
 
+    scripts = sync_scripts
+    side = side
+
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
-        self.local = self._new_local()
+        self._compose()
         #: The read side: shared with the other readers.
         self.read = RWHold(self, READ)
         #: The write side: held alone.
         self.write = RWHold(self, WRITE)
+
+    def _compose(self) -> None:
+        """Its holds (per task, or one shared with ``thread_local=False``), its line, its reporter
+        (which tells ``events`` of ``lock.read`` or ``lock.write``)."""
+        self.local = WorkerHolds() if self.thread_local else SharedHold()
+        self.line = Line(self)
+        self.report = Reporter(self, self._lost_subject, self._refusal, in_background=side.LOSS_TOLD_IN_BACKGROUND)
 
     def locked(self) -> bool:
         """True when anyone holds this lock, in either mode."""
@@ -146,15 +160,15 @@ class ReadWriteLock(RWLockHeldPerThread):
         token = self.new_hold_token(mode)
         taken = None
         try:
-            taken = self._take(token, blocking, stop_at, own=True)
+            taken = self.line.take(token, blocking, stop_at, own=True)
         finally:
             if taken is None:
                 self._unclaim()
         if taken is None:
-            self._tell_contended(started, self.hold(mode))
+            self.report.tell_contended(started, self.hold(mode))
             return False
         hold = self._own(mode, token, *taken)
-        self._tell_acquired(hold, started, lambda: self._release_call(hold))
+        self.report.tell_acquired(hold, started, lambda: self._release_call(hold))
         return True
 
     def _release_mode(self, mode: str) -> None:
@@ -165,14 +179,14 @@ class ReadWriteLock(RWLockHeldPerThread):
         self._detach(local)
         # In asyncio, once asked, the release completes (and is told) even if its task is cancelled
         # meanwhile (a client going away under ASGI).
-        self._release_hold(local, local.token, getattr(local, "lost", False), self.hold(mode))
+        self._release_hold(local, local.token, local.lost, self.hold(mode))
 
     def _release_call(self, local: Any) -> None:
         """Stop renewing the hold ``local`` and return the call that releases it, untold: the
         give-back of a grant whose ``acquired`` receiver raised.  In asyncio that call needs nothing
         from the task, so it can finish in another one (see :meth:`_release_mode`)."""
         self._detach(local)
-        return self._release_hold(local, local.token, getattr(local, "lost", False))
+        return self._release_hold(local, local.token, local.lost)
 
     def _release_hold(self, local: Any, token: bytes, lost: bool, told: Optional[RWHold] = None) -> None:
         """Release the hold ``local`` and tell ``released`` of the side ``told`` (``None``: untold):
@@ -180,10 +194,10 @@ class ReadWriteLock(RWLockHeldPerThread):
         fence, held = local.fence, held_time(local)
         released = self.do_release(token)
         if not released:
-            self._tell_lost_now(local)  # told here, so _mark_lost (in _release_done) tells nothing more
+            self.report.tell_lost_now(local)  # told here, so _mark_lost (in _release_done) tells nothing more
         self._release_done(local, token, released, lost)
         if told is not None:
-            self._tell_released(fence, held, told)
+            self.report.tell_released(fence, held, told)
 
     # -- the only methods talking to Redis -----------------------------------------------------
     def do_release(self, token: bytes) -> bool:

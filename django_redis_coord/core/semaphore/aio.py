@@ -53,7 +53,11 @@ from ..arguments import Number, check_number, new_token, to_ms
 from ..concurrency import run_to_completion
 from ..exceptions import LockAcquireTimeout
 from ..holders import HolderInfo, permits_from_inspect
-from ..queue.aio import SemaphoreHeldPerTask
+from ..queue.aio import Line
+from ..reporting import Reporter
+from ..scripts import async_scripts
+from ..side import aio as side
+from ..side.aio import PerWorker
 from .rules import Identity, Permit, SemaphoreBase, check_limit, encode_identity
 
 # Permit, SemaphoreBase, check_limit and encode_identity live in _semaphore_base (shared by the
@@ -64,7 +68,7 @@ __all__ = ["Semaphore", "Permit", "SemaphoreBase", "check_limit", "encode_identi
 _SemaphoreT = TypeVar("_SemaphoreT", bound="Semaphore")
 
 
-class Semaphore(SemaphoreHeldPerTask):
+class Semaphore(SemaphoreBase):
     """A counting semaphore whose permits are leased on server time, fenced and served FIFO.
 
     ``Semaphore(redis, name, limit=None, timeout=None, blocking=False, blocking_timeout=None, *,
@@ -79,9 +83,22 @@ class Semaphore(SemaphoreHeldPerTask):
       called when a permit could not be renewed in time.
     """
 
+    scripts = async_scripts
+    side = side
+
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
-        self.local = self._new_local()
+        self._compose()
+
+    def _compose(self) -> None:
+        """Its permits taken without an identity (a stack per task), its line, its reporter."""
+        self.local = PerWorker(list)
+        self.line = Line(self)
+        self.report = Reporter(self, refusal=self._refusal, in_background=side.LOSS_TOLD_IN_BACKGROUND)
+
+    def _stack(self) -> list[bytes]:
+        """Tokens of the permits the current task acquired without an identity."""
+        return self.local.get()  # type: ignore[no-any-return]
 
     # -- the identity semaphore's API --------------------------------------------------------------
     async def set_max_size(self, size: int) -> None:
@@ -117,13 +134,13 @@ class Semaphore(SemaphoreHeldPerTask):
         started = time.monotonic()
         blocking, stop_at = self.wait_args(blocking, blocking_timeout)
         token = encode_identity(identity, self.name) if identity is not None else new_token()
-        taken = await self._take(token, blocking, stop_at, own=identity is None)
+        taken = await self.line.take(token, blocking, stop_at, own=identity is None)
         if taken is None:
-            await self._atell_contended(started)
+            await self.report.atell_contended(started)
             return False
-        permit, new = self._own(token, *taken, anonymous=identity is None)
+        permit, new = self._own(token, taken[0], taken[1], anonymous=identity is None)
         if new:  # an identity renewing its live permit is no new hold
-            await self._atell_acquired(permit, started, lambda: self._release_call(identity))
+            await self.report.atell_acquired(permit, started, lambda: self._release_call(identity))
         return True
 
     async def release(self, identity: Optional[Identity] = None) -> bool:
@@ -158,9 +175,9 @@ class Semaphore(SemaphoreHeldPerTask):
         self._forget(token, stack)
         if permit is not None:
             if not released or permit.lost:
-                await self._atell_lost_now(permit)
+                await self.report.atell_lost_now(permit)
             elif tell:
-                await self._atell_released(permit.fence, held)
+                await self.report.atell_released(permit.fence, held)
         return released
 
     async def extend(
@@ -170,13 +187,13 @@ class Semaphore(SemaphoreHeldPerTask):
         check_number("additional_time", additional_time, allow_none=False, positive=True, lock_name=self.name)
         permit = self._held(identity)
         self.check_extendable("extend")
-        return await self._extend_hold(permit, to_ms(additional_time), "replace" if replace_ttl else "add")
+        return await self.line.extend(permit, to_ms(additional_time), "replace" if replace_ttl else "add")
 
     async def reacquire(self, identity: Optional[Identity] = None) -> bool:
         """Reset a permit's lease to ``timeout``."""
         permit = self._held(identity)
         self.check_extendable("reacquire")
-        return await self._extend_hold(permit, self._ttl_ms, "replace")
+        return await self.line.extend(permit, self._ttl_ms, "replace")
 
     async def holders(self) -> list[HolderInfo]:
         """Every live permit of this semaphore (from all clients) with its holder's metadata."""

@@ -72,6 +72,12 @@ class Permit:
     lost: bool = False
     #: Registered with the watchdog (auto-renewal, or the claim of a provisional hand-off).
     watched: bool = False
+    #: ``time.monotonic()`` instant of its grant (``held_time``, ``max_hold``).
+    started: Optional[float] = None
+    #: Its loss was told to the events object (once per permit).
+    loss_reported: bool = False
+    #: Queued for the watchdog's next look (see :meth:`~django_redis_coord.core.watchdog.Watchdog.register`).
+    arriving: Optional[tuple[Any, ...]] = None
 
     @property
     def valid(self) -> bool:
@@ -190,11 +196,10 @@ class SemaphoreBase(QueuedBase):
                 self._stack().append(token)
         else:
             new = permit.lost or permit.fence != grant.fence
-            if permit.watched:
-                self._watchdog().unregister(self, permit)
+            self._unwatch(permit)
             permit.fence, permit.deadline, permit.lost = grant.fence, deadline, False
         if new:
-            self._began(permit)
+            self.report.began(permit)
         self._watch(permit, token, grant.provisional)
         return permit, new
 
@@ -216,16 +221,15 @@ class SemaphoreBase(QueuedBase):
         """Before a permit's release: no renewal (nor claim) of it may go out from now on, or its
         reply, coming after the release, would declare the permit lost."""
         permit = self._permits.get(token)
-        if permit is not None and permit.watched:
-            self._watchdog().unregister(self, permit)
-            permit.watched = False
+        if permit is not None:
+            self._unwatch(permit)
 
     def _forget(self, token: bytes, stack: Optional[list[bytes]] = None) -> Optional[Permit]:
         """Drop the permit of ``token``; ``stack``: the anonymous permits of the thread or task that
         took it (default: the current one's)."""
         permit = self._permits.pop(token, None)
         if permit is not None and permit.watched:
-            self._watchdog().unregister(self, permit)
+            self.side.watchdog().unregister(self, permit)
         if stack is None:
             stack = self._stack()
         if token in stack:
@@ -239,6 +243,11 @@ class SemaphoreBase(QueuedBase):
         return permit
 
     # -- local state -------------------------------------------------------------------------------
+    def share_permits_with(self, target: SemaphoreBase) -> None:
+        """Make ``target`` (a semaphore on the same name: this one's twin of the other side) see
+        the permits this one holds, each with its fence and start, from now on (one record of them)."""
+        target._permits = self._permits
+
     def permit(self, identity: Optional[Identity] = None) -> Optional[Permit]:
         """The permit held through this object for ``identity`` (default: the current thread's
         latest permit acquired without an identity), or ``None``."""

@@ -52,7 +52,11 @@ from typing import Any, Optional, TypeVar, Union
 from ..arguments import Number, check_number, new_token, to_ms
 from ..exceptions import LockAcquireTimeout
 from ..holders import HolderInfo, permits_from_inspect
-from ..queue.sync import SemaphoreHeldPerThread
+from ..queue.sync import Line
+from ..reporting import Reporter
+from ..scripts import sync_scripts
+from ..side import sync as side
+from ..side.sync import PerWorker
 from .rules import Identity, Permit, SemaphoreBase, check_limit, encode_identity
 
 # Permit, SemaphoreBase, check_limit and encode_identity live in _semaphore_base (shared by the
@@ -63,7 +67,7 @@ __all__ = ["Semaphore", "Permit", "SemaphoreBase", "check_limit", "encode_identi
 _SemaphoreT = TypeVar("_SemaphoreT", bound="Semaphore")
 
 
-class Semaphore(SemaphoreHeldPerThread):
+class Semaphore(SemaphoreBase):
     """A counting semaphore whose permits are leased on server time, fenced and served FIFO.
 
     ``Semaphore(redis, name, limit=None, timeout=None, blocking=False, blocking_timeout=None, *,
@@ -78,9 +82,22 @@ class Semaphore(SemaphoreHeldPerThread):
       called when a permit could not be renewed in time.
     """
 
+    scripts = sync_scripts
+    side = side
+
     def __init__(self, redis: Any, name: Union[str, bytes], *args: Any, **kwargs: Any) -> None:
         super().__init__(redis, name, *args, **kwargs)
-        self.local = self._new_local()
+        self._compose()
+
+    def _compose(self) -> None:
+        """Its permits taken without an identity (a stack per task), its line, its reporter."""
+        self.local = PerWorker(list)
+        self.line = Line(self)
+        self.report = Reporter(self, refusal=self._refusal, in_background=side.LOSS_TOLD_IN_BACKGROUND)
+
+    def _stack(self) -> list[bytes]:
+        """Tokens of the permits the current task acquired without an identity."""
+        return self.local.get()  # type: ignore[no-any-return]
 
     # -- the identity semaphore's API --------------------------------------------------------------
     def set_max_size(self, size: int) -> None:
@@ -116,13 +133,13 @@ class Semaphore(SemaphoreHeldPerThread):
         started = time.monotonic()
         blocking, stop_at = self.wait_args(blocking, blocking_timeout)
         token = encode_identity(identity, self.name) if identity is not None else new_token()
-        taken = self._take(token, blocking, stop_at, own=identity is None)
+        taken = self.line.take(token, blocking, stop_at, own=identity is None)
         if taken is None:
-            self._tell_contended(started)
+            self.report.tell_contended(started)
             return False
-        permit, new = self._own(token, *taken, anonymous=identity is None)
+        permit, new = self._own(token, taken[0], taken[1], anonymous=identity is None)
         if new:  # an identity renewing its live permit is no new hold
-            self._tell_acquired(permit, started, lambda: self._release_call(identity))
+            self.report.tell_acquired(permit, started, lambda: self._release_call(identity))
         return True
 
     def release(self, identity: Optional[Identity] = None) -> bool:
@@ -157,9 +174,9 @@ class Semaphore(SemaphoreHeldPerThread):
         self._forget(token, stack)
         if permit is not None:
             if not released or permit.lost:
-                self._tell_lost_now(permit)
+                self.report.tell_lost_now(permit)
             elif tell:
-                self._tell_released(permit.fence, held)
+                self.report.tell_released(permit.fence, held)
         return released
 
     def extend(
@@ -169,13 +186,13 @@ class Semaphore(SemaphoreHeldPerThread):
         check_number("additional_time", additional_time, allow_none=False, positive=True, lock_name=self.name)
         permit = self._held(identity)
         self.check_extendable("extend")
-        return self._extend_hold(permit, to_ms(additional_time), "replace" if replace_ttl else "add")
+        return self.line.extend(permit, to_ms(additional_time), "replace" if replace_ttl else "add")
 
     def reacquire(self, identity: Optional[Identity] = None) -> bool:
         """Reset a permit's lease to ``timeout``."""
         permit = self._held(identity)
         self.check_extendable("reacquire")
-        return self._extend_hold(permit, self._ttl_ms, "replace")
+        return self.line.extend(permit, self._ttl_ms, "replace")
 
     def holders(self) -> list[HolderInfo]:
         """Every live permit of this semaphore (from all clients) with its holder's metadata."""

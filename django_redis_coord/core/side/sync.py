@@ -8,7 +8,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, MutableMapping
-from typing import Any, Optional
+from typing import Any, Generic, Optional, TypeVar
+
+from .. import watchdog as _watchdog
+from ..holds import Hold
+
+T = TypeVar("T")
 
 #: An event a thread waits for (set from any thread).
 Event = threading.Event
@@ -16,6 +21,9 @@ Event = threading.Event
 #: Whether a worker waiting in line can be interrupted where it waits: a thread cannot (it waits
 #: in rounds and looks at its stop flag between them).
 INTERRUPTIBLE = False
+
+#: A loss the watchdog finds is told in the thread that finds it.
+LOSS_TOLD_IN_BACKGROUND = False
 
 #: A counting semaphore of threads (bounded: a release without an acquire raises).
 Semaphore = threading.BoundedSemaphore
@@ -34,6 +42,11 @@ def at_exit(function: Callable[[], Any]) -> None:
 def call(function: Callable[..., Any], *args: Any) -> Any:
     """``function(*args)``."""
     return function(*args)
+
+
+def cancels_pending() -> int:
+    """How many cancellations of the current worker are pending: a thread is never cancelled."""
+    return 0
 
 
 def current_worker() -> threading.Thread:
@@ -63,6 +76,20 @@ def node_client(client: Any, key: bytes) -> Any:
     if getattr(client, "connection_pool", None) is not None:
         return client
     return client.get_redis_connection(client.get_node_from_key(key))  # redis.cluster.RedisCluster
+
+
+class PerWorker(threading.local, Generic[T]):
+    """A value of each thread, made by ``factory`` on first use."""
+
+    def __init__(self, factory: Callable[[], T]) -> None:
+        self.value = factory()
+
+    def get(self) -> T:
+        return self.value
+
+
+def raise_swallowed_cancel(before: int) -> None:
+    """Nothing: a thread has no cancellation to lose."""
 
 
 class _Process:
@@ -98,11 +125,43 @@ def start(function: Callable[[], Any], name: str) -> threading.Thread:
     return thread
 
 
+def unwatch_worker_end(hold: Hold) -> None:
+    """Nothing: the end of a thread is not watched."""
+
+
 def wait_event(event: threading.Event, timeout: Optional[float]) -> bool:
     """Wait until ``event`` is set (True) or ``timeout`` seconds passed (False; ``None``: no limit)."""
     return event.wait(timeout)
 
 
+def watch_worker_end(primitive: Any, hold: Hold, token: bytes) -> None:
+    """Nothing: a thread that ends holding leaves its hold to its TTL (a thread pool's threads live on)."""
+
+
+def watchdog() -> Any:
+    """The renewal loop of this side: the process's watchdog thread."""
+    return _watchdog.sync_watchdog()
+
+
 def worker_name() -> str:
     """The name of the thread running this code."""
     return threading.current_thread().name
+
+
+class WorkerHolds(threading.local):
+    """The holds of a primitive, one per thread: ``hold`` is the current thread's
+    (:class:`~django_redis_coord.core.holds.Hold`), ``token`` its token (redis-py's ``lock.local.token``)."""
+
+    #: Each thread's hold is its own.
+    per_worker = True
+
+    def __init__(self) -> None:
+        self.hold = Hold()
+
+    @property
+    def token(self) -> Optional[bytes]:
+        return self.hold.token
+
+    @token.setter
+    def token(self, value: Optional[bytes]) -> None:
+        self.hold.token = value

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Sequence
-from types import SimpleNamespace
 from typing import Any, Optional
 
 import redis.asyncio
@@ -16,6 +15,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...concurrency import drop_closed_loops
+from ...holds import Hold
 from ...scripts import async_scripts
 from ..commands import Command, queue_commands
 
@@ -80,11 +80,11 @@ class WorkerHold:
     """Hold state private to the current asyncio task (or the thread, outside a loop)."""
 
     def __init__(self) -> None:
-        self._by_task: weakref.WeakKeyDictionary[Any, SimpleNamespace] = weakref.WeakKeyDictionary()
-        self._outside = SimpleNamespace(token=None, fence=None, deadline=0.0, lost=False)
+        self._by_task: weakref.WeakKeyDictionary[Any, Hold] = weakref.WeakKeyDictionary()
+        self._outside = Hold(deadline=0.0)
 
     @property
-    def hold(self) -> SimpleNamespace:
+    def hold(self) -> Hold:
         try:
             task = asyncio.current_task()
         except RuntimeError:
@@ -93,7 +93,7 @@ class WorkerHold:
             return self._outside
         hold = self._by_task.get(task)
         if hold is None:
-            hold = self._by_task[task] = SimpleNamespace(token=None, fence=None, deadline=0.0, lost=False)
+            hold = self._by_task[task] = Hold(deadline=0.0)
         return hold
 
     @property

@@ -79,7 +79,7 @@ def _exchange(client: redis.Redis, batch: Sequence[Command], load: bool) -> list
 
 
 class WorkerHold(SharedHold, threading.local):
-    """Hold state private to each thread (a plain namespace the watchdog thread can update)."""
+    """Hold state private to each thread (a Hold the watchdog thread can update)."""
 
 
 class Masters:
