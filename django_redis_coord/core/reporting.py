@@ -1,4 +1,4 @@
-"""How a primitive calls its ``events`` object (see :mod:`django_redis_coord.events`): the one
+"""How a primitive calls its ``events`` object (see :class:`django_redis_coord.Events`): the one
 place the sync and asyncio locks, semaphores and Redlocks tell of a hold's start and end.
 
 Each primitive has a :class:`Reporter` (its ``report``): a lock, a semaphore and a read-write lock
@@ -39,10 +39,10 @@ _METHODS = ("acquired", "contended", "released", "lost", "aacquired", "acontende
 
 
 def check_events(events: object, name: object) -> Optional[Events]:
-    """``events`` when it is None or has every method of :class:`~django_redis_coord.events.Events`."""
+    """``events`` when it is None or has every method of :class:`~django_redis_coord.Events`."""
     if events is not None and not all(callable(getattr(events, method, None)) for method in _METHODS):
         raise InvalidLockArgumentType(
-            "events must be a django_redis_coord.events.Events (or have all its methods)", lock_name=name
+            "events must be a django_redis_coord.Events (or have all its methods)", lock_name=name
         )
     return events  # type: ignore[return-value]
 

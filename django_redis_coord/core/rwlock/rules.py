@@ -1,13 +1,13 @@
 """What the sync and asyncio read-write locks share: their arguments and keys, the mode of a
 token, the caller's hold and its re-entry rules (:class:`RWLockBase`), and what a read or write
 hold object offers without talking to Redis (:class:`RWHoldBase`).  Nothing in here talks to Redis;
-:mod:`django_redis_coord.rwlock` and :mod:`django_redis_coord.asyncio.rwlock` do.
+:mod:`django_redis_coord.core.rwlock.sync` and :mod:`django_redis_coord.core.rwlock.aio` do.
 
 A read-write lock keeps its holds as a semaphore keeps its permits (a sorted set at the name:
 token -> lease end; one record per hold in the meta hash; the fence counter; a registry entry
 ``rw:<name>``), and the first letter of a token says its mode: ``r`` or ``w``.  Its scripts
 (``lua/rw_*.lua``) grant in FIFO order across modes: readers at the head of the queue together,
-a writer alone (see :mod:`django_redis_coord.rwlock`).
+a writer alone (see docs/rwlocks.md).
 """
 
 from __future__ import annotations
