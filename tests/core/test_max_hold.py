@@ -18,6 +18,12 @@ from tests.support.procs import CTX
 
 TIMEOUT = 0.6
 MAX_HOLD = 1.5
+#: The hung holder's TTL and cap: the watchdog renews about every third of the TTL, so that only a
+#: stall of the holder's process longer than two thirds of it (2 s) loses the hold before its cap,
+#: which is what that test is about.  With a 0.6 s TTL, a loaded run's 0.4 s stall lost a
+#: semaphore's permit 1.2 s after it began, before its 1.5 s cap.
+HUNG_TIMEOUT = 3.0
+HUNG_MAX_HOLD = 4.5
 
 
 def wait_for_key(client: redis.Redis, key: str, what: str) -> bytes:
@@ -36,7 +42,7 @@ def hang_holding(url: str, kind: str, name: str) -> None:
     def lost(_subject: object) -> None:
         client.set(f"{name}:lost", 1)
 
-    options = {"timeout": TIMEOUT, "auto_renew": True, "max_hold": MAX_HOLD, "on_lost": lost}
+    options = {"timeout": HUNG_TIMEOUT, "auto_renew": True, "max_hold": HUNG_MAX_HOLD, "on_lost": lost}
     began = time.monotonic()
     if kind == "lock":
         hold: Any = Lock(client, name, **options)
@@ -61,17 +67,17 @@ def test_a_hung_holder_in_another_process_loses_its_hold_at_max_hold(redis_clien
     child.start()
     try:
         wait_for_key(redis_client, f"{name}:began", "the child never took the hold")
-        # Renewed (the TTL is 0.6 s) until the cap, not past it: the hung child would hold for
-        # 30 s, the waiter gives up after 10.
+        # Renewed (the TTL is 3 s) until the cap, not past it: the hung child would hold for
+        # 30 s, the waiter gives up after 15.
         if kind == "lock":
             waiter: Any = Lock(redis_client, name, timeout=5)
-            assert waiter.acquire(blocking_timeout=10)
+            assert waiter.acquire(blocking_timeout=15)
         else:
             waiter = Semaphore(redis_client, name, limit=1, timeout=5)
-            assert waiter.acquire("next", blocking=True, blocking_timeout=10)
+            assert waiter.acquire("next", blocking=True, blocking_timeout=15)
         got = time.monotonic()
         # Renewed up to the cap: the hold ends no earlier than MAX_HOLD after it began.
-        assert got - float(redis_client.get(f"{name}:began")) >= MAX_HOLD
+        assert got - float(redis_client.get(f"{name}:began")) >= HUNG_MAX_HOLD
         wait_for_key(redis_client, f"{name}:lost", "on_lost never ran in the hung holder's process")
         # The holder's own deadline had passed (it was told) before the next holder got it.
         assert float(wait_for_key(redis_client, f"{name}:deadline", "the holder never saw its loss")) <= got
