@@ -62,7 +62,7 @@ def test_a_hold_taken_in_one_thread_is_released_in_another(redis_client, mode):
     in_thread(hold.release)
     assert not redis_client.exists("shared") and hold.fence is None and not hold.valid
     # No renewal of the released hold comes later: the watchdog holds it no more.
-    assert all(renewed.owner is not shared for renewed in list(sync_watchdog()._holds.values()))
+    assert all(renewed.token != token for renewed in list(sync_watchdog()._holds.values()))
     assert lost == [] and not redis_client.exists("shared")
     assert hold.acquire(blocking=False) and hold.fence > fence  # the object takes a new hold
     hold.release()
