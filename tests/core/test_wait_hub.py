@@ -487,14 +487,17 @@ def test_300_concurrent_requests_to_an_async_locked_view_under_uvicorn(redis_ser
     client = server.client()
     try:
         def up() -> bool:
+            assert worker.poll() is None, "uvicorn exited before it listened"
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
                 return True
             except OSError:
                 return False
 
-        wait_for(up, 30, "uvicorn to listen")
-        holder = Lock(client, "await:x", timeout=60)
+        # Its start-up (Django's, the app's) only has to end: the limit guards against a hang.
+        wait_for(up, 120, "uvicorn to listen")
+        # The holder keeps the lock until the test releases it, however long queueing the 300 takes.
+        holder = Lock(client, "await:x", timeout=600)
         assert holder.acquire(blocking=False)
 
         async def main() -> tuple[list, list, int]:

@@ -275,11 +275,16 @@ def test_an_unreachable_redis_denies_with_503_or_allows_as_chosen(redis_servers,
 def test_a_client_retrying_at_retry_after_is_admitted_over_real_http(live_server, redis_client):
     """50 clients on 50 keys of 1/s, burst 1, each: a call, at once a second one (refused: its
     ``retry_after`` is just under 1 s, ``Retry-After: 1``), then a third after sleeping exactly
-    Retry-After; three rounds each: 150 tries, at least 99% admitted (all, by the guarantee)."""
+    Retry-After; three rounds each: 150 tries, at least 99% admitted (all, by the guarantee).
+
+    At most 8 clients at a time: the test server's listen backlog is 10, and the kernel drops the
+    connections beyond it, which their clients try again 1, 3, 7, 15 and 31 s later (a loaded run's
+    50 at once had a connection time out after 30 s).  The timeout of a call only guards against a
+    hang: the guarantee is about the call after the wait, however late it comes."""
 
     def status(url):
         try:
-            with urllib.request.urlopen(url, timeout=30) as response:
+            with urllib.request.urlopen(url, timeout=120) as response:
                 return response.status, response.headers
         except urllib.error.HTTPError as error:
             return error.code, error.headers
@@ -296,7 +301,7 @@ def test_a_client_retrying_at_retry_after_is_admitted_over_real_http(live_server
             outcomes.append(status(url)[0] == 200)
         return outcomes
 
-    with ThreadPoolExecutor(50) as pool:
+    with ThreadPoolExecutor(8) as pool:
         outcomes = [ok for each in pool.map(client, range(50)) for ok in each]
     assert len(outcomes) == 150 and sum(outcomes) >= 0.99 * len(outcomes)
 

@@ -280,17 +280,21 @@ def test_async_plain_function_and_context_manager(three):
 
 
 def test_factories_use_the_settings(three, redis_client):
+    # NODE_TIMEOUT: each master has 5 s to answer (the default 0.1 s was missed by a loaded run's
+    # fresh masters: no test here is about how fast they answer).
     value = {"URL": django_settings.REDIS_URL, "KEY_PREFIX": "shop", "DEFAULT_TIMEOUT": 20,
-             "REDLOCK": {"MASTERS": [server.url for server in three]}}
+             "REDLOCK": {"MASTERS": [server.url for server in three], "NODE_TIMEOUT": 5}}
     with override_settings(DJANGO_REDIS_COORD=value):
         with redlock("ledger") as held:
             assert held.name == "shop:ledger" and app_name(held) == "ledger" and held.timeout == 20
+            assert held.node_timeout == 5
             assert holders(three, "shop:ledger") == [held.local.token] * 3
         assert holders(three, "shop:ledger") == [None] * 3
 
         async def scenario():
-            async with aredlock("ledger", timeout=5) as aheld:
+            async with aredlock("ledger", timeout=30) as aheld:
                 assert isinstance(aheld, AsyncCoreRedlock)
+                assert aheld.timeout == 30 and aheld.node_timeout == 5
                 return aheld.fence, holders(three, "shop:ledger")
 
         fence, during = asyncio.run(scenario())
@@ -397,11 +401,18 @@ def test_signals_fire_with_fences(three, redis_client, rf, received):
 
 
 def test_lost_signal_when_the_hold_expired(three, redis_client, received):
-    holder = redlock("short", timeout=1.0)  # node_timeout: a quarter of it (a busy machine needs some)
+    # Each master has 5 s to answer (a 1 s TTL allowed a quarter of it, which a loaded run's masters
+    # missed: no test here is about how fast they answer), and the TTL runs out when the test says
+    # so: the hold's key on every master is made to expire now, as a TTL that ran out would.
+    holder = redlock("short", timeout=30, node_timeout=5)
     assert holder.acquire()
     fence = holder.fence
-    time.sleep(1.2)
-    taker = redlock("short", timeout=5)
+    for server in three:
+        client = server.client()
+        assert client.pexpire("short", 1)
+        client.close()
+    wait_for(lambda: holders(three, "short") == [None] * 3, timeout=120)
+    taker = redlock("short", timeout=30, node_timeout=5)
     assert taker.acquire(blocking=False)
     with pytest.raises(LockNotOwnedError):
         holder.release()

@@ -49,13 +49,15 @@ def test_the_rate_limits_page_fits_at_1280_px_without_wrapping_its_headings(
     for codename in ("view_holder", "force_release_holder"):
         operator.user_permissions.add(Permission.objects.get(codename=codename))
 
-    # Limits of the test app's views (their rates known), and core limits with long, odd names.
+    # Limits of the test app's views (their rates known), and core limits with long, odd names; all
+    # per hour, so that each is still live when the page lists it, however slow the machine (a call
+    # to a 3/m view was free again 20 s later, and its row was gone from a loaded run's page).
     client = Client()
     for name, times in (("busy", 3), ("calm", 1), ("customer-7f3c2a91-e5b4-4d0e-9a77-1c2f3e4d5b6a", 2)):
         for _ in range(times):
-            client.get(f"/t/rl/gcra/{name}/")
+            client.get(f"/t/rl/hourly/{name}/")
     for _ in range(2):
-        client.get("/t/rl/window/exports-2026-11/")
+        client.get("/t/rl/hourly-window/exports-2026-11/")
     RateLimit(redis_client, "partner-api:invoices:statement-2026-11:customer-7f3c2a91", "100/h", burst=5).hit()
     SlidingWindowLimit(redis_client, "mail:digest:7", "3/h").hit()
     RateLimit(redis_client, "search:" + "q" * 1100, "10/h").hit()   # named by its digest
@@ -71,8 +73,8 @@ def test_the_rate_limits_page_fits_at_1280_px_without_wrapping_its_headings(
         at_width(browser, width, page)
         rows = browser.find_elements(By.CSS_SELECTOR, "tr.ratelimit")
         assert len(rows) == 8, [row.get_attribute("data-name") for row in rows]
-        busy = browser.find_element(By.CSS_SELECTOR, 'tr.ratelimit[data-name="rl:busy"]').text
-        assert "Token bucket (GCRA)" in busy and "3/m, burst 2" in busy
+        busy = browser.find_element(By.CSS_SELECTOR, 'tr.ratelimit[data-name="rl-hourly:busy"]').text
+        assert "Token bucket (GCRA)" in busy and "3/h, burst 2" in busy
         lines = heading_lines(browser)
         assert set(lines) == {"Name", "Kind", "Rate", "Limit", "Used", "Remaining", "Free again in"}
         assert all(count == 1 for count in lines.values()), (width, lines)

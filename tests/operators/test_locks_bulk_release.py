@@ -8,7 +8,7 @@ import time
 import pytest
 
 from django_redis_coord import Lock, Semaphore
-from tests.operators.test_locks_command import fails, manage, run, wait_for
+from tests.operators.test_locks_command import OUTLIVES_THE_COMMANDS, fails, manage, run, wait_for
 
 
 def fence_counter(redis_client, name: str) -> int:
@@ -111,7 +111,7 @@ def test_bulk_release_with_nothing_matching_exits_4(redis_client):
 
 
 def test_subprocess_bulk_release(redis_client, redis_url, spawn):
-    holder = spawn("proc:bulk", timeout=60, label="bulk job")
+    holder = spawn("proc:bulk", timeout=OUTLIVES_THE_COMMANDS, label="bulk job")
     result = manage(redis_url, "release", "--label-prefix", "bulk")
     assert result.returncode == 0 and "Dry run" in result.stdout, result.stderr
     assert redis_client.exists("proc:bulk")

@@ -38,7 +38,13 @@ def fails(*args: str) -> CommandError:
     return info.value
 
 
-def manage(redis_url: str, *args: str, stdin: str = "", timeout: float = 60) -> subprocess.CompletedProcess:
+#: The TTL of a hold that ``manage.py locks`` runs in other processes must find: longer than any
+#: number of Django start-ups (a loaded machine took more than a minute for two of them).
+OUTLIVES_THE_COMMANDS = 3600
+
+
+def manage(redis_url: str, *args: str, stdin: str = "", timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m django locks ARGS`` in a process of its own (``timeout`` only guards against a hang)."""
     env = dict(
         os.environ,
         DJANGO_SETTINGS_MODULE="tests.settings",
@@ -392,7 +398,7 @@ def test_names_are_shown_and_taken_without_the_key_prefix(redis_client, settings
 
 # -- as a separate process -------------------------------------------------------------------
 def test_subprocess_list_and_json(redis_client, redis_url, spawn):
-    holder = spawn("proc:held", timeout=60, label="from a process")
+    holder = spawn("proc:held", timeout=OUTLIVES_THE_COMMANDS, label="from a process")
     result = manage(redis_url, "list")
     assert result.returncode == 0, result.stderr
     assert "proc:held" in result.stdout and str(holder.fence) in result.stdout
@@ -404,7 +410,7 @@ def test_subprocess_list_and_json(redis_client, redis_url, spawn):
 
 
 def test_subprocess_show_waiters_ping(redis_client, redis_url, spawn):
-    holder = spawn("proc:held", timeout=60)
+    holder = spawn("proc:held", timeout=OUTLIVES_THE_COMMANDS)
     result = manage(redis_url, "show", "proc:held", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["holders"][0]["fence"] == holder.fence
@@ -417,7 +423,7 @@ def test_subprocess_show_waiters_ping(redis_client, redis_url, spawn):
 
 
 def test_subprocess_release_confirmation(redis_client, redis_url, spawn):
-    holder = spawn("proc:held", timeout=60)
+    holder = spawn("proc:held", timeout=OUTLIVES_THE_COMMANDS)
     result = manage(redis_url, "release", "proc:held", stdin="no\n")
     assert result.returncode == 5, result.stderr
     assert "Force release Lock 'proc:held'" in result.stdout
@@ -429,7 +435,7 @@ def test_subprocess_release_confirmation(redis_client, redis_url, spawn):
 
 
 def test_subprocess_release_no_input_and_exit_codes(redis_client, redis_url):
-    lock = Lock(redis_client, "proc:scripted", timeout=60)
+    lock = Lock(redis_client, "proc:scripted", timeout=OUTLIVES_THE_COMMANDS)
     lock.acquire()
     result = manage(redis_url, "release", "proc:scripted", "--fence", "1", "--no-input")
     assert result.returncode == 6
@@ -442,7 +448,7 @@ def test_subprocess_release_no_input_and_exit_codes(redis_client, redis_url):
 
 
 def test_subprocess_watch_until_ctrl_c(redis_client, redis_url):
-    Lock(redis_client, "proc:watched", timeout=60).acquire()
+    Lock(redis_client, "proc:watched", timeout=OUTLIVES_THE_COMMANDS).acquire()
     env = dict(
         os.environ,
         DJANGO_SETTINGS_MODULE="tests.settings",

@@ -46,6 +46,19 @@ def test_reentrant_lock_keeps_its_fence_and_passes(lock_server):
     assert outcome.report.by_name()["fences"].checked > outcome.count("acquire", "ok") // 2
 
 
+def test_a_reentry_into_a_hold_lost_meanwhile_is_recorded_as_a_loss_and_passes(lock_server):
+    # Each client stalls past the TTL between its grant and its re-entry: the re-entry is refused
+    # (LockLostError), which the client records as the loss of its hold, and the checkers judge.
+    w = load(lock_server, "lock-reentrant", gap=0.35, stall=0.0, rounds=3)
+    outcome = run_workload(w)
+    assert outcome.report.valid, outcome.describe()
+    acquires = [op for op in outcome.history.operations() if op.f == "acquire"]
+    granted = [op for op in acquires if op.type == "ok"]
+    lost = [op for op in acquires if op.type == "fail" and isinstance(op.value, dict) and op.value.get("lost")]
+    assert granted and len(lost) == len(granted), outcome.describe()  # every re-entry came too late
+    assert len(outcome.history.notes("lost")) == len(lost)
+
+
 def test_renewed_lock_signals_loss_when_its_holder_process_is_stopped(lock_server):
     # Stalls inside the hold do not matter here (the watchdog renews); stopping the whole process does.
     w = load(lock_server, "lock-renew", stall=0.0, duration=2.5)

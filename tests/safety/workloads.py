@@ -196,7 +196,8 @@ class Workload:
     #: 3 retries with backoff, each reconnecting - through a blackhole that is many socket timeouts).
     retries: Optional[int] = 1
     limit: int = 1
-    #: Time between the two round trips of the unsafe locks (a slow network or a paused client).
+    #: Time between the two round trips of the unsafe locks (a slow network or a paused client);
+    #: for ``lock-reentrant``, between the grant and the re-entry (a process stalled in between).
     gap: float = 0.0
     #: With ``duration``: a multiprocessing Event the clients also wait for before they stop (a
     #: nemesis's :attr:`Nemesis.finished`: its last fault and a quiet time after it were run,
@@ -267,8 +268,20 @@ def _hold(w: Workload, rng: random.Random, rec: Recorder, adapter: Any, resource
     if w.kind != "lock-reentrant":
         _protected_update(w, rng, rec, adapter, resource, element)
         return
+    time.sleep(w.gap)
     rec.invoke("acquire", {"reentrant": True})
-    rec.ok("acquire", {"fence": adapter.reenter(), "reentered": True})
+    try:
+        fence = adapter.reenter()
+    except LockLostError:
+        # The hold's TTL ran out before the re-entry (the process stalled): there is nothing to
+        # join, and the work under it is not done.  The client learns of its loss here, as a renewed
+        # hold's learns from the loss signal (a note the checkers end the hold at); the re-entry
+        # took no hold (the checkers judge no nested call), and the release that follows is refused
+        # or comes before the server's expiry, as for any hold that outlived its TTL.
+        rec.fail("acquire", {"reentered": True, "lost": True})
+        rec.note("lost")
+        return
+    rec.ok("acquire", {"fence": fence, "reentered": True})
     try:
         _protected_update(w, rng, rec, adapter, resource, element)
     finally:

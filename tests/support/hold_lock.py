@@ -3,8 +3,10 @@
     python -m tests.support.hold_lock REDIS_URL NAME [--timeout S] [--label L] [--auto-renew] [--host H]
         [--mode read|write]
 
-Acquires the lock (blocking, in FIFO order), prints ``HELD <fence>`` and keeps it until stdin is
-closed or a line is read; then releases it and prints ``RELEASED`` (or ``LOST`` when the hold was
+Acquires the lock (blocking, in FIFO order, for up to ``--blocking-timeout`` seconds: by default
+longer than any test may run, so that a waiter waits as long as its test needs it, however slow the
+machine; a child still running when its test ends is killed), prints ``HELD <fence>`` and keeps it
+until stdin is closed or a line is read; then releases it and prints ``RELEASED`` (or ``LOST`` when the hold was
 taken away meanwhile, e.g. by a force release).  With ``--auto-renew`` the watchdog renews it and
 its loss signal (``on_lost``) prints ``LOSS-SIGNAL``.  ``--host`` makes the holder record name
 another host: a holder on another machine, as far as the listing can tell.  ``--mode`` holds that
@@ -29,6 +31,9 @@ from django_redis_coord import Lock
 from django_redis_coord.core.exceptions import LockNotOwnedError
 from django_redis_coord.core.rwlock.sync import ReadWriteLock
 
+#: The default ``--blocking-timeout``: longer than any test runs (pytest's timeout is 300 s).
+WAIT_LONGER_THAN_A_TEST = 600.0
+
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
@@ -36,7 +41,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("name")
     parser.add_argument("--timeout", type=float, default=None)
     parser.add_argument("--label", default=None)
-    parser.add_argument("--blocking-timeout", type=float, default=60.0)
+    parser.add_argument("--blocking-timeout", type=float, default=WAIT_LONGER_THAN_A_TEST)
     parser.add_argument("--auto-renew", action="store_true")
     parser.add_argument("--host", default=None)
     parser.add_argument("--mode", choices=("read", "write"), default=None)
@@ -77,6 +82,9 @@ def elsewhere(host: str) -> type[Lock]:
 
 
 ROOT = Path(__file__).resolve().parents[2]
+#: How long the parent waits for each line of the child (its start-up, its hold, its release): a
+#: guard against a hang, never a bound on the machine's speed.
+HANG_GUARD = 120.0
 
 
 class HolderProcess:
@@ -115,17 +123,17 @@ class HolderProcess:
             self.lines.put(line.strip())
         self.lines.put("EOF")
 
-    def expect(self, prefix: str, timeout: float = 30.0) -> str:
+    def expect(self, prefix: str, timeout: float = HANG_GUARD) -> str:
         line = self.lines.get(timeout=timeout)
         if not line.startswith(prefix):
             raise AssertionError(f"holder process said {line!r}, expected {prefix!r}")
         return line
 
-    def wait_held(self, timeout: float = 30.0) -> int:
+    def wait_held(self, timeout: float = HANG_GUARD) -> int:
         self.fence = int(self.expect("HELD", timeout).split()[1])
         return self.fence
 
-    def finish(self, timeout: float = 30.0) -> str:
+    def finish(self, timeout: float = HANG_GUARD) -> str:
         """Let the child release and exit; returns ``RELEASED`` or ``LOST``."""
         assert self.proc.stdin is not None
         self.proc.stdin.close()

@@ -35,6 +35,18 @@ def window(request, name):
     return HttpResponse("ran")
 
 
+# Limits whose state lives for an hour: a page that lists them (the admin's rate-limits page in a
+# browser) finds them however slow the machine is between the calls and the listing.
+@rate_limited("rl-hourly:{name}", rate="3/h", burst=2)
+def hourly(request, name):
+    return HttpResponse("ran")
+
+
+@rate_limited("rl-window-hourly:{name}", rate="2/h", algorithm="window")
+def hourly_window(request, name):
+    return HttpResponse("ran")
+
+
 @rate_limited("rl-user:{user.pk}", rate="2/m")
 def per_user(request):
     return HttpResponse("ran")

@@ -36,6 +36,8 @@ urlpatterns = [
     path("rl/cbv/<str:name>/", ratelimit_views.LimitedView.as_view()),
     path("rl/acbv/<str:name>/", ratelimit_views.AsyncLimitedView.as_view()),
     path("rl/window/<str:name>/", ratelimit_views.window),
+    path("rl/hourly/<str:name>/", ratelimit_views.hourly),
+    path("rl/hourly-window/<str:name>/", ratelimit_views.hourly_window),
     path("rl/user/", ratelimit_views.per_user),
     path("rl/header/", ratelimit_views.by_header),
     path("rl/aquery/", ratelimit_views.aby_query),

@@ -1,5 +1,6 @@
 """A singleton command for tests/django/test_singleton_commands.py: records its start in Redis
-(``started:<name>``), then waits for ``gate:<name>`` (at most ``--for`` seconds)."""
+(``started:<name>``), then waits for ``gate:<name>`` (at most ``--for`` seconds).  Its hold lives
+``--lock-timeout`` seconds (default 1) and is renewed every third of that while it runs."""
 
 from django_redis_coord.config.connection import get_client
 from django_redis_coord.management.singleton import SingletonCommand
@@ -13,6 +14,12 @@ class Command(SingletonCommand):
     def add_arguments(self, parser):
         parser.add_argument("--name", required=True)
         parser.add_argument("--for", dest="seconds", type=float, default=30)
+        parser.add_argument("--lock-timeout", dest="hold_ttl", type=float, default=None)
+
+    def execute(self, *args, **options):
+        if options.get("hold_ttl"):
+            self.lock_timeout = options["hold_ttl"]
+        return super().execute(*args, **options)
 
     def handle(self, *args, name, seconds, **options):
         client = get_client()
