@@ -112,7 +112,7 @@ class Hold:
     claimed: bool = False
     #: An asyncio hold of one task: that task and the callback watching its end.
     task_end: Optional[tuple[Any, Any]] = None
-    #: Queued for the watchdog's next look (see :meth:`~django_redis_coord.core.watchdog.Watchdog.register`).
+    #: Queued for the watchdog's next look (see ``Watchdog.register`` in ``core/watchdog.py``).
     arriving: Optional[tuple[Any, ...]] = None
 
 

@@ -130,12 +130,21 @@ def browser(browser_binaries):
 
 
 def rows(driver) -> list[tuple[str, str]]:
+    """The holder rows of the page shown, read again from the start when the page is replaced while
+    they are read (the list refreshes itself: on a loaded machine, reading the rows one by one can
+    outlast the page, and the rows of the page that went are stale)."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
-    return [
-        (row.get_attribute("data-name"), row.text)
-        for row in driver.find_elements(By.CSS_SELECTOR, "tr.holder-row")
-    ]
+    for _ in range(10):
+        try:
+            return [
+                (row.get_attribute("data-name"), row.text)
+                for row in driver.find_elements(By.CSS_SELECTOR, "tr.holder-row")
+            ]
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError("the holder rows were replaced ten times while they were read")
 
 
 def wait_until(driver, predicate, timeout: float = 20.0, what: str = "the page"):

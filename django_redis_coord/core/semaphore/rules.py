@@ -76,7 +76,7 @@ class Permit:
     started: Optional[float] = None
     #: Its loss was told to the events object (once per permit).
     loss_reported: bool = False
-    #: Queued for the watchdog's next look (see :meth:`~django_redis_coord.core.watchdog.Watchdog.register`).
+    #: Queued for the watchdog's next look (see ``Watchdog.register`` in ``core/watchdog.py``).
     arriving: Optional[tuple[Any, ...]] = None
 
     @property
